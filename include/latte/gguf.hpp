@@ -1,0 +1,199 @@
+// GGUF v2/v3 reader and writer. The reader memory-maps the file and never copies tensor data; every
+// count, length, dimension and offset is validated against the file size before it is used.
+//
+//   auto f = latte::gguf::File::open("model.gguf");
+//   uint32_t n_layer = f.get<uint32_t>("deepseek2.block_count");
+#pragma once
+
+#include <latte/quant.hpp>
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace latte::gguf {
+
+/// Metadata value type ids, fixed by the file format.
+enum class ValueType : uint32_t {
+  u8 = 0,
+  i8 = 1,
+  u16 = 2,
+  i16 = 3,
+  u32 = 4,
+  i32 = 5,
+  f32 = 6,
+  boolean = 7,
+  string = 8,
+  array = 9,
+  u64 = 10,
+  i64 = 11,
+  f64 = 12,
+};
+
+/// Name of a value type ("u32", "string", ...).
+std::string_view value_type_name(ValueType type) noexcept;
+
+/// A homogeneous metadata array. Arrays of arrays are not part of GGUF and are rejected.
+struct Array {
+  ValueType element_type = ValueType::u8;
+  std::variant<std::vector<uint8_t>, std::vector<int8_t>, std::vector<uint16_t>, std::vector<int16_t>,
+               std::vector<uint32_t>, std::vector<int32_t>, std::vector<float>, std::vector<bool>,
+               std::vector<std::string>, std::vector<uint64_t>, std::vector<int64_t>, std::vector<double>>
+      values;
+  /// Number of elements.
+  [[nodiscard]] size_t size() const noexcept;
+};
+
+/// One metadata value.
+class Value {
+ public:
+  using Storage = std::variant<uint8_t, int8_t, uint16_t, int16_t, uint32_t, int32_t, float, bool, std::string,
+                               Array, uint64_t, int64_t, double>;
+  Value() = default;
+  template <class T>
+  explicit Value(T v) : storage_(std::move(v)) {}
+  /// The stored type.
+  [[nodiscard]] ValueType type() const noexcept;
+  [[nodiscard]] const Storage& storage() const noexcept { return storage_; }
+  /// Typed access; nullptr when the stored type is not exactly T.
+  template <class T>
+  [[nodiscard]] const T* get_if() const noexcept {
+    return std::get_if<T>(&storage_);
+  }
+  /// Any integer type widened to int64 (u64 above INT64_MAX gives nullopt); nullopt for non-integers.
+  [[nodiscard]] std::optional<int64_t> as_int() const noexcept;
+  /// Any integer or float type as double; nullopt otherwise.
+  [[nodiscard]] std::optional<double> as_number() const noexcept;
+
+ private:
+  Storage storage_;
+};
+
+/// One key/value pair, in file order.
+struct KeyValue {
+  std::string key;
+  Value value;
+};
+
+/// Maximum number of dimensions a GGUF tensor may have (ggml's GGML_MAX_DIMS).
+inline constexpr uint32_t max_dims = 4;
+
+/// Description of one tensor. `ne[0]` is the contiguous (innermost) dimension, as in ggml.
+struct TensorInfo {
+  std::string name;
+  GgmlType type = GgmlType::f32;
+  uint32_t n_dims = 0;
+  std::array<uint64_t, max_dims> ne{1, 1, 1, 1};  ///< unused trailing dims are 1
+  uint64_t offset = 0;  ///< byte offset relative to the start of the data section
+  uint64_t n_bytes = 0;  ///< size of the tensor's data in bytes
+
+  /// Total number of elements.
+  [[nodiscard]] uint64_t n_elements() const noexcept { return ne[0] * ne[1] * ne[2] * ne[3]; }
+  /// Number of rows (all dims but the first).
+  [[nodiscard]] uint64_t n_rows() const noexcept { return ne[1] * ne[2] * ne[3]; }
+  /// Shape as text, e.g. "[512, 128, 16]".
+  [[nodiscard]] std::string shape_string() const;
+};
+
+/// A parsed GGUF file. Move-only; the mapping lives as long as the File (or its shared owner).
+class File {
+ public:
+  /// Maps and parses `path`. Throws Error(io) if the file cannot be opened or mapped and
+  /// Error(invalid_file) naming the field and byte offset when the content is malformed.
+  static File open(const std::string& path);
+  /// Parses a copy of an in-memory image (tests, fuzzing). `name` is used in error messages.
+  static File from_bytes(std::span<const std::byte> bytes, std::string name = "<memory>");
+
+  File(File&&) noexcept;
+  File& operator=(File&&) noexcept;
+  ~File();
+
+  [[nodiscard]] const std::string& path() const noexcept;
+  [[nodiscard]] uint32_t version() const noexcept;
+  [[nodiscard]] uint64_t file_size() const noexcept;
+  [[nodiscard]] uint32_t alignment() const noexcept;      ///< general.alignment or 32
+  [[nodiscard]] uint64_t data_offset() const noexcept;    ///< absolute offset of the data section
+
+  // ---- metadata ----
+  [[nodiscard]] std::span<const KeyValue> metadata() const noexcept;
+  /// The value for `key`, or nullptr.
+  [[nodiscard]] const Value* find(std::string_view key) const noexcept;
+  /// Typed lookup. Throws Error(not_found) when absent and Error(invalid_file) naming the key and
+  /// both types when the stored type is not T. Integer T accept any integer type whose value fits.
+  template <class T>
+  [[nodiscard]] T get(std::string_view key) const;
+  /// Like get, but returns `fallback` when the key is absent (a wrong type still throws).
+  template <class T>
+  [[nodiscard]] T get_or(std::string_view key, T fallback) const {
+    return find(key) ? get<T>(key) : fallback;
+  }
+  /// String array lookup (tokenizer.ggml.tokens, merges). Throws like get.
+  [[nodiscard]] const std::vector<std::string>& get_strings(std::string_view key) const;
+
+  // ---- tensors ----
+  [[nodiscard]] std::span<const TensorInfo> tensors() const noexcept;
+  /// The tensor named `name`, or nullptr.
+  [[nodiscard]] const TensorInfo* find_tensor(std::string_view name) const noexcept;
+  /// The tensor's bytes inside the mapping (valid while the File lives).
+  [[nodiscard]] std::span<const std::byte> tensor_data(const TensorInfo& tensor) const noexcept;
+
+ private:
+  struct Impl;
+  explicit File(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Explicit instantiations live in src/gguf/reader.cpp for: uint8_t int8_t uint16_t int16_t uint32_t
+// int32_t uint64_t int64_t float double bool std::string.
+
+/// Writes GGUF v3 files. Describe all metadata and tensors first, then write; tensor data can be
+/// supplied in any order and from several threads (each tensor's offset is fixed before writing).
+///
+///   latte::gguf::Writer w; w.set("general.architecture", std::string("deepseek2"));
+///   w.add_tensor("token_embd.weight", GgmlType::f32, {64, 100}); w.write("m.gguf", fill_fn);
+class Writer {
+ public:
+  Writer();
+  ~Writer();
+  Writer(Writer&&) noexcept;
+  Writer& operator=(Writer&&) noexcept;
+
+  /// Sets (or replaces) a metadata key. Order of first insertion is kept.
+  void set(std::string key, Value value);
+  template <class T>
+  void set(std::string key, T v) {
+    set(std::move(key), Value(std::move(v)));
+  }
+  /// Data alignment (a power of two); also written as general.alignment when not 32.
+  void set_alignment(uint32_t alignment);
+  /// Declares a tensor; `ne` has 1..4 dims, ne[0] innermost. Throws on duplicates or bad shapes.
+  void add_tensor(std::string name, GgmlType type, std::span<const uint64_t> ne);
+  void add_tensor(std::string name, GgmlType type, std::initializer_list<uint64_t> ne) {
+    add_tensor(std::move(name), type, std::span<const uint64_t>(ne.begin(), ne.size()));
+  }
+  /// Declared tensors with their final offsets (valid after the last add_tensor).
+  [[nodiscard]] std::span<const TensorInfo> tensors() const noexcept;
+
+  /// Fills `dst` (exactly tensors()[index].n_bytes long) with the tensor's data.
+  using Fill = std::function<void(size_t index, std::span<std::byte> dst)>;
+  /// Writes the whole file: header, then every tensor's data through `fill`, using up to
+  /// `n_threads` threads (each calls fill for different tensors; memory stays ~ one tensor per
+  /// thread). Writes to `path + ".partial"` and renames on success.
+  void write(const std::string& path, const Fill& fill, unsigned n_threads = 1) const;
+  /// Serialises the whole file into memory (tests; small files only).
+  [[nodiscard]] std::vector<std::byte> write_to_memory(const Fill& fill) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace latte::gguf

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Builds latte and runs its test suite, as CI does:
+#   1. the main build (CUDA kernels compiled for sm_90a/sm_100/sm_120 when nvcc is present), warnings
+#      as errors, and every CPU test (each once per attention backend), CLI and package tests;
+#   2. an AddressSanitizer + UndefinedBehaviorSanitizer build of the CPU suite.
+# GPU tests (label `gpu`) run only where a GPU is present: see scripts/gpu-check.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup-deps.sh
+source scripts/env.sh
+
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DLATTE_WARNINGS_AS_ERRORS=ON "${LATTE_CMAKE_LAUNCHER[@]}"
+cmake --build build --parallel "$LATTE_JOBS"
+ctest --test-dir build --output-on-failure --label-exclude gpu --parallel "$LATTE_JOBS"
+
+if [ "${LATTE_SKIP_SANITIZERS:-0}" != 1 ]; then
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLATTE_CUDA=OFF -DLATTE_SANITIZE=ON \
+        -DLATTE_BUILD_EXAMPLES=OFF -DLATTE_WARNINGS_AS_ERRORS=ON "${LATTE_CMAKE_LAUNCHER[@]}"
+  cmake --build build-asan --parallel "$LATTE_JOBS"
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --test-dir build-asan --output-on-failure --label-exclude "gpu|package" --parallel "$LATTE_JOBS"
+fi
+echo "latte: all tests passed"
