@@ -4,7 +4,7 @@
 # /usr/local/cuda when the CUDA backend is wanted; without it latte builds CPU-only.
 set -euo pipefail
 need=()
-for pkg in build-essential cmake ninja-build pkg-config libeigen3-dev doctest-dev clang libclang-rt-14-dev \
+for pkg in build-essential cmake ninja-build pkg-config libeigen3-dev doctest-dev nlohmann-json3-dev clang libclang-rt-14-dev \
            python3 tmux; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need+=("$pkg")
 done

@@ -8,4 +8,5 @@
 #include <latte/error.hpp>
 #include <latte/gguf.hpp>
 #include <latte/quant.hpp>
+#include <latte/quant_blocks.hpp>
 #include <latte/version.hpp>
