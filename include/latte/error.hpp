@@ -27,16 +27,26 @@ enum class ErrorCode {
 /// Human-readable name of an ErrorCode ("invalid_file", ...).
 constexpr std::string_view error_code_name(ErrorCode code) noexcept {
   switch (code) {
-    case ErrorCode::invalid_argument: return "invalid_argument";
-    case ErrorCode::invalid_file: return "invalid_file";
-    case ErrorCode::unsupported: return "unsupported";
-    case ErrorCode::not_found: return "not_found";
-    case ErrorCode::io: return "io";
-    case ErrorCode::out_of_memory: return "out_of_memory";
-    case ErrorCode::context_overflow: return "context_overflow";
-    case ErrorCode::device: return "device";
-    case ErrorCode::cancelled: return "cancelled";
-    case ErrorCode::internal: return "internal";
+    case ErrorCode::invalid_argument:
+      return "invalid_argument";
+    case ErrorCode::invalid_file:
+      return "invalid_file";
+    case ErrorCode::unsupported:
+      return "unsupported";
+    case ErrorCode::not_found:
+      return "not_found";
+    case ErrorCode::io:
+      return "io";
+    case ErrorCode::out_of_memory:
+      return "out_of_memory";
+    case ErrorCode::context_overflow:
+      return "context_overflow";
+    case ErrorCode::device:
+      return "device";
+    case ErrorCode::cancelled:
+      return "cancelled";
+    case ErrorCode::internal:
+      return "internal";
   }
   return "unknown";
 }

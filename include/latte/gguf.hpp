@@ -55,8 +55,8 @@ struct Array {
 /// One metadata value.
 class Value {
  public:
-  using Storage = std::variant<uint8_t, int8_t, uint16_t, int16_t, uint32_t, int32_t, float, bool, std::string,
-                               Array, uint64_t, int64_t, double>;
+  using Storage = std::variant<uint8_t, int8_t, uint16_t, int16_t, uint32_t, int32_t, float, bool, std::string, Array,
+                               uint64_t, int64_t, double>;
   Value() = default;
   template <class T>
   explicit Value(T v) : storage_(std::move(v)) {}
@@ -92,8 +92,8 @@ struct TensorInfo {
   GgmlType type = GgmlType::f32;
   uint32_t n_dims = 0;
   std::array<uint64_t, max_dims> ne{1, 1, 1, 1};  ///< unused trailing dims are 1
-  uint64_t offset = 0;  ///< byte offset relative to the start of the data section
-  uint64_t n_bytes = 0;  ///< size of the tensor's data in bytes
+  uint64_t offset = 0;                            ///< byte offset relative to the start of the data section
+  uint64_t n_bytes = 0;                           ///< size of the tensor's data in bytes
 
   /// Total number of elements.
   [[nodiscard]] uint64_t n_elements() const noexcept { return ne[0] * ne[1] * ne[2] * ne[3]; }
@@ -119,8 +119,8 @@ class File {
   [[nodiscard]] const std::string& path() const noexcept;
   [[nodiscard]] uint32_t version() const noexcept;
   [[nodiscard]] uint64_t file_size() const noexcept;
-  [[nodiscard]] uint32_t alignment() const noexcept;      ///< general.alignment or 32
-  [[nodiscard]] uint64_t data_offset() const noexcept;    ///< absolute offset of the data section
+  [[nodiscard]] uint32_t alignment() const noexcept;    ///< general.alignment or 32
+  [[nodiscard]] uint64_t data_offset() const noexcept;  ///< absolute offset of the data section
 
   // ---- metadata ----
   [[nodiscard]] std::span<const KeyValue> metadata() const noexcept;

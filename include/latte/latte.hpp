@@ -5,8 +5,10 @@
 //   latte::Session session(model, {.n_ctx = 4096});
 #pragma once
 
+#include <latte/device.hpp>
 #include <latte/error.hpp>
 #include <latte/gguf.hpp>
 #include <latte/quant.hpp>
 #include <latte/quant_blocks.hpp>
+#include <latte/token.hpp>
 #include <latte/version.hpp>

@@ -54,11 +54,11 @@ enum class GgmlType : uint32_t {
 
 /// Static facts about one type.
 struct TypeTraits {
-  std::string_view name;     ///< ggml's name: "f32", "q4_K", ...
-  uint32_t block_values;     ///< values per block (1 for plain types, 32 or 256 for quantized ones)
-  uint32_t block_bytes;      ///< bytes per block
-  bool dequantizable;        ///< latte can turn it into floats
-  bool quantizable;          ///< latte has a reference quantizer for it
+  std::string_view name;  ///< ggml's name: "f32", "q4_K", ...
+  uint32_t block_values;  ///< values per block (1 for plain types, 32 or 256 for quantized ones)
+  uint32_t block_bytes;   ///< bytes per block
+  bool dequantizable;     ///< latte can turn it into floats
+  bool quantizable;       ///< latte has a reference quantizer for it
 };
 
 /// Traits of a type id read from a file. Throws Error(invalid_file) for ids that ggml never defined

@@ -9,11 +9,11 @@
 
 namespace latte {
 
-inline constexpr int qk4_0 = 32;    ///< values per Q4_0 / Q4_1 block
-inline constexpr int qk5_0 = 32;    ///< values per Q5_0 / Q5_1 block
-inline constexpr int qk8_0 = 32;    ///< values per Q8_0 / Q8_1 block
-inline constexpr int qk_mxfp4 = 32; ///< values per MXFP4 block
-inline constexpr int qk_k = 256;    ///< values per K-quant super-block
+inline constexpr int qk4_0 = 32;         ///< values per Q4_0 / Q4_1 block
+inline constexpr int qk5_0 = 32;         ///< values per Q5_0 / Q5_1 block
+inline constexpr int qk8_0 = 32;         ///< values per Q8_0 / Q8_1 block
+inline constexpr int qk_mxfp4 = 32;      ///< values per MXFP4 block
+inline constexpr int qk_k = 256;         ///< values per K-quant super-block
 inline constexpr int k_scale_size = 12;  ///< bytes of packed 6-bit scales/mins in Q4_K / Q5_K
 
 /// Q4_0: x = d * (q - 8), q in [0, 16). qs[j] holds value j (low nibble) and j+16 (high nibble).
