@@ -26,6 +26,7 @@
 // compiler. A Sampler is not thread-safe; use one per generation stream.
 #pragma once
 
+#include <latte/detail/sampler_kernels.hpp>
 #include <latte/detail/sampler_math.hpp>
 #include <latte/error.hpp>
 #include <latte/token.hpp>
@@ -143,8 +144,9 @@ class Sampler {
   }
 
   static constexpr int kBinsPerUnit = 4;     // histogram bins per unit of scaled logit (top-p search)
-  static constexpr int kBins = 128;          // bins cover scaled logits in [-31.75, 0]; the last one the rest
+  static constexpr int kBins = 256;          // bins cover scaled logits in [-63.75, 0]; the last one the rest
   static constexpr size_t kDrawBlock = 256;  // tokens per partial sum when drawing from the full vocabulary
+  static constexpr size_t kScanBlock = 64;   // logits tested at once by the top-k scan
 
   // Shortest text that reads back as `value` ("1.01", "nan", "-inf", "42").
   template <typename T>
@@ -185,40 +187,45 @@ class Sampler {
     }
   }
 
-  // Steps 1-2 and the max: copies the logits into logits_ (checked), applies bias and penalties.
+  bool penalties_active() const noexcept {
+    const SamplerParams& p = params_;
+    const bool any = p.repeat_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f;
+    return any && p.penalty_last_n != 0 && !history_.empty();
+  }
+
+  // Steps 1-2 and the max. The caller's logits are checked in place and used directly unless a bias
+  // or a penalty applies; then they are copied to modified_logits_ and changed there.
   void prepare(std::span<const float> logits) {
     const size_t n = logits.size();
     if (n == 0) fail("Sampler::sample: the logits span is empty");
     if (n > static_cast<size_t>(std::numeric_limits<Token>::max()))
       fail("Sampler::sample: " + describe(n) + " logits exceed the largest token id");
-    logits_.resize(n);
-    std::memcpy(logits_.data(), logits.data(), n * sizeof(float));
-    bool bad = false;  // NaN or +inf anywhere; one vectorisable pass, the index only on failure
-    for (size_t i = 0; i < n; ++i) bad |= !(logits_[i] < std::numeric_limits<float>::infinity());
+    bool bad = false;  // NaN or +inf somewhere: found in the same pass, located only on failure
+    max_logit_ = detail::max_and_check(logits.data(), n, bad);
     if (bad) {
       for (size_t i = 0; i < n; ++i) {
-        if (!(logits_[i] < std::numeric_limits<float>::infinity()))
-          fail("Sampler::sample: logits[" + describe(i) + "] = " + describe(logits_[i]) +
-               " (NaN and +inf are invalid)");
+        if (!(logits[i] < std::numeric_limits<float>::infinity()))
+          fail("Sampler::sample: logits[" + describe(i) + "] = " + describe(logits[i]) + " (NaN and +inf are invalid)");
       }
     }
-    for (const auto& [token, bias] : params_.logit_bias) {
-      if (static_cast<size_t>(token) >= n)
-        fail("SamplerParams.logit_bias token " + describe(token) + " is outside the vocabulary of " + describe(n));
-      logits_[static_cast<size_t>(token)] += bias;
+    logits_ = logits;
+    if (!params_.logit_bias.empty() || penalties_active()) {
+      modified_logits_.assign(logits.begin(), logits.end());
+      for (const auto& [token, bias] : params_.logit_bias) {
+        if (static_cast<size_t>(token) >= n)
+          fail("SamplerParams.logit_bias token " + describe(token) + " is outside the vocabulary of " + describe(n));
+        modified_logits_[static_cast<size_t>(token)] += bias;
+      }
+      if (penalties_active()) apply_penalties(n);
+      logits_ = modified_logits_;
+      max_logit_ = detail::max_of(modified_logits_.data(), n);
     }
-    apply_penalties(n);
-    float max_logit = -std::numeric_limits<float>::infinity();
-    for (size_t i = 0; i < n; ++i) max_logit = logits_[i] > max_logit ? logits_[i] : max_logit;
-    if (max_logit == -std::numeric_limits<float>::infinity())
+    if (max_logit_ == -std::numeric_limits<float>::infinity())
       fail("Sampler::sample: every one of the " + describe(n) + " logits is -inf after bias and penalties");
-    max_logit_ = max_logit;
   }
 
   void apply_penalties(size_t n) {
     const SamplerParams& p = params_;
-    const bool any = p.repeat_penalty != 1.0f || p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f;
-    if (!any || p.penalty_last_n == 0) return;
     const std::span<const Token> window = penalty_window();
     scratch_tokens_.assign(window.begin(), window.end());
     std::sort(scratch_tokens_.begin(), scratch_tokens_.end());
@@ -228,16 +235,15 @@ class Sampler {
       while (i < scratch_tokens_.size() && scratch_tokens_[i] == token) ++i, ++count;
       if (static_cast<size_t>(token) >= n)
         fail("Sampler::sample: history token " + describe(token) + " is outside the vocabulary of " + describe(n));
-      float& logit = logits_[static_cast<size_t>(token)];
+      float& logit = modified_logits_[static_cast<size_t>(token)];
       if (p.repeat_penalty != 1.0f) logit = logit > 0.0f ? logit / p.repeat_penalty : logit * p.repeat_penalty;
       logit -= static_cast<float>(count) * p.frequency_penalty + p.presence_penalty;
     }
   }
 
+  // The first index holding the maximum is the lowest id among ties.
   Token greedy() const noexcept {
-    size_t best = 0;  // the first index holding the maximum is the lowest id among ties
-    while (logits_[best] != max_logit_) ++best;
-    return static_cast<Token>(best);
+    return static_cast<Token>(detail::first_index_of(logits_.data(), logits_.size(), max_logit_));
   }
 
   Token choose() {
@@ -271,21 +277,26 @@ class Sampler {
   float weight_of(float logit) const noexcept { return detail::exp_nonpositive(scaled(logit)); }
 
   // Step 4: the k best (logit desc, id asc) finite logits, sorted in that order. One pass keeping
-  // a buffer of at most 2k entries that is cut back to k by nth_element when full.
+  // a buffer of at most 2k entries that is cut back to k by nth_element when full; blocks of
+  // kScanBlock logits with none above the current k-th best are skipped with one vector test.
   void select_top_k(size_t k) {
     candidates_.clear();
     candidates_.reserve(2 * k);
     float threshold = -std::numeric_limits<float>::infinity();  // the k-th best logit seen so far
     const size_t n = logits_.size();
-    for (size_t i = 0; i < n; ++i) {
-      const float logit = logits_[i];
-      if (!(logit > threshold)) continue;  // equal logits lose: their id is larger than any kept one
-      candidates_.push_back({logit, 0.0f, static_cast<Token>(i)});
-      if (candidates_.size() == 2 * k) {
-        std::nth_element(candidates_.begin(), candidates_.begin() + static_cast<std::ptrdiff_t>(k - 1),
-                         candidates_.end(), ranks_before);
-        candidates_.resize(k);
-        threshold = candidates_[k - 1].logit;
+    const float* logits = logits_.data();
+    for (size_t begin = 0; begin < n; begin += kScanBlock) {
+      const size_t end = std::min(n, begin + kScanBlock);
+      if (!detail::any_above(logits + begin, end - begin, threshold)) continue;
+      for (size_t i = begin; i < end; ++i) {
+        if (!(logits[i] > threshold)) continue;  // equal logits lose: their id is larger than any kept one
+        candidates_.push_back({logits[i], 0.0f, static_cast<Token>(i)});
+        if (candidates_.size() == 2 * k) {
+          std::nth_element(candidates_.begin(), candidates_.begin() + static_cast<std::ptrdiff_t>(k - 1),
+                           candidates_.end(), ranks_before);
+          candidates_.resize(k);
+          threshold = candidates_[k - 1].logit;
+        }
       }
     }
     std::sort(candidates_.begin(), candidates_.end(), ranks_before);
@@ -308,30 +319,26 @@ class Sampler {
     }
   }
 
-  // Step 5 over the whole vocabulary without sorting it: one vectorisable pass computes every
-  // weight and its histogram bin (bin width 1/kBinsPerUnit in scaled-logit units); the bins are
-  // walked from the top until their mass reaches top_p * total; every token in higher bins is kept
-  // and only the tokens of the crossing bin are sorted to find the exact end of the prefix.
+  // Step 5 over the whole vocabulary without sorting it. One vectorised pass computes every weight
+  // and its histogram bin (kBinsPerUnit bins per unit of scaled logit, the last bin taking all
+  // below); the bins are walked from the top until their mass reaches top_p * total, every token of
+  // a higher bin is kept, and the crossing bin is resolved by refine_crossing().
   void select_top_p_dense() {
     const size_t n = logits_.size();
     weights_.resize(n);
     bins_.resize(n);
-    for (size_t i = 0; i < n; ++i) {
-      const float s = scaled(logits_[i]);
-      weights_[i] = detail::exp_nonpositive(s);
-      float bin = -s * static_cast<float>(kBinsPerUnit);
-      bin = bin < static_cast<float>(kBins - 1) ? bin : static_cast<float>(kBins - 1);
-      bins_[i] = static_cast<uint8_t>(bin);
-    }
+    detail::exp_weights_and_bins(logits_.data(), weights_.data(), bins_.data(), n, max_logit_, inv_temperature_,
+                                 static_cast<float>(kBinsPerUnit), static_cast<uint8_t>(kBins - 1));
     // Four interleaved histograms break the store-to-load chain of consecutive equal bins.
     double mass[4][kBins] = {};
     uint32_t count[kBins] = {};
+    const float* w = weights_.data();
+    const uint8_t* bin = bins_.data();
     size_t i = 0;
     for (; i + 4 <= n; i += 4) {
-      for (size_t lane = 0; lane < 4; ++lane) mass[lane][bins_[i + lane]] += weights_[i + lane];
+      for (size_t lane = 0; lane < 4; ++lane) mass[lane][bin[i + lane]] += w[i + lane], ++count[bin[i + lane]];
     }
-    for (; i < n; ++i) mass[0][bins_[i]] += weights_[i];
-    for (size_t j = 0; j < n; ++j) ++count[bins_[j]];
+    for (; i < n; ++i) mass[0][bin[i]] += w[i], ++count[bin[i]];
     double bin_mass[kBins];
     double total = 0.0;
     for (int b = 0; b < kBins; ++b) {
@@ -348,21 +355,65 @@ class Sampler {
       }
       above += bin_mass[b];
     }
-    candidates_.clear();
-    boundary_.clear();
     size_t above_count = 0;
     for (int b = 0; b < crossing; ++b) above_count += count[b];
+    candidates_.clear();
+    boundary_.clear();
     candidates_.reserve(above_count + count[crossing]);
     boundary_.reserve(count[crossing]);
     const auto crossing_bin = static_cast<uint8_t>(crossing);
     for (size_t j = 0; j < n; ++j) {
-      if (bins_[j] > crossing_bin) continue;
-      const Candidate c{logits_[j], weights_[j], static_cast<Token>(j)};
-      if (bins_[j] < crossing_bin) {
+      if (bin[j] > crossing_bin) continue;
+      const Candidate c{logits_[j], w[j], static_cast<Token>(j)};
+      if (bin[j] < crossing_bin) {
         candidates_.push_back(c);
       } else if (c.weight > 0.0f) {
         boundary_.push_back(c);
       }
+    }
+    refine_crossing(static_cast<float>(crossing), 1.0f, above, target);
+  }
+
+  // Resolves the crossing bin of select_top_p_dense: boundary_ holds its tokens, which span bin
+  // coordinates [lo, lo + width) (bin coordinate = -scaled logit * kBinsPerUnit); `above` is the
+  // mass already kept. While the bin is large, it is split into kSubBins sub-bins (the mapping stays
+  // monotonic under rounding, so ranks are preserved) and only the crossing sub-bin is kept for the
+  // next round; finally the few remaining tokens are sorted and taken in rank order until the kept
+  // mass reaches `target`.
+  void refine_crossing(float lo, float width, double above, double target) {
+    constexpr size_t kSortLimit = 512;  // sort directly below this many tokens
+    constexpr int kSubBins = 256;
+    for (int round = 0; round < 3 && boundary_.size() > kSortLimit; ++round) {
+      const float scale = static_cast<float>(kSubBins) / width;
+      const auto sub_bin = [&](const Candidate& c) {
+        float x = -scaled(c.logit) * static_cast<float>(kBinsPerUnit);
+        x = (x - lo) * scale;
+        x = x < 0.0f ? 0.0f : x;
+        x = x < static_cast<float>(kSubBins - 1) ? x : static_cast<float>(kSubBins - 1);
+        return static_cast<int>(x);
+      };
+      double mass[kSubBins] = {};
+      for (const Candidate& c : boundary_) mass[sub_bin(c)] += c.weight;
+      int crossing = kSubBins - 1;
+      for (int b = 0; b < kSubBins; ++b) {
+        if (above + mass[b] >= target) {
+          crossing = b;
+          break;
+        }
+        above += mass[b];
+      }
+      size_t kept = 0;
+      for (const Candidate& c : boundary_) {
+        const int b = sub_bin(c);
+        if (b < crossing) {
+          candidates_.push_back(c);
+        } else if (b == crossing) {
+          boundary_[kept++] = c;
+        }
+      }
+      boundary_.resize(kept);
+      lo += static_cast<float>(crossing) * width / static_cast<float>(kSubBins);
+      width /= static_cast<float>(kSubBins);
     }
     std::sort(boundary_.begin(), boundary_.end(), ranks_before);
     for (const Candidate& c : boundary_) {
@@ -376,10 +427,12 @@ class Sampler {
   // (the largest weight is exactly 1) and, when min_p is 0, every token of nonzero weight.
   void select_positive_dense(float min_p) {
     const size_t n = logits_.size();
+    weights_.resize(n);
+    detail::exp_weights(logits_.data(), weights_.data(), n, max_logit_, inv_temperature_);
     candidates_.clear();
+    const float* w = weights_.data();
     for (size_t i = 0; i < n; ++i) {
-      const float w = weight_of(logits_[i]);
-      if (w > 0.0f && w >= min_p) candidates_.push_back({logits_[i], w, static_cast<Token>(i)});
+      if (w[i] > 0.0f && w[i] >= min_p) candidates_.push_back({logits_[i], w[i], static_cast<Token>(i)});
     }
   }
 
@@ -438,21 +491,19 @@ class Sampler {
     return last_positive;  // only reachable through rounding at u close to 1
   }
 
-  // Step 8 over the whole vocabulary (no truncation): weights in one vectorisable pass, partial
+  // Step 8 over the whole vocabulary (no truncation): weights in one vectorised pass, partial
   // sums per block of kDrawBlock tokens, then the block and the token inside it.
   Token draw_dense() {
     const size_t n = logits_.size();
     weights_.resize(n);
-    for (size_t i = 0; i < n; ++i) weights_[i] = weight_of(logits_[i]);
+    detail::exp_weights(logits_.data(), weights_.data(), n, max_logit_, inv_temperature_);
+    const float* w = weights_.data();
     const size_t blocks = (n + kDrawBlock - 1) / kDrawBlock;
-    block_sums_.assign(blocks, 0.0);
+    block_sums_.resize(blocks);
     double total = 0.0;
     for (size_t b = 0; b < blocks; ++b) {
-      const size_t end = std::min(n, (b + 1) * kDrawBlock);
-      double sum = 0.0;
-      for (size_t i = b * kDrawBlock; i < end; ++i) sum += weights_[i];
-      block_sums_[b] = sum;
-      total += sum;
+      block_sums_[b] = detail::sum_of(w + b * kDrawBlock, std::min(kDrawBlock, n - b * kDrawBlock));
+      total += block_sums_[b];
     }
     const double target = static_cast<double>(rng_.uniform()) * total;
     double cumulative = 0.0;
@@ -463,12 +514,12 @@ class Sampler {
       }
       const size_t end = std::min(n, (b + 1) * kDrawBlock);
       for (size_t i = b * kDrawBlock; i < end; ++i) {
-        cumulative += weights_[i];
-        if (weights_[i] > 0.0f && cumulative > target) return static_cast<Token>(i);
+        cumulative += w[i];
+        if (w[i] > 0.0f && cumulative > target) return static_cast<Token>(i);
       }
     }
     size_t last = n - 1;  // rounding fallback at u close to 1: the last token of nonzero weight
-    while (weights_[last] <= 0.0f) --last;
+    while (w[last] <= 0.0f) --last;
     return static_cast<Token>(last);
   }
 
@@ -476,13 +527,14 @@ class Sampler {
   SamplerRng rng_;
   std::vector<Token> history_;  // tokens seen, oldest first (trimmed to what the window can reach)
   // Per-call working memory, kept to avoid reallocating for every token.
-  std::vector<float> logits_;          // [n_vocab] logits after bias and penalties
-  std::vector<float> weights_;         // [n_vocab] exp((logit - max) / temperature), dense paths only
-  std::vector<uint8_t> bins_;          // [n_vocab] top-p histogram bin of each token, dense top-p only
-  std::vector<double> block_sums_;     // [ceil(n_vocab / kDrawBlock)] dense draw partial sums
-  std::vector<Candidate> candidates_;  // survivors of the truncation steps
-  std::vector<Candidate> boundary_;    // tokens of the top-p crossing bin
-  std::vector<Token> scratch_tokens_;  // sorted copy of the penalty window
+  std::span<const float> logits_;       // [n_vocab] logits after bias and penalties (caller's or modified_logits_)
+  std::vector<float> modified_logits_;  // [n_vocab] copy changed by bias and penalties, when any apply
+  std::vector<float> weights_;          // [n_vocab] exp((logit - max) / temperature), dense paths only
+  std::vector<uint8_t> bins_;           // [n_vocab] top-p histogram bin of each token, dense top-p only
+  std::vector<double> block_sums_;      // [ceil(n_vocab / kDrawBlock)] dense draw partial sums
+  std::vector<Candidate> candidates_;   // survivors of the truncation steps
+  std::vector<Candidate> boundary_;     // tokens of the top-p crossing bin
+  std::vector<Token> scratch_tokens_;   // sorted copy of the penalty window
   float max_logit_ = 0.0f;
   float inv_temperature_ = 1.0f;
 };

@@ -64,18 +64,27 @@ class SamplerRng {
 
 namespace detail {
 
+/// max(x, lowest) for x <= 0 and lowest < 0 (x = -inf included), computed on the bit patterns: for
+/// non-positive floats the pattern grows with the magnitude, and an integer select vectorises where
+/// a float compare-and-select is turned into a branch by compilers that preserve FP traps.
+inline float clamp_below(float x, float lowest) noexcept {
+  const uint32_t bits = std::bit_cast<uint32_t>(x);
+  const uint32_t lowest_bits = std::bit_cast<uint32_t>(lowest);
+  return std::bit_cast<float>(bits < lowest_bits ? bits : lowest_bits);
+}
+
 /// exp(x) for x <= 0 (the sampler only exponentiates logit - max_logit), relative error < 4e-7,
-/// exactly 0 below -87.3 (including -inf). Written with one IEEE operation per statement so no
-/// compiler may fuse a multiply-add (C/C++ contraction applies only inside one expression), which
-/// makes the result bit-identical across compilers and CPUs. Branch-free so loops over it vectorize.
+/// exactly 0 below -87.7 (including -inf); x must not be positive or NaN. Written with one IEEE operation per statement
+/// so no compiler may fuse a multiply-add (C/C++ contraction applies only inside one expression), which makes the
+/// result bit-identical across compilers and CPUs. Free of branches and of data-dependent selects on the result, so
+/// loops over it vectorise even under the default -ftrapping-math.
 inline float exp_nonpositive(float x) noexcept {
-  constexpr float kLowest = -87.3f;               // exp(-87.3) ~ 1.2e-38, just above FLT_MIN
+  constexpr float kLowest = -104.0f;              // below this every result is 0 anyway
   constexpr float kLog2e = 1.44269504088896341f;  // 1 / ln 2
   constexpr float kLn2Hi = 0.693359375f;          // ln 2 split in two (Cody & Waite): 9-bit high part,
   constexpr float kLn2Lo = -2.12194440e-4f;       // so n * kLn2Hi is exact, and the remainder
   constexpr float kRoundMagic = 12582912.0f;      // 1.5 * 2^23: adding it rounds to an integer
-  const bool underflow = !(x > kLowest);          // also catches -inf and NaN
-  const float xc = underflow ? kLowest : x;
+  const float xc = clamp_below(x, kLowest);
   // n = round(x / ln 2), r = x - n ln 2 with |r| <= ln(2) / 2.
   float n = xc * kLog2e;
   n = n + kRoundMagic;
@@ -98,11 +107,12 @@ inline float exp_nonpositive(float x) noexcept {
   p = p + 1.0f;
   p = p * r;
   p = p + 1.0f;
-  // times 2^n, n in [-126, 0]: build the float 2^n from its exponent bits.
-  const int32_t exponent_bits = (static_cast<int32_t>(n) + 127) << 23;
-  const float scale = std::bit_cast<float>(exponent_bits);
-  const float result = p * scale;
-  return underflow ? 0.0f : result;
+  // times 2^n built from its exponent bits; n < -126 (x below about -87.7) gives exponent field 0,
+  // a scale of exactly 0 and so a result of exactly 0.
+  int32_t exponent = static_cast<int32_t>(n) + 127;
+  exponent = exponent > 0 ? exponent : 0;
+  const float scale = std::bit_cast<float>(exponent << 23);
+  return p * scale;
 }
 
 }  // namespace detail
