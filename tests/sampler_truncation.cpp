@@ -130,18 +130,24 @@ TEST_CASE("top-p after top-k works on the k survivors") {
   const uint64_t seed = latte::test::fresh_seed();
   CAPTURE(seed);
   std::mt19937_64 rng(seed);
-  const std::vector<float> logits = latte::test::realistic_logits(5000, rng);
+  std::normal_distribution<float> spread(0.0f, 1.0f);  // flat enough that the cut moves with p
+  std::vector<float> logits(5000);
+  for (float& v : logits) v = spread(rng);
   const std::vector<double> l = latte::test::to_double(logits);
-  const double top_p = safe_threshold(ranked_cumulative(l, 0.8, 50), 0.2, 0.99, 1e-5, rng);
-  REQUIRE(top_p > 0.0);
-  SamplerParams params = all_off();
-  params.temperature = 0.8f;
-  params.top_k = 50;
-  params.top_p = static_cast<float>(top_p);
-  Sampler sampler(params);
-  check_same_distribution(
-      sampler.probabilities(logits),
-      latte::test::reference_distribution(l, {.temperature = 0.8, .top_k = 50, .top_p = static_cast<float>(top_p)}));
+  const std::vector<double> cumulative = ranked_cumulative(l, 0.8, 300);
+  for (auto [lo, hi] : {std::pair{0.1, 0.3}, std::pair{0.4, 0.6}, std::pair{0.7, 0.9}, std::pair{0.9, 0.99}}) {
+    const double top_p = safe_threshold(cumulative, lo, hi, 1e-5, rng);
+    REQUIRE(top_p > 0.0);
+    CAPTURE(top_p);
+    SamplerParams params = all_off();
+    params.temperature = 0.8f;
+    params.top_k = 300;
+    params.top_p = static_cast<float>(top_p);
+    Sampler sampler(params);
+    check_same_distribution(
+        sampler.probabilities(logits),
+        latte::test::reference_distribution(l, {.temperature = 0.8, .top_k = 300, .top_p = static_cast<float>(top_p)}));
+  }
 }
 
 TEST_CASE("min-p keeps the tokens with p >= min_p * p_max") {
@@ -159,11 +165,15 @@ TEST_CASE("min-p keeps the tokens with p >= min_p * p_max") {
     bool close = false;
     for (double v : p) close |= std::abs(v / p[0] - min_p) < 1e-5 * min_p;
     if (close) continue;
+    CAPTURE(min_p);
     SamplerParams params = all_off();
     params.min_p = min_p;
-    Sampler sampler(params);
-    CAPTURE(min_p);
-    check_same_distribution(sampler.probabilities(logits), latte::test::reference_distribution(l, {.min_p = min_p}));
+    Sampler dense(params);  // min-p straight over the vocabulary
+    check_same_distribution(dense.probabilities(logits), latte::test::reference_distribution(l, {.min_p = min_p}));
+    params.top_k = 2900;  // min-p over the survivors of another step
+    Sampler after_top_k(params);
+    check_same_distribution(after_top_k.probabilities(logits),
+                            latte::test::reference_distribution(l, {.top_k = 2900, .min_p = min_p}));
   }
 }
 
