@@ -23,7 +23,10 @@
 // Probabilities are renormalised over the survivors after every step. Every ordering is total
 // (ties broken by token id), sums run in a fixed order in double precision, and exp() is computed
 // by latte's own branch-free routine, so a seed gives the same tokens on every platform and
-// compiler. A Sampler is not thread-safe; use one per generation stream.
+// compiler. That needs exact IEEE operation sequences: GCC contracts a*b+c into an FMA across
+// statements by default, so the latte CMake target passes -ffp-contract=off to its users; add it
+// yourself when using this header without CMake (Clang and MSVC do not contract across statements).
+// A Sampler is not thread-safe; use one per generation stream.
 #pragma once
 
 #include <latte/detail/sampler_kernels.hpp>

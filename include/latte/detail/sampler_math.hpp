@@ -10,6 +10,15 @@
 #include <bit>
 #include <cstdint>
 
+// Forces inlining of the per-element routines: the loops over the vocabulary only vectorise when
+// the call is inlined, which compilers otherwise decide differently from one translation unit to
+// the next.
+#if defined(_MSC_VER) && !defined(__clang__)
+#define LATTE_SAMPLER_INLINE __forceinline
+#else
+#define LATTE_SAMPLER_INLINE inline __attribute__((always_inline))
+#endif
+
 namespace latte {
 
 /// The sampler's random number generator: xoshiro256** (Blackman & Vigna, 2018) whose 256-bit state
@@ -67,7 +76,7 @@ namespace detail {
 /// max(x, lowest) for x <= 0 and lowest < 0 (x = -inf included), computed on the bit patterns: for
 /// non-positive floats the pattern grows with the magnitude, and an integer select vectorises where
 /// a float compare-and-select is turned into a branch by compilers that preserve FP traps.
-inline float clamp_below(float x, float lowest) noexcept {
+LATTE_SAMPLER_INLINE float clamp_below(float x, float lowest) noexcept {
   const uint32_t bits = std::bit_cast<uint32_t>(x);
   const uint32_t lowest_bits = std::bit_cast<uint32_t>(lowest);
   return std::bit_cast<float>(bits < lowest_bits ? bits : lowest_bits);
@@ -78,7 +87,7 @@ inline float clamp_below(float x, float lowest) noexcept {
 /// so no compiler may fuse a multiply-add (C/C++ contraction applies only inside one expression), which makes the
 /// result bit-identical across compilers and CPUs. Free of branches and of data-dependent selects on the result, so
 /// loops over it vectorise even under the default -ftrapping-math.
-inline float exp_nonpositive(float x) noexcept {
+LATTE_SAMPLER_INLINE float exp_nonpositive(float x) noexcept {
   constexpr float kLowest = -104.0f;              // below this every result is 0 anyway
   constexpr float kLog2e = 1.44269504088896341f;  // 1 / ln 2
   constexpr float kLn2Hi = 0.693359375f;          // ln 2 split in two (Cody & Waite): 9-bit high part,
