@@ -381,7 +381,7 @@ class HeaderParser {
       }
       tensor.type = static_cast<GgmlType>(raw_type);
       if (tensor.ne[0] % layout->block_values != 0) {
-        fail(dims_at, {"tensor", name, no_index, "ne", 0},
+        fail(dims_at + sizeof(uint32_t), {"tensor", name, no_index, "ne", 0},
              "row of " + std::to_string(tensor.ne[0]) + " values is not a multiple of " + std::string(layout->name) +
                  "'s block of " + std::to_string(layout->block_values));
       }
@@ -423,8 +423,11 @@ class HeaderParser {
     }
     std::vector<size_t> order(header.tensors.size());
     std::iota(order.begin(), order.end(), size_t{0});
-    std::sort(order.begin(), order.end(),
-              [&](size_t a, size_t b) { return header.tensors[a].offset < header.tensors[b].offset; });
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      // Ties keep file order, so the later of two tensors at one offset is the one reported.
+      const uint64_t oa = header.tensors[a].offset, ob = header.tensors[b].offset;
+      return oa != ob ? oa < ob : a < b;
+    });
     for (size_t k = 1; k < order.size(); ++k) {
       const TensorInfo& before = header.tensors[order[k - 1]];
       const TensorInfo& t = header.tensors[order[k]];
