@@ -11,8 +11,6 @@
 // a claim of 2^60 elements costs nothing. Each failure names the field and its byte offset.
 #include "gguf/header_parser.hpp"
 
-#include "gguf/ggml_type_layout.hpp"
-
 #include <latte/error.hpp>
 
 #include <algorithm>
@@ -372,12 +370,14 @@ class HeaderParser {
       const uint64_t type_at = pos_;
       const Field type_field{"tensor", name, no_index, "type"};
       const auto raw_type = read<uint32_t>(type_field);
-      const auto layout = ggml_type_layout(raw_type);
+      const auto layout = find_type_traits(raw_type);
       if (!layout) {
-        const std::string_view removed = ggml_removed_type_name(raw_type);
-        fail(type_at, type_field,
-             "ggml type id " + std::to_string(raw_type) +
-                 (removed.empty() ? " is unknown" : " (" + std::string(removed) + ") was removed from ggml"));
+        try {
+          (void)type_traits(static_cast<GgmlType>(raw_type));  // explains why the id is rejected
+        } catch (const Error& e) {
+          fail(type_at, type_field, e.what());
+        }
+        fail(type_at, type_field, "ggml type id " + std::to_string(raw_type) + " is unknown");
       }
       tensor.type = static_cast<GgmlType>(raw_type);
       if (tensor.ne[0] % layout->block_values != 0) {

@@ -1,6 +1,6 @@
 #include "gguf_report.hpp"
 
-#include "gguf/ggml_type_layout.hpp"
+#include <latte/quant.hpp>
 
 #include <algorithm>
 #include <charconv>
@@ -83,11 +83,6 @@ nlohmann::ordered_json array_json(const gguf::Array& array, size_t array_items) 
 }
 
 }  // namespace
-
-std::string_view ggml_type_name(GgmlType type) {
-  const auto layout = gguf::ggml_type_layout(static_cast<uint32_t>(type));
-  return layout ? layout->name : std::string_view("unknown");
-}
 
 std::string human_bytes(uint64_t bytes) {
   static constexpr const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
@@ -210,7 +205,7 @@ void print_tensors_text(std::ostream& out, const gguf::File& file) {
   out << "  " << pad("name", name_width) << "  " << pad("type", 8) << "  " << pad("shape", shape_width) << "  "
       << pad("offset", 14) << "  bytes\n";
   for (const auto& t : tensors) {
-    out << "  " << pad(t.name, name_width) << "  " << pad(std::string(ggml_type_name(t.type)), 8) << "  "
+    out << "  " << pad(t.name, name_width) << "  " << pad(std::string(type_name(t.type)), 8) << "  "
         << pad(t.shape_string(), shape_width) << "  " << pad(std::to_string(t.offset), 14) << "  " << t.n_bytes << "\n";
   }
 }
@@ -229,7 +224,7 @@ void print_totals_text(std::ostream& out, const TensorTotals& totals) {
   out << "  type      tensors  parameters                bytes\n";
   for (const auto& e : totals.by_type) {
     char line[160];
-    std::snprintf(line, sizeof line, "  %-8s  %7llu  %-24s  %s\n", std::string(ggml_type_name(e.type)).c_str(),
+    std::snprintf(line, sizeof line, "  %-8s  %7llu  %-24s  %s\n", std::string(type_name(e.type)).c_str(),
                   static_cast<unsigned long long>(e.tensors),
                   (std::to_string(e.parameters) + " (" + human_count(e.parameters) + ")").c_str(),
                   human_bytes(e.bytes).c_str());
@@ -275,7 +270,7 @@ nlohmann::ordered_json tensors_json(const gguf::File& file) {
     nlohmann::ordered_json shape = nlohmann::ordered_json::array();
     for (uint32_t d = 0; d < t.n_dims; ++d) shape.push_back(t.ne[d]);
     entries.push_back({{"name", t.name},
-                       {"type", ggml_type_name(t.type)},
+                       {"type", type_name(t.type)},
                        {"shape", std::move(shape)},
                        {"offset", t.offset},
                        {"bytes", t.n_bytes}});
@@ -287,7 +282,7 @@ nlohmann::ordered_json totals_json(const TensorTotals& totals) {
   nlohmann::ordered_json by_type = nlohmann::ordered_json::array();
   for (const auto& e : totals.by_type) {
     by_type.push_back(
-        {{"type", ggml_type_name(e.type)}, {"tensors", e.tensors}, {"parameters", e.parameters}, {"bytes", e.bytes}});
+        {{"type", type_name(e.type)}, {"tensors", e.tensors}, {"parameters", e.parameters}, {"bytes", e.bytes}});
   }
   return {{"tensors", totals.tensors},
           {"parameters", totals.parameters},

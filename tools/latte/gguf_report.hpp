@@ -36,9 +36,6 @@ struct TensorTotals {
 /// Totals of `file`'s tensors.
 TensorTotals tensor_totals(const gguf::File& file);
 
-/// ggml's name of a tensor type ("q4_K").
-std::string_view ggml_type_name(GgmlType type);
-
 /// "3.79 MiB", "512 B".
 std::string human_bytes(uint64_t bytes);
 /// "671.03 B", "15.7 M", "812".
