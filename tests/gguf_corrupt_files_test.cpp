@@ -273,3 +273,12 @@ TEST_CASE("gguf reader survives truncation at every byte and random byte changes
   CHECK(rejected > 0);
   CHECK(touched > 0);
 }
+
+TEST_CASE("gguf reader reports the earliest repetition among several duplicate keys") {
+  latte::test::GgufBytes b;
+  b.raw("GGUF").u32(3).u64(0).u64(5);
+  for (const char* key : {"k.b", "k.a", "k.c", "k.a", "k.b"}) b.str(key).u32(4).u32(1);
+  // Each entry: u64 length, 3 key bytes, u32 type, u32 value = 19 bytes; entry #3 starts at 24 + 3 * 19.
+  CHECK_THROWS_WITH(File::from_bytes(b.bytes, "dup.gguf"),
+                    "dup.gguf: key 'k.a' entry at byte offset 81: duplicate key (first defined by metadata entry #1)");
+}

@@ -93,6 +93,8 @@ class HeaderParser {
   uint64_t pos_ = 0;  // byte offset of the next read
   uint64_t n_tensors_ = 0;
   uint64_t n_kv_ = 0;
+  std::vector<uint64_t> kv_at_;            // per metadata entry: byte offset where it starts
+  std::vector<uint64_t> tensor_info_at_;   // per tensor: byte offset where its info starts
   std::vector<uint64_t> offset_field_at_;  // per tensor: byte offset of its `offset` field
 
   [[nodiscard]] uint64_t remaining() const { return bytes_.size() - pos_; }
@@ -311,20 +313,24 @@ class HeaderParser {
   void read_metadata(ParsedHeader& header) {
     header.metadata.reserve(static_cast<size_t>(n_kv_));
     header.key_index.reserve(static_cast<size_t>(n_kv_));
+    kv_at_.reserve(static_cast<size_t>(n_kv_));
     for (uint64_t i = 0; i < n_kv_; ++i) {
       const uint64_t entry_at = pos_;
       const Field key_field{"metadata entry", {}, i, "key"};
       const std::string_view key = read_string(key_field);
       if (key.empty()) fail(entry_at, key_field, "empty key");
-      if (auto [it, inserted] = header.key_index.try_emplace(key, header.metadata.size()); !inserted) {
-        fail(entry_at, {"key", key, no_index, "entry"},
-             "duplicate key (first defined by metadata entry #" + std::to_string(it->second) + ")");
-      }
+      header.key_index.add(key, header.metadata.size());
+      kv_at_.push_back(entry_at);
       const ValueType type = read_value_type({"key", key, no_index, "value type"}, false);
       const uint64_t value_at = pos_;
       Value value = read_value(type, key);
       check_well_known(header, key, value, value_at);
       header.metadata.push_back({std::string(key), std::move(value)});
+    }
+    if (const auto duplicate = header.key_index.sort_and_find_duplicate()) {
+      const auto [first, second] = *duplicate;
+      fail(kv_at_[second], {"key", header.metadata[second].key, no_index, "entry"},
+           "duplicate key (first defined by metadata entry #" + std::to_string(first) + ")");
     }
   }
 
@@ -332,15 +338,14 @@ class HeaderParser {
     header.tensors.reserve(static_cast<size_t>(n_tensors_));
     header.tensor_index.reserve(static_cast<size_t>(n_tensors_));
     offset_field_at_.reserve(static_cast<size_t>(n_tensors_));
+    tensor_info_at_.reserve(static_cast<size_t>(n_tensors_));
     for (uint64_t i = 0; i < n_tensors_; ++i) {
       const uint64_t info_at = pos_;
       const Field name_field{"tensor info", {}, i, "name"};
       const std::string_view name = read_string(name_field);
       if (name.empty()) fail(info_at, name_field, "empty tensor name");
-      if (auto [it, inserted] = header.tensor_index.try_emplace(name, header.tensors.size()); !inserted) {
-        fail(info_at, {"tensor", name, no_index, "name"},
-             "duplicate tensor name (first defined by tensor info #" + std::to_string(it->second) + ")");
-      }
+      header.tensor_index.add(name, header.tensors.size());
+      tensor_info_at_.push_back(info_at);
       TensorInfo tensor;
       tensor.name = std::string(name);
 
@@ -404,6 +409,11 @@ class HeaderParser {
       }
       header.tensors.push_back(std::move(tensor));
     }
+    if (const auto duplicate = header.tensor_index.sort_and_find_duplicate()) {
+      const auto [first, second] = *duplicate;
+      fail(tensor_info_at_[second], {"tensor", header.tensors[second].name, no_index, "name"},
+           "duplicate tensor name (first defined by tensor info #" + std::to_string(first) + ")");
+    }
   }
 
   // Fixes the data section's start and checks that every tensor's bytes lie inside the file and
@@ -442,6 +452,28 @@ class HeaderParser {
 };
 
 }  // namespace
+
+std::optional<std::pair<size_t, size_t>> NameIndex::sort_and_find_duplicate() {
+  std::sort(entries_.begin(), entries_.end());  // by name, then position
+  std::optional<std::pair<size_t, size_t>> duplicate;
+  for (size_t i = 1; i < entries_.size(); ++i) {
+    // Equal names sit together, ordered by position: the first of a run is the original and the
+    // second is that name's earliest repetition.
+    const bool repeats = entries_[i].first == entries_[i - 1].first;
+    const bool second_of_run = repeats && (i == 1 || entries_[i - 2].first != entries_[i].first);
+    if (second_of_run && (!duplicate || entries_[i].second < duplicate->second)) {
+      duplicate.emplace(entries_[i - 1].second, entries_[i].second);
+    }
+  }
+  return duplicate;
+}
+
+std::optional<size_t> NameIndex::find(std::string_view name) const noexcept {
+  const auto it = std::lower_bound(entries_.begin(), entries_.end(), name,
+                                   [](const auto& entry, std::string_view n) { return entry.first < n; });
+  if (it == entries_.end() || it->first != name) return std::nullopt;
+  return it->second;
+}
 
 ParsedHeader parse_header(std::span<const std::byte> bytes, const std::string& name) {
   return HeaderParser(bytes, name).run();
