@@ -16,12 +16,12 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <new>
 #include <numeric>
 
 namespace latte::gguf {
 namespace {
 
-constexpr uint32_t default_alignment = 32;  // bytes
 constexpr uint64_t no_index = std::numeric_limits<uint64_t>::max();
 constexpr uint32_t max_value_type = static_cast<uint32_t>(ValueType::f64);
 
@@ -124,9 +124,7 @@ class HeaderParser {
   // A string's bytes as a view into the image. `field.what` names the string ("key", "name", ...).
   std::string_view read_string(const Field& field) {
     const uint64_t at = pos_;
-    Field length_field = field;
-    length_field.what = field.what == "value" ? "string length" : field.what;
-    const uint64_t length = read<uint64_t>(length_field);
+    const uint64_t length = read<uint64_t>(field);
     if (length > remaining()) {
       fail(at, field,
            "string length " + std::to_string(length) + " exceeds the " + std::to_string(remaining()) +
@@ -476,7 +474,13 @@ std::optional<size_t> NameIndex::find(std::string_view name) const noexcept {
 }
 
 ParsedHeader parse_header(std::span<const std::byte> bytes, const std::string& name) {
-  return HeaderParser(bytes, name).run();
+  try {
+    return HeaderParser(bytes, name).run();
+  } catch (const std::bad_alloc&) {
+    // Counts are bounded by the file size, so this needs a header of several times the free memory.
+    throw Error(ErrorCode::out_of_memory, name + ": out of memory while reading the GGUF header (file is " +
+                                              std::to_string(bytes.size()) + " bytes)");
+  }
 }
 
 }  // namespace latte::gguf

@@ -50,7 +50,9 @@ struct ParsedHeader {
 
 /// Parses `bytes` (a whole GGUF file). `name` (the path) starts every error message. Throws
 /// Error(invalid_file) naming the field (key or tensor) and byte offset at fault, or
-/// Error(unsupported) for GGUF v1 and big-endian files.
+/// Error(unsupported) for GGUF v1 and big-endian files. Memory use is at most a small multiple of
+/// the file size (a string array takes 32 bytes per element of at least 8 file bytes); should even
+/// that fail, Error(out_of_memory).
 ParsedHeader parse_header(std::span<const std::byte> bytes, const std::string& name);
 
 }  // namespace latte::gguf
