@@ -7,8 +7,9 @@ Writes OUT_DIR/train.txt, OUT_DIR/heldout.txt (every 20th document file: 5%) and
 Each corpus file is a document of sentences, one word/TAG token per item. Tags are dropped, the
 words are joined with English spacing rules, and consecutive sentences are grouped into paragraphs
 of 3-6 sentences (a deterministic pattern), separated by blank lines. chat_train.txt holds
-"User: <sentence>" / "Assistant: <following sentences>" pairs cut from the training documents only,
-one pair per record, records separated by a line containing only \x1e (record separator).
+"User: <sentence>" / "Assistant: <following sentences>" pairs cut from every fourth training document
+(those documents are not in train.txt), one pair per record, records separated by a line containing
+only \x1e (record separator).
 Standard library only.
 """
 import os
@@ -69,8 +70,10 @@ def main():
         if index % 20 == 19:
             heldout.append(text)
             continue
-        train.append(text)
-        for j in range(0, len(sentences) - 4, 5):
+        if index % 4 != 0:
+            train.append(text)
+            continue
+        for j in range(0, len(sentences) - 4, 4):
             chat.append("User: " + sentences[j] + "\n\nAssistant: " + " ".join(sentences[j + 1:j + 4]))
     with open(os.path.join(out_dir, "train.txt"), "w", encoding="utf-8") as f:
         f.write("\n\n".join(train) + "\n")
