@@ -251,7 +251,9 @@ class Writer {
   using Fill = std::function<void(size_t index, std::span<std::byte> dst)>;
   /// Writes the whole file: header, then every tensor's data through `fill`, using up to
   /// `n_threads` threads (each calls fill for different tensors; memory stays ~ one tensor per
-  /// thread). Writes to `path + ".partial"` and renames on success.
+  /// thread). Writes to `path + ".partial"` and renames on success; on failure the partial file is
+  /// removed and an existing `path` is left untouched. An exception thrown by `fill` stops the write
+  /// and is rethrown as is. Throws Error(io) when the system refuses a create, write or rename.
   void write(const std::string& path, const Fill& fill, unsigned n_threads = 1) const;
   /// Serialises the whole file into memory (tests; small files only).
   [[nodiscard]] std::vector<std::byte> write_to_memory(const Fill& fill) const;
