@@ -20,6 +20,15 @@ struct Node {
   std::vector<Node> children;
 };
 
+Node make_node(Node::Kind kind, uint32_t set = 0, uint32_t min = 0, uint32_t max = 0) {
+  Node n;
+  n.kind = kind;
+  n.set = set;
+  n.min = min;
+  n.max = max;
+  return n;
+}
+
 bool is_ascii_alnum(char32_t c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
 
 }  // namespace
@@ -116,7 +125,7 @@ class RegexCompiler {
     sets_.push_back(std::move(set));
     return static_cast<uint32_t>(sets_.size() - 1);
   }
-  Node set_node(CharSet set) { return Node{.kind = Node::Kind::set, .set = add_set(std::move(set))}; }
+  Node set_node(CharSet set) { return make_node(Node::Kind::set, add_set(std::move(set))); }
 
   // A literal code point, with ASCII case folding inside (?i:...).
   CharSet literal_set(char32_t c) const {
@@ -134,7 +143,9 @@ class RegexCompiler {
     branches.push_back(parse_concat());
     while (accept('|')) branches.push_back(parse_concat());
     if (branches.size() == 1) return std::move(branches[0]);
-    return Node{.kind = Node::Kind::alternation, .children = std::move(branches)};
+    Node alt = make_node(Node::Kind::alternation);
+    alt.children = std::move(branches);
+    return alt;
   }
 
   Node parse_concat() {
@@ -142,7 +153,9 @@ class RegexCompiler {
     while (!done() && peek() != '|' && peek() != ')') items.push_back(parse_repeat());
     if (items.empty()) return Node{};
     if (items.size() == 1) return std::move(items[0]);
-    return Node{.kind = Node::Kind::concat, .children = std::move(items)};
+    Node cat = make_node(Node::Kind::concat);
+    cat.children = std::move(items);
+    return cat;
   }
 
   uint32_t parse_number() {
@@ -183,7 +196,7 @@ class RegexCompiler {
           atom.kind == Node::Kind::assert_begin || atom.kind == Node::Kind::assert_end) {
         fail(ErrorCode::unsupported, "a quantifier on a zero-width assertion");
       }
-      Node rep{.kind = Node::Kind::repeat, .min = min, .max = max};
+      Node rep = make_node(Node::Kind::repeat, 0, min, max);
       rep.children.push_back(std::move(atom));
       atom = std::move(rep);
     }
@@ -211,7 +224,7 @@ class RegexCompiler {
     case_insensitive_ = saved_ci;
     if (!accept(')')) fail(ErrorCode::invalid_argument, "missing ')'");
     if (kind == Node::Kind::concat) return inner;
-    Node n{.kind = kind};
+    Node n = make_node(kind);
     n.children.push_back(std::move(inner));
     return n;
   }
@@ -356,9 +369,9 @@ class RegexCompiler {
         return set_node(std::move(s));
       }
       case '^':
-        return Node{.kind = Node::Kind::assert_begin};
+        return make_node(Node::Kind::assert_begin);
       case '$':
-        return Node{.kind = Node::Kind::assert_end};
+        return make_node(Node::Kind::assert_end);
       case '\\': {
         char32_t cp = 0;
         CharSet item;
