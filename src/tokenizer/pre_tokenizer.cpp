@@ -181,16 +181,13 @@ PreTokenizer PreTokenizer::from_patterns(std::string name, std::span<const std::
 
 void PreTokenizer::split(const unicode::DecodedText& text, uint32_t begin, uint32_t end, std::vector<Span>& pieces,
                          PreTokenizeScratch& scratch) const {
-  const size_t first = pieces.size();
+  pieces.clear();
   if (begin >= end) return;
   pieces.push_back({begin, end});
   for (const Regex& re : regexes_) {
     scratch.next.clear();
-    for (size_t i = first; i < pieces.size(); ++i) {
-      re.split(text, pieces[i].begin, pieces[i].end, scratch.next, scratch.match);
-    }
-    pieces.resize(first);
-    pieces.insert(pieces.end(), scratch.next.begin(), scratch.next.end());
+    for (const Span& piece : pieces) re.split(text, piece.begin, piece.end, scratch.next, scratch.match);
+    pieces.swap(scratch.next);
   }
 }
 

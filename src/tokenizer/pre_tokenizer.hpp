@@ -51,7 +51,8 @@ class PreTokenizer {
   /// Canonical name ("deepseek-v3", ...).
   [[nodiscard]] const std::string& name() const noexcept { return name_; }
 
-  /// Splits the code points [begin, end) of `text` into pieces, appended to `pieces` in order.
+  /// Splits the code points [begin, end) of `text` into pieces, stored in order in `pieces`
+  /// (whose previous content is discarded).
   void split(const unicode::DecodedText& text, uint32_t begin, uint32_t end, std::vector<Span>& pieces,
              PreTokenizeScratch& scratch) const;
   /// Convenience: the pieces of a UTF-8 string (invalid bytes stay as they are inside the pieces).

@@ -518,9 +518,7 @@ class RegexCompiler {
 
 Regex Regex::compile(std::string_view pattern) { return RegexCompiler(pattern).build(); }
 
-bool Regex::may_start_with(char32_t cp, unicode::Properties props) const noexcept {
-  if (start_anything_) return true;
-  if (cp < 128) return (start_ascii_[cp >> 6] >> (cp & 63)) & 1;
+bool Regex::may_start_with_slow(char32_t cp, unicode::Properties props) const noexcept {
   for (uint32_t s : start_sets_) {
     if (sets_[s].contains_slow(cp, props)) return true;
   }

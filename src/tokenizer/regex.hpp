@@ -105,7 +105,12 @@ class Regex {
   friend class RegexCompiler;
   int64_t run(const unicode::DecodedText& text, uint32_t begin, uint32_t end, uint32_t pc, uint32_t pos,
               MatchScratch& scratch) const;
-  [[nodiscard]] bool may_start_with(char32_t cp, unicode::Properties props) const noexcept;
+  [[nodiscard]] bool may_start_with(char32_t cp, unicode::Properties props) const noexcept {
+    if (start_anything_) return true;
+    if (cp < 128) return (start_ascii_[cp >> 6] >> (cp & 63)) & 1;
+    return may_start_with_slow(cp, props);
+  }
+  [[nodiscard]] bool may_start_with_slow(char32_t cp, unicode::Properties props) const noexcept;
 
   std::string pattern_;
   std::vector<Instruction> program_;

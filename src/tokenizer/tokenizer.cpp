@@ -5,6 +5,7 @@
 #include "tokenizer/byte_level.hpp"
 #include "tokenizer/tokenizer_impl.hpp"
 #include "tokenizer/unicode.hpp"
+#include "tokenizer/word_cache.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -50,21 +51,17 @@ int parse_byte_token(std::string_view text) {
   return v;
 }
 
-struct StringHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
-};
-
 // Working memory of one encode() call.
+bool is_ascii_alphanumeric(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+
 struct EncodeScratch {
   unicode::DecodedText decoded;
   tokenizer::PreTokenizeScratch pre;
   std::vector<tokenizer::Span> spans;
-  // Word cache: piece bytes -> [offset, offset + count) in cached_tokens.
-  std::unordered_map<std::string, std::pair<uint32_t, uint32_t>, StringHash, std::equal_to<>> cache;
-  std::vector<Token> cached_tokens;
+  tokenizer::WordCache cache;
   std::vector<Token> word;
-  static constexpr size_t max_cached_words = 1 << 16;
+  tokenizer::BpeScratch bpe;
+  static constexpr size_t chunk_bytes = 16 * 1024;      // pre-tokenize at most about this much at once
 };
 
 }  // namespace
@@ -196,19 +193,11 @@ void Tokenizer::Impl::build() {
   }
 }
 
-void Tokenizer::Impl::bpe(std::string_view piece, std::vector<Token>& out) const {
-  struct Symbol {
-    Token id;
-    int32_t prev, next;
-  };
-  struct Candidate {
-    uint32_t rank;
-    int32_t left, right;
-    Token left_id, right_id, merged;
-    bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
-  };
-  std::vector<Symbol> symbols;
-  symbols.reserve(piece.size());
+void Tokenizer::Impl::bpe(std::string_view piece, std::vector<Token>& out, tokenizer::BpeScratch& scratch) const {
+  using Symbol = tokenizer::BpeScratch::Symbol;
+  using Candidate = tokenizer::BpeScratch::Candidate;
+  auto& symbols = scratch.symbols;
+  symbols.clear();
   for (size_t i = 0; i < piece.size(); ++i) {
     const auto b = static_cast<uint8_t>(piece[i]);
     const Token id = byte_token[b];
@@ -222,7 +211,8 @@ void Tokenizer::Impl::bpe(std::string_view piece, std::vector<Token>& out) const
     symbols.push_back({id, static_cast<int32_t>(i) - 1, i + 1 < piece.size() ? static_cast<int32_t>(i) + 1 : -1});
   }
   if (symbols.size() > 1) {
-    std::vector<Candidate> heap;
+    auto& heap = scratch.heap;
+    heap.clear();
     const auto consider = [&](int32_t left, int32_t right) {
       if (left < 0 || right < 0) return;
       const uint64_t key = (uint64_t(uint32_t(symbols[left].id)) << 32) | uint32_t(symbols[right].id);
@@ -269,30 +259,42 @@ std::vector<Token> Tokenizer::encode(std::string_view text, const EncodeOptions&
   if (options.add_special && m.vocab.add_bos) out.push_back(*m.vocab.bos);
 
   EncodeScratch s;
-  const auto encode_raw = [&](size_t begin, size_t end) {
-    if (begin >= end) return;
-    const std::string_view raw = text.substr(begin, end - begin);
+  const auto encode_chunk = [&](std::string_view raw) {
     s.decoded.assign(raw);
     s.spans.clear();
     m.pre.split(s.decoded, 0, static_cast<uint32_t>(s.decoded.size()), s.spans, s.pre);
     for (const auto& span : s.spans) {
       const size_t b = s.decoded.byte_offsets[span.begin];
       const std::string_view piece = raw.substr(b, s.decoded.byte_offsets[span.end] - b);
-      if (auto it = s.cache.find(piece); it != s.cache.end()) {
-        const auto [offset, count] = it->second;
-        out.insert(out.end(), s.cached_tokens.begin() + offset, s.cached_tokens.begin() + offset + count);
+      if (const auto hit = s.cache.find(piece)) {
+        for (Token t : *hit) out.push_back(t);
         continue;
       }
       s.word.clear();
-      m.bpe(piece, s.word);
-      out.insert(out.end(), s.word.begin(), s.word.end());
-      if (s.cache.size() >= EncodeScratch::max_cached_words) {
-        s.cache.clear();
-        s.cached_tokens.clear();
+      m.bpe(piece, s.word, s.bpe);
+      for (Token t : s.word) out.push_back(t);
+      s.cache.insert(piece, s.word);
+    }
+  };
+  // Long texts are pre-tokenized in chunks so the per-code-point arrays stay in cache. A chunk ends
+  // between an ASCII letter or digit and a following '\n': no pattern of a supported cascade
+  // matches across that point (a letter/digit run stops at the newline, punctuation runs that
+  // swallow newlines do not contain letters or digits, white-space runs start at the newline), and
+  // none looks behind, so the pieces are those of the whole text. Pinned by the "piece boundary"
+  // and "chunked encoding" tests.
+  const auto encode_raw = [&](size_t begin, size_t end) {
+    while (begin < end) {
+      size_t cut = end;
+      if (end - begin > EncodeScratch::chunk_bytes) {
+        for (size_t p = begin + EncodeScratch::chunk_bytes; p < end; ++p) {
+          if (text[p] == '\n' && is_ascii_alphanumeric(text[p - 1])) {
+            cut = p;
+            break;
+          }
+        }
       }
-      s.cache.emplace(std::string(piece), std::pair<uint32_t, uint32_t>(static_cast<uint32_t>(s.cached_tokens.size()),
-                                                                         static_cast<uint32_t>(s.word.size())));
-      s.cached_tokens.insert(s.cached_tokens.end(), s.word.begin(), s.word.end());
+      encode_chunk(text.substr(begin, cut - begin));
+      begin = cut;
     }
   };
 

@@ -13,6 +13,24 @@
 
 namespace latte {
 
+namespace tokenizer {
+/// Reusable working memory of Tokenizer::Impl::bpe.
+struct BpeScratch {
+  struct Symbol {
+    Token id;             ///< current token of this symbol, -1 once merged into its left neighbour
+    int32_t prev, next;   ///< neighbours in the linked list, -1 at the ends
+  };
+  struct Candidate {
+    uint32_t rank;                    ///< merge rank (lower applies first)
+    int32_t left, right;              ///< symbol indices
+    Token left_id, right_id, merged;  ///< ids when queued (stale entries are skipped)
+    bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
+  };
+  std::vector<Symbol> symbols;   ///< [piece bytes]
+  std::vector<Candidate> heap;   ///< min-heap by (rank, left)
+};
+}  // namespace tokenizer
+
 struct Tokenizer::Impl {
   Vocabulary vocab;
   tokenizer::PreTokenizer pre;
@@ -38,7 +56,7 @@ struct Tokenizer::Impl {
   void build();
   void check_id(Token id) const;
   /// Appends the BPE tokens of one pre-tokenized piece.
-  void bpe(std::string_view piece, std::vector<Token>& out) const;
+  void bpe(std::string_view piece, std::vector<Token>& out, tokenizer::BpeScratch& scratch) const;
 };
 
 }  // namespace latte

@@ -9,6 +9,8 @@
 #include "convert/hf_tokenizer.hpp"
 
 #include <charconv>
+#include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -26,6 +28,7 @@ constexpr const char* usage =
     "  --no-bos             do not add BOS/EOS even if the vocabulary asks for them\n"
     "  --decode \"1 2 3\"     print the text of these ids instead\n"
     "  --write-vocab OUT    (with --hf) write the imported vocabulary as a GGUF file\n"
+    "  --time               print the encoding time and throughput (MB/s) on stderr\n"
     "Prints the ids separated by spaces.\n";
 
 std::string read_file(const std::string& path) {
@@ -68,6 +71,7 @@ int run_tokenize(std::span<const std::string> argv) {
   const auto write_vocab = args.take({"--write-vocab"});
   const bool special = args.flag({"--special"});
   const bool no_bos = args.flag({"--no-bos"});
+  const bool time = args.flag({"--time"});
   const auto positionals = args.positionals();
   if (model.has_value() == hf.has_value()) {
     throw latte::Error(latte::ErrorCode::invalid_argument, "give exactly one of --model F.gguf or --hf DIR\n" +
@@ -111,7 +115,17 @@ int run_tokenize(std::span<const std::string> argv) {
   } else {
     for (size_t i = 0; i < positionals.size(); ++i) text += (i ? " " : "") + positionals[i];
   }
+  const auto start = std::chrono::steady_clock::now();
+  const std::clock_t cpu_start = std::clock();
   const auto ids = tok->encode(text, {.add_special = !no_bos, .parse_special = special});
+  if (time) {
+    // CPU time of this thread's work is the figure to quote on a shared machine; wall time is shown too.
+    const double cpu = static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC;
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double mb = static_cast<double>(text.size()) / 1e6;
+    std::fprintf(stderr, "encoded %zu bytes into %zu tokens: %.1f ms CPU (%.1f MB/s), %.1f ms wall (%.1f MB/s)\n",
+                 text.size(), ids.size(), cpu * 1e3, mb / cpu, wall * 1e3, mb / wall);
+  }
   std::string line;
   for (size_t i = 0; i < ids.size(); ++i) {
     if (i) line += ' ';
