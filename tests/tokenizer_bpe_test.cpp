@@ -43,7 +43,8 @@ std::string level(std::string_view bytes) {
 
 // A vocabulary whose ids 0..255 are the single bytes (id == byte value), then `merged_words`;
 // `merges` are "left|right" in plain bytes.
-latte::Vocabulary byte_vocabulary(const std::vector<std::string>& merged_words, const std::vector<std::string>& merges) {
+latte::Vocabulary byte_vocabulary(const std::vector<std::string>& merged_words,
+                                  const std::vector<std::string>& merges) {
   latte::Vocabulary v;
   v.pre = "gpt-2";
   for (unsigned b = 0; b < 256; ++b) v.tokens.push_back(byte_char(b));
@@ -152,7 +153,9 @@ TEST_CASE("decode renders or skips control tokens and rejects ids outside the vo
 
 TEST_CASE("invalid UTF-8 is split as U+FFFD but encoded as its raw bytes") {
   const auto tok = latte::Tokenizer::from_vocabulary(byte_vocabulary({}, {}));
-  const std::string text = "\xFF\xFE" "ab \xC3 \xE2\x82 \xED\xA0\x80 \xF4\x90\x80\x80 ok";
+  const std::string text =
+      "\xFF\xFE"
+      "ab \xC3 \xE2\x82 \xED\xA0\x80 \xF4\x90\x80\x80 ok";
   const auto ids = tok.encode(text, plain);
   std::vector<Token> bytes(text.begin(), text.end());
   for (auto& b : bytes) b = static_cast<uint8_t>(b);

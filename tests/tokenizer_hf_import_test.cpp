@@ -44,7 +44,9 @@ const char* const v3_main =
 json small_tokenizer() {
   json vocab = json::object();
   for (unsigned b = 0; b < 256; ++b) vocab[byte_char(b)] = b + 1;
-  vocab["<\xEF\xBD\x9C" "bos\xEF\xBD\x9C>"] = 0;
+  vocab
+      ["<\xEF\xBD\x9C"
+       "bos\xEF\xBD\x9C>"] = 0;
   vocab[byte_char(' ') + "t"] = 257;
   vocab["he"] = 258;
   const auto split = [](const char* regex) {
@@ -54,22 +56,35 @@ json small_tokenizer() {
   t["normalizer"] = {{"type", "Sequence"}, {"normalizers", json::array()}};
   t["pre_tokenizer"] = {{"type", "Sequence"},
                         {"pretokenizers",
-                         {split("\\p{N}{1,3}"), split("[\xE4\xB8\x80-\xE9\xBE\xA5\xE3\x81\x80-\xE3\x82\x9F\xE3\x82\xA0-\xE3\x83\xBF]+"),
+                         {split("\\p{N}{1,3}"),
+                          split("[\xE4\xB8\x80-\xE9\xBE\xA5\xE3\x81\x80-\xE3\x82\x9F\xE3\x82\xA0-\xE3\x83\xBF]+"),
                           split(v3_main),
                           {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
   t["model"] = {{"type", "BPE"}, {"vocab", vocab}, {"merges", {json::array({byte_char(' '), "t"}), "h e"}}};
   t["added_tokens"] = {
-      {{"id", 0}, {"content", "<\xEF\xBD\x9C" "bos\xEF\xBD\x9C>"}, {"special", true}},
+      {{"id", 0},
+       {"content",
+        "<\xEF\xBD\x9C"
+        "bos\xEF\xBD\x9C>"},
+       {"special", true}},
       {{"id", 260}, {"content", "<think>"}, {"special", false}},
       {{"id", 261}, {"content", "<|tool|>"}, {"special", false}},
-      {{"id", 262}, {"content", "a\xE2\x96\x81" "b"}, {"special", false}},
+      {{"id", 262},
+       {"content",
+        "a\xE2\x96\x81"
+        "b"},
+       {"special", false}},
   };
   return t;
 }
 
 json small_config() {
   return {{"add_bos_token", true},
-          {"bos_token", {{"__type", "AddedToken"}, {"content", "<\xEF\xBD\x9C" "bos\xEF\xBD\x9C>"}}},
+          {"bos_token",
+           {{"__type", "AddedToken"},
+            {"content",
+             "<\xEF\xBD\x9C"
+             "bos\xEF\xBD\x9C>"}}},
           {"eos_token", "<|tool|>"},
           {"chat_template", "{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endfor %}"}};
 }
@@ -88,13 +103,15 @@ void expect_error(const json& tokenizer, const json& config, latte::ErrorCode co
 }  // namespace
 
 TEST_CASE("importer writes tokens by id with llama.cpp's token types and padding") {
-  const auto meta = latte::convert::import_hf_tokenizer(small_tokenizer().dump(), small_config().dump(),
-                                                        {.vocab_size = 264});
+  const auto meta =
+      latte::convert::import_hf_tokenizer(small_tokenizer().dump(), small_config().dump(), {.vocab_size = 264});
   const auto& v = meta.vocabulary;
   CHECK(v.model == "gpt2");
   CHECK(v.pre == "deepseek-v3");
   REQUIRE(v.tokens.size() == 264);
-  CHECK(v.tokens[0] == "<\xEF\xBD\x9C" "bos\xEF\xBD\x9C>");
+  CHECK(v.tokens[0] ==
+        "<\xEF\xBD\x9C"
+        "bos\xEF\xBD\x9C>");
   CHECK(v.token_types[0] == latte::TokenType::control);  // special
   CHECK(v.tokens[1 + 'a'] == "a");
   CHECK(v.token_types[1 + 'a'] == latte::TokenType::normal);
@@ -102,7 +119,7 @@ TEST_CASE("importer writes tokens by id with llama.cpp's token types and padding
   CHECK(v.token_types[259] == latte::TokenType::unused);
   CHECK(v.token_types[260] == latte::TokenType::user_defined);  // "<think>"
   CHECK(v.token_types[261] == latte::TokenType::control);       // not special, but spelled like a marker
-  CHECK(v.tokens[262] == "a b");                                 // SentencePiece space pre-normalised
+  CHECK(v.tokens[262] == "a b");                                // SentencePiece space pre-normalised
   CHECK(v.token_types[262] == latte::TokenType::user_defined);
   CHECK(v.tokens[263] == "[PAD263]");  // up to the model's vocab_size
   CHECK(v.merges == std::vector<std::string>{byte_char(' ') + " t", "h e"});
@@ -130,7 +147,9 @@ TEST_CASE("imported metadata round-trips through a GGUF file into a working toke
   CHECK(tok.n_vocab() == 263);
   CHECK(tok.encode(" the") == std::vector<latte::Token>{0, 257, 258});
   CHECK(tok.encode("x<think>y", {.add_special = false}) == std::vector<latte::Token>{1 + 'x', 260, 1 + 'y'});
-  CHECK(tok.decode(std::vector<latte::Token>{0, 257, 258}) == "<\xEF\xBD\x9C" "bos\xEF\xBD\x9C> the");
+  CHECK(tok.decode(std::vector<latte::Token>{0, 257, 258}) ==
+        "<\xEF\xBD\x9C"
+        "bos\xEF\xBD\x9C> the");
 }
 
 TEST_CASE("importer recognises GPT-2's ByteLevel-only pre-tokenizer") {

@@ -10,25 +10,25 @@ TEST_CASE("general categories of characters from many scripts") {
   using latte::unicode::category;
   CHECK(category(U'A') == Category::Lu);
   CHECK(category(U'z') == Category::Ll);
-  CHECK(category(0x01C5) == Category::Lt);   // ǅ
-  CHECK(category(0x02B0) == Category::Lm);   // ʰ
-  CHECK(category(0x4E2D) == Category::Lo);   // 中
-  CHECK(category(0x0301) == Category::Mn);   // combining acute
-  CHECK(category(0x0903) == Category::Mc);   // Devanagari visarga
-  CHECK(category(0x0663) == Category::Nd);   // Arabic-Indic three
-  CHECK(category(0x216B) == Category::Nl);   // Roman numeral twelve
-  CHECK(category(0x00BD) == Category::No);   // ½
+  CHECK(category(0x01C5) == Category::Lt);  // ǅ
+  CHECK(category(0x02B0) == Category::Lm);  // ʰ
+  CHECK(category(0x4E2D) == Category::Lo);  // 中
+  CHECK(category(0x0301) == Category::Mn);  // combining acute
+  CHECK(category(0x0903) == Category::Mc);  // Devanagari visarga
+  CHECK(category(0x0663) == Category::Nd);  // Arabic-Indic three
+  CHECK(category(0x216B) == Category::Nl);  // Roman numeral twelve
+  CHECK(category(0x00BD) == Category::No);  // ½
   CHECK(category(U'_') == Category::Pc);
-  CHECK(category(0x2014) == Category::Pd);   // em dash
-  CHECK(category(0x3002) == Category::Po);   // ideographic full stop
-  CHECK(category(0x20AC) == Category::Sc);   // €
+  CHECK(category(0x2014) == Category::Pd);  // em dash
+  CHECK(category(0x3002) == Category::Po);  // ideographic full stop
+  CHECK(category(0x20AC) == Category::Sc);  // €
   CHECK(category(U'+') == Category::Sm);
   CHECK(category(0x1F600) == Category::So);  // 😀
   CHECK(category(0x3000) == Category::Zs);
-  CHECK(category(0x200D) == Category::Cf);   // zero width joiner
+  CHECK(category(0x200D) == Category::Cf);  // zero width joiner
   CHECK(category(0xE000) == Category::Co);
   CHECK(category(0xD800) == Category::Cs);
-  CHECK(category(0x0378) == Category::Cn);   // unassigned
+  CHECK(category(0x0378) == Category::Cn);  // unassigned
   CHECK(category(0x110000) == Category::Cn);
 }
 

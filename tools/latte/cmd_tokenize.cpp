@@ -10,8 +10,8 @@
 
 #include <charconv>
 #include <chrono>
-#include <ctime>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -47,8 +47,8 @@ std::vector<latte::Token> parse_ids(const std::string& text) {
     if (at >= text.size()) break;
     latte::Token id = 0;
     const auto [end, ec] = std::from_chars(text.data() + at, text.data() + text.size(), id);
-    if (ec != std::errc() || (end != text.data() + text.size() && *end != ' ' && *end != ',' && *end != '\t' &&
-                              *end != '\n')) {
+    if (ec != std::errc() ||
+        (end != text.data() + text.size() && *end != ' ' && *end != ',' && *end != '\t' && *end != '\n')) {
       throw latte::Error(latte::ErrorCode::invalid_argument,
                          "--decode: '" + text.substr(at, 20) + "' is not a token id (byte " + std::to_string(at) + ")");
     }
@@ -74,8 +74,8 @@ int run_tokenize(std::span<const std::string> argv) {
   const bool time = args.flag({"--time"});
   const auto positionals = args.positionals();
   if (model.has_value() == hf.has_value()) {
-    throw latte::Error(latte::ErrorCode::invalid_argument, "give exactly one of --model F.gguf or --hf DIR\n" +
-                                                               std::string(usage));
+    throw latte::Error(latte::ErrorCode::invalid_argument,
+                       "give exactly one of --model F.gguf or --hf DIR\n" + std::string(usage));
   }
 
   std::optional<latte::Tokenizer> tok;
