@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
+
 #include <string>
 
 using nlohmann::json;
@@ -204,4 +206,21 @@ TEST_CASE("importer errors name the file and the JSON path at fault") {
     CHECK(e.code() == ErrorCode::invalid_file);
     CHECK(std::string(e.what()).find("not valid JSON") != std::string::npos);
   }
+}
+
+TEST_CASE("importer reads tokenizer.json files written by the Hugging Face tokenizers library") {
+  // The oracle models' tokenizers (merges stored as pairs, DeepSeek-V3 split patterns).
+  const std::string dir = std::string(LATTE_TESTDATA_DIR) + "/oracle/deepseek-v3";
+  if (!std::filesystem::exists(dir + "/tokenizer.json")) return;
+  const auto meta =
+      latte::convert::import_hf_tokenizer_files(dir + "/tokenizer.json", dir + "/tokenizer_config.json", 384);
+  CHECK(meta.vocabulary.pre == "deepseek-v3");
+  CHECK(meta.vocabulary.tokens.size() == 384);
+  CHECK(meta.vocabulary.bos == 0);
+  CHECK(meta.vocabulary.eos == 1);
+  const auto tok = latte::Tokenizer::from_vocabulary(meta.vocabulary);
+  const std::string text = "The jury said it did find that many of Georgia's 1,234 laws are outmoded.\n\n\xE4\xBD\xA0";
+  const auto ids = tok.encode(text);
+  CHECK(ids.front() == 0);
+  CHECK(tok.decode(ids, {.render_special = false}) == text);
 }
