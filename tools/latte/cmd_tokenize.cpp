@@ -28,6 +28,7 @@ constexpr const char* usage =
     "  --no-bos             do not add BOS/EOS even if the vocabulary asks for them\n"
     "  --decode \"1 2 3\"     print the text of these ids instead\n"
     "  --write-vocab OUT    (with --hf) write the imported vocabulary as a GGUF file\n"
+    "  --arch NAME          general.architecture of that file (default deepseek2)\n"
     "  --time               print the encoding time and throughput (MB/s) on stderr\n"
     "Prints the ids separated by spaces.\n";
 
@@ -69,6 +70,7 @@ int run_tokenize(std::span<const std::string> argv) {
   const auto file = args.take({"--file", "-f"});
   const auto decode = args.take({"--decode"});
   const auto write_vocab = args.take({"--write-vocab"});
+  const auto arch = args.take({"--arch"});
   const bool special = args.flag({"--special"});
   const bool no_bos = args.flag({"--no-bos"});
   const bool time = args.flag({"--time"});
@@ -87,7 +89,7 @@ int run_tokenize(std::span<const std::string> argv) {
                                                                 (dir / "tokenizer_config.json").string());
     if (write_vocab) {
       latte::gguf::Writer writer;
-      writer.set("general.architecture", std::string("deepseek2"));
+      writer.set("general.architecture", arch.value_or("deepseek2"));
       writer.set("general.name", dir.filename().string());
       meta.write_to(writer);
       writer.write(*write_vocab, [](size_t, std::span<std::byte>) {});
