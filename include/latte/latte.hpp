@@ -14,4 +14,5 @@
 #include <latte/sampler.hpp>
 #include <latte/stop_condition.hpp>
 #include <latte/token.hpp>
+#include <latte/tokenizer.hpp>
 #include <latte/version.hpp>
