@@ -26,9 +26,12 @@
 //   "glm-4.5"      GLM-4.5 / 4.6 (alias "glm-4.6"): as "glm" but every role tag is followed by "\n",
 //                  the think part is "\n<think>" + reasoning + "</think>" or "\n<think></think>", the
 //                  stripped text is preceded by "\n", and the generation prompt is "<|assistant|>".
-//   "plain"        latte's own small models: "System: " / "User: " / "Assistant: " + text + "\n\n"
-//                  per turn, generation prompt "Assistant:"; no BOS in the text (the tokenizer adds
-//                  its own). plain_jinja() is the same format as a Jinja template for GGUF files.
+//   "plain"        a minimal format for text-completion models without chat tokens: "System: " /
+//                  "User: " / "Assistant: " + text + "\n\n" per turn, generation prompt
+//                  "Assistant:"; no BOS in the text (the tokenizer adds its own). plain_jinja() is
+//                  the same format as a Jinja template for GGUF files. (latte's small models trained
+//                  by tools/train_tiny carry the DeepSeek-V2 layout, which detect() maps to
+//                  "deepseek-v2".)
 #pragma once
 
 #include <span>
