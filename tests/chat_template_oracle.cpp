@@ -76,7 +76,9 @@ TEST_CASE("apply() equals the Jinja2 render of the real template for every oracl
   const nlohmann::json oracle = read_json("chat_templates/oracle_renders.json");
   const nlohmann::json conversations = read_json("chat_templates/conversations.json").at("conversations");
   size_t compared = 0;
-  for (const auto& [file, entry] : oracle.at("templates").items()) {
+  for (const auto& item : oracle.at("templates").items()) {
+    const std::string file = item.key();
+    const nlohmann::json& entry = item.value();
     const ChatTemplate tmpl = ChatTemplate::named(entry.at("latte_format").get<std::string>());
     for (const nlohmann::json& conversation : conversations) {
       std::vector<ChatMessage> messages;
