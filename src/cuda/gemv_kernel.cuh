@@ -61,7 +61,7 @@ __global__ void __launch_bounds__(128) gemv_kernel(const GemvParams p) {
     count = min(g.count, NT);
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
-      x_row[t] = t < count ? g.x_row[t] : 0;
+      x_row[t] = t < count ? (p.x_row_is_y_row ? g.y_row[t] : g.x_row[t]) : 0;
       y_row[t] = t < count ? g.y_row[t] : 0;
     }
   } else {

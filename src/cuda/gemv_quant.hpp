@@ -47,6 +47,7 @@ struct GemvParams {
   const int32_t* n_groups = nullptr;  ///< gathered mode: device count of valid groups, <= max_groups
   int max_groups = 0;                 ///< gathered mode: grid size in groups (host bound)
   int max_tokens_per_group = 0;       ///< gathered mode: host bound on every groups[i].count (1..8)
+  bool x_row_is_y_row = false;        ///< gathered mode: read x at y_row (MoE down: x is per slot)
 };
 
 /// Launches y = W x (see GemvParams). Throws Error(invalid_argument) on a violated precondition and
