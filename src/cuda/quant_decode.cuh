@@ -16,8 +16,35 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <cstring>
+
+// The decoders are also host functions so that their bit manipulations can be checked against
+// dequantize_row on a machine without a GPU.
+#define LATTE_HD_INLINE __host__ __device__ __forceinline__
 
 namespace latte::cuda::quant {
+
+// ---- intrinsics with host twins ---------------------------------------------------------------
+LATTE_HD_INLINE uint32_t byte_perm(uint32_t a, uint32_t b, uint32_t selector) {
+#if defined(__CUDA_ARCH__)
+  return __byte_perm(a, b, selector);
+#else
+  const uint64_t bytes = (uint64_t{b} << 32) | a;
+  uint32_t r = 0;
+  for (int i = 0; i < 4; ++i)
+    r |= static_cast<uint32_t>((bytes >> (8 * ((selector >> (4 * i)) & 7))) & 0xFF) << (8 * i);
+  return r;
+#endif
+}
+LATTE_HD_INLINE float bits_to_float(uint32_t bits) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(bits);
+#else
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+#endif
+}
 
 /// Compile-time facts about one ggml type as the kernels see it. Float types use a 32-value
 /// pseudo-block so that every type is processed in units of 32 values.
@@ -80,7 +107,7 @@ struct Unit32 {
 
 // ---- loads with a compile-time alignment promise ------------------------------------------------
 template <int Align>
-__device__ __forceinline__ uint32_t load_u16(const uint8_t* p) {
+LATTE_HD_INLINE uint32_t load_u16(const uint8_t* p) {
   if constexpr (Align >= 2) {
     return *reinterpret_cast<const uint16_t*>(p);
   } else {
@@ -88,7 +115,7 @@ __device__ __forceinline__ uint32_t load_u16(const uint8_t* p) {
   }
 }
 template <int Align>
-__device__ __forceinline__ uint32_t load_u32(const uint8_t* p) {
+LATTE_HD_INLINE uint32_t load_u32(const uint8_t* p) {
   if constexpr (Align >= 4) {
     return *reinterpret_cast<const uint32_t*>(p);
   } else {
@@ -97,7 +124,7 @@ __device__ __forceinline__ uint32_t load_u32(const uint8_t* p) {
 }
 /// Loads 8 consecutive 32-bit words (32 bytes) starting at p.
 template <int Align>
-__device__ __forceinline__ void load_words8(const uint8_t* p, uint32_t (&w)[8]) {
+LATTE_HD_INLINE void load_words8(const uint8_t* p, uint32_t (&w)[8]) {
   if constexpr (Align >= 16) {
     const uint4 a = *reinterpret_cast<const uint4*>(p);
     const uint4 b = *reinterpret_cast<const uint4*>(p + 16);
@@ -109,7 +136,7 @@ __device__ __forceinline__ void load_words8(const uint8_t* p, uint32_t (&w)[8]) 
 }
 /// Loads 4 consecutive 32-bit words (16 bytes) starting at p.
 template <int Align>
-__device__ __forceinline__ void load_words4(const uint8_t* p, uint32_t (&w)[4]) {
+LATTE_HD_INLINE void load_words4(const uint8_t* p, uint32_t (&w)[4]) {
   if constexpr (Align >= 16) {
     const uint4 a = *reinterpret_cast<const uint4*>(p);
     w[0] = a.x, w[1] = a.y, w[2] = a.z, w[3] = a.w;
@@ -119,25 +146,28 @@ __device__ __forceinline__ void load_words4(const uint8_t* p, uint32_t (&w)[4]) 
   }
 }
 
-__device__ __forceinline__ float half_bits_to_float(uint32_t bits) {
+LATTE_HD_INLINE float half_bits_to_float(uint32_t bits) {
+#if defined(__CUDA_ARCH__)
   return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+#else
+  return fp16_to_fp32(static_cast<uint16_t>(bits));
+#endif
 }
-__device__ __forceinline__ float bf16_bits_to_float(uint32_t bits) { return __uint_as_float(bits << 16); }
+LATTE_HD_INLINE float bf16_bits_to_float(uint32_t bits) { return bits_to_float(bits << 16); }
 
 /// Byte i (0..3) of `word` as an exact float, without the slow integer-to-float conversion unit:
 /// 0x4B0000bb is 2^23 + bb as a float, and subtracting 2^23 is exact.
-__device__ __forceinline__ float code_value(uint32_t word, int i) {
-  return __int_as_float(static_cast<int>(__byte_perm(word, 0x4B000000u, 0x7540u | static_cast<unsigned>(i)))) -
-         8388608.0f;
+LATTE_HD_INLINE float code_value(uint32_t word, int i) {
+  return bits_to_float(byte_perm(word, 0x4B000000u, 0x7540u | static_cast<unsigned>(i))) - 8388608.0f;
 }
 
 /// Spreads the low 4 bits of h to bit 0 of the 4 bytes of the result (bit k -> byte k).
-__device__ __forceinline__ uint32_t spread_nibble_to_bytes(uint32_t h) {
+LATTE_HD_INLINE uint32_t spread_nibble_to_bytes(uint32_t h) {
   return (h & 1u) | ((h & 2u) << 7) | ((h & 4u) << 14) | ((h & 8u) << 21);
 }
 
 /// Q4_K / Q5_K packed 6-bit scale and min of sub-block j (0..7), as ggml's get_scale_min_k4.
-__device__ __forceinline__ void k4_scale_min(const uint8_t* q, int j, int& sc, int& m) {
+LATTE_HD_INLINE void k4_scale_min(const uint8_t* q, int j, int& sc, int& m) {
   if (j < 4) {
     sc = q[j] & 63;
     m = q[j + 4] & 63;
@@ -148,28 +178,28 @@ __device__ __forceinline__ void k4_scale_min(const uint8_t* q, int j, int& sc, i
 }
 
 /// Q3_K 6-bit signed scale i (0..15) from the 12 packed bytes, minus 32 (ggml's unpacking).
-__device__ __forceinline__ int q3k_scale(const uint8_t* raw, int i) {
+LATTE_HD_INLINE int q3k_scale(const uint8_t* raw, int i) {
   const int low = (raw[i % 8] >> (4 * (i / 8))) & 0xF;
   const int high = (raw[8 + i % 4] >> (2 * (i / 4))) & 3;
   return (low | (high << 4)) - 32;
 }
 
 /// MXFP4 block scale: ggml's E8M0 "half" value, 2^(e - 128) (denormal for e < 2), bit for bit.
-__device__ __forceinline__ float mxfp4_scale(uint32_t e) {
+LATTE_HD_INLINE float mxfp4_scale(uint32_t e) {
   const uint32_t bits = e < 2 ? (e == 0 ? 0x00200000u : 0x00400000u) : (e - 1) << 23;
-  return __uint_as_float(bits);
+  return bits_to_float(bits);
 }
 /// E2M1 code (4 bits) -> 12 + twice its value, in [0, 24] (ggml's kvalues_mxfp4 shifted by 12).
-__device__ __forceinline__ uint32_t mxfp4_code(uint32_t nibble) {
+LATTE_HD_INLINE uint32_t mxfp4_code(uint32_t nibble) {
   // doubled magnitudes {0, 1, 2, 3, 4, 6, 8, 12} selected by the low 3 bits
-  const uint32_t magnitude = __byte_perm(0x03020100u, 0x0C080604u, nibble & 7u) & 0xFFu;
+  const uint32_t magnitude = byte_perm(0x03020100u, 0x0C080604u, nibble & 7u) & 0xFFu;
   return (nibble & 8u) ? 12u - magnitude : 12u + magnitude;
 }
 
 /// Decodes unit `unit` (32 values) of a run of quantized blocks starting at `blocks`, which must be
 /// aligned to min(16, MaxAlign) bytes (MaxAlign = 2 for runs staged at their global misalignment).
 template <GgmlType T, int MaxAlign = 16>
-__device__ __forceinline__ Unit32 decode_codes(const uint8_t* blocks, int unit) {
+LATTE_HD_INLINE Unit32 decode_codes(const uint8_t* blocks, int unit) {
   using Tr = BlockTraits<T>;
   constexpr int A = capped_alignment(block_alignment<T>, MaxAlign);
   constexpr int units_per_block = Tr::values / 32;
@@ -307,7 +337,7 @@ __device__ __forceinline__ Unit32 decode_codes(const uint8_t* blocks, int unit) 
 
 /// The 32 values of unit `unit` of a float-typed row run starting at `row` (16-byte aligned).
 template <GgmlType T>
-__device__ __forceinline__ void decode_floats(const uint8_t* row, int unit, float (&v)[32]) {
+LATTE_HD_INLINE void decode_floats(const uint8_t* row, int unit, float (&v)[32]) {
   const uint8_t* p = row + static_cast<int64_t>(unit) * BlockTraits<T>::bytes;
   if constexpr (T == GgmlType::f32) {
 #pragma unroll
@@ -337,7 +367,7 @@ __device__ __forceinline__ void decode_floats(const uint8_t* row, int unit, floa
 /// The 32 dequantized values of unit `unit`, any type (as dequantize_row would produce them, up to
 /// one rounding: scale*code - offset is one fused multiply-add).
 template <GgmlType T, int MaxAlign = 16>
-__device__ __forceinline__ void decode_values(const uint8_t* blocks, int unit, float (&v)[32]) {
+LATTE_HD_INLINE void decode_values(const uint8_t* blocks, int unit, float (&v)[32]) {
   if constexpr (BlockTraits<T>::is_float) {
     decode_floats<T>(blocks, unit, v);
   } else {

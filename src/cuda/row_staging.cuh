@@ -46,8 +46,17 @@ __device__ __forceinline__ StagedRange stage_begin(const uint8_t* src, int n_byt
   return {misalign, chunks, (n_bytes + 15) / 16};
 }
 
+/// (hi:lo) >> shift, low 32 bits (shift < 32); a host twin for the tests.
+__host__ __device__ __forceinline__ uint32_t funnel_shift_right(uint32_t lo, uint32_t hi, int shift) {
+#if defined(__CUDA_ARCH__)
+  return __funnelshift_r(lo, hi, static_cast<unsigned>(shift));
+#else
+  return static_cast<uint32_t>(((uint64_t{hi} << 32) | lo) >> shift);
+#endif
+}
+
 /// Shifts the 32 bytes (a, b) down by `misalign` bytes and returns the first 16.
-__device__ __forceinline__ uint4 shift_chunk_pair(uint4 a, uint4 b, int misalign) {
+__host__ __device__ __forceinline__ uint4 shift_chunk_pair(uint4 a, uint4 b, int misalign) {
   const int r = 8 * (misalign & 3);
   uint32_t s[5];
   switch (misalign >> 2) {
@@ -64,8 +73,8 @@ __device__ __forceinline__ uint4 shift_chunk_pair(uint4 a, uint4 b, int misalign
       s[0] = a.w, s[1] = b.x, s[2] = b.y, s[3] = b.z, s[4] = b.w;
       break;
   }
-  return make_uint4(__funnelshift_r(s[0], s[1], r), __funnelshift_r(s[1], s[2], r), __funnelshift_r(s[2], s[3], r),
-                    __funnelshift_r(s[3], s[4], r));
+  return make_uint4(funnel_shift_right(s[0], s[1], r), funnel_shift_right(s[1], s[2], r),
+                    funnel_shift_right(s[2], s[3], r), funnel_shift_right(s[3], s[4], r));
 }
 
 /// Writes the staged bytes to `dst` (16-byte aligned shared memory, at least 16 * 32 * CPL bytes)
