@@ -128,8 +128,8 @@ TEST_CASE("moe_route selects exactly the CPU reference's experts (softmax, sigmo
     }
     std::vector<float> bias;
     if (rc.bias) {
-      // bias on a coarser grid keeps the biased scores apart too
-      for (int e = 0; e < rc.n_experts; ++e) bias.push_back(0.0005f * static_cast<float>((e * 7) % 13));
+      // whole-unit bias classes: the biased order is by class, then by score, never a near-tie
+      for (int e = 0; e < rc.n_experts; ++e) bias.push_back(static_cast<float>((e * 7) % 3));
     }
     run_router_case(rc, logits, bias, tokens,
                     "E=" + std::to_string(rc.n_experts) + " k=" + std::to_string(rc.k) +
