@@ -22,7 +22,7 @@ SKIP=" ${LATTE_GPU_SKIP:-} "
 JOBS=${LATTE_JOBS:-$(nproc)}
 if [ -x /usr/local/cuda/bin/nvcc ]; then export PATH=/usr/local/cuda/bin:$PATH; fi
 
-for dep in eigen3 doctest; do
+for dep in eigen3 doctest nlohmann_json; do
   if [ ! -d ".deps/$dep" ]; then
     echo "gpu-check: .deps/$dep is missing: run scripts/prepare-gpu-deps.sh where the packages are installed" >&2
     exit 2

@@ -11,4 +11,5 @@
 #include <latte/quant.hpp>
 #include <latte/quant_blocks.hpp>
 #include <latte/token.hpp>
+#include <latte/tokenizer.hpp>
 #include <latte/version.hpp>
