@@ -72,6 +72,7 @@ fi
 if [ $build_ok = 1 ]; then
   T=build-gpu/tests/gpu
   skipped host || step "host tests (decoders)" host-tests.log timeout 300 $T/latte_cuda_host_tests
+  export LATTE_GPU_TEST_TRACE=1  # the log names the last case started before a crash
   skipped tests || step "gpu tests" gpu-tests.log timeout 600 $T/latte_gpu_tests
   skipped portable || step "gpu tests, LATTE_CUDA_PORTABLE=1" gpu-tests-portable.log \
     env LATTE_CUDA_PORTABLE=1 timeout 600 $T/latte_gpu_tests
