@@ -337,3 +337,43 @@ TEST_CASE("convert rejects unknown architectures, missing, mis-shaped and unexpe
     expect_error(dir.path(), latte::ErrorCode::not_found, "config.json");
   }
 }
+
+TEST_CASE("convert imports the tokenizer and --vocab-only writes metadata without tensors") {
+  std::mt19937 rng(std::random_device{}());
+  latte::test::TempDir dir;
+  TinyHfSpec spec;
+  spec.tie_embeddings = true;
+  const auto hf = latte::test::write_tiny_hf_checkpoint(dir.path(), spec, rng);
+  latte::test::write_tiny_hf_tokenizer(dir.path());
+  const std::string out = dir.file("full.gguf");
+  const auto report = convert(dir.path(), out, latte::convert::TypeMix::f32);
+  CHECK(report.has_tokenizer);
+  check_conversion(out, expected_tensors(spec, hf, false), 0.0);  // tied: no output.weight
+  const auto f = latte::gguf::File::open(out);
+  CHECK(f.find_tensor("output.weight") == nullptr);
+  CHECK(f.get<std::string>("tokenizer.ggml.model") == "gpt2");
+  const auto& tokens = f.get_strings("tokenizer.ggml.tokens");
+  REQUIRE(tokens.size() == static_cast<size_t>(spec.vocab));  // padded to vocab_size
+  CHECK(tokens[29] == "abc");
+  CHECK(tokens[40] == "[PAD40]");
+  CHECK(f.get<uint32_t>("tokenizer.ggml.bos_token_id") == 0);
+
+  const std::string vocab_only = dir.file("vocab.gguf");
+  latte::convert::convert_hf_model({.model_folder = dir.path(),
+                                    .output_path = vocab_only,
+                                    .vocab_only = true,
+                                    .progress = latte::convert::ProgressMeter::Mode::silent});
+  const auto v = latte::gguf::File::open(vocab_only);
+  CHECK(v.tensors().empty());
+  CHECK(v.get<std::string>("general.architecture") == "deepseek2");
+  CHECK(v.get<uint32_t>("deepseek2.block_count") == 3);
+  CHECK(v.get_strings("tokenizer.ggml.tokens") == tokens);
+
+  latte::test::TempDir bare;
+  latte::test::write_tiny_hf_checkpoint(bare.path(), spec, rng);
+  CHECK_THROWS_AS(latte::convert::convert_hf_model({.model_folder = bare.path(),
+                                                    .output_path = bare.file("v.gguf"),
+                                                    .vocab_only = true,
+                                                    .progress = latte::convert::ProgressMeter::Mode::silent}),
+                  latte::Error);
+}

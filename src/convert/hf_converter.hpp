@@ -19,13 +19,13 @@ namespace latte::convert {
 
 /// Options of convert_hf_model.
 struct ConvertOptions {
-  std::string model_folder;      ///< holds config.json, the safetensors files and the tokenizer
-  std::string output_path;       ///< the GGUF file to write (written as path.partial, then renamed)
-  TypeMix mix = TypeMix::bf16;   ///< element types (see choose_tensor_type)
-  unsigned n_threads = 0;        ///< worker threads; 0 = all hardware threads
-  bool vocab_only = false;       ///< write metadata and tokenizer only, no tensors
-  std::optional<bool> keep_mtp;  ///< override the per-architecture MTP default (HfConfigOptions)
-  std::string name;              ///< general.name; default: the folder's name
+  std::string model_folder{};      ///< holds config.json, the safetensors files and the tokenizer
+  std::string output_path{};       ///< the GGUF file to write (written as path.partial, then renamed)
+  TypeMix mix = TypeMix::bf16;     ///< element types (see choose_tensor_type)
+  unsigned n_threads = 0;          ///< worker threads; 0 = all hardware threads
+  bool vocab_only = false;         ///< write metadata and tokenizer only, no tensors
+  std::optional<bool> keep_mtp{};  ///< override the per-architecture MTP default (HfConfigOptions)
+  std::string name{};              ///< general.name; default: the folder's name
   ProgressMeter::Mode progress = ProgressMeter::Mode::automatic;
   /// Bytes of tensor buffers the writer may hold at once; 0 = half of the physical memory. Two
   /// tensors are produced concurrently when two of the largest fit, else one.

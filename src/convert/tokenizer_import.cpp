@@ -1,5 +1,7 @@
 #include "convert/tokenizer_import.hpp"
 
+#include "convert/hf_tokenizer.hpp"
+
 #include <latte/error.hpp>
 
 #include <cstdio>
@@ -17,11 +19,11 @@ bool write_tokenizer_metadata(const std::string& model_folder, int n_vocab, bool
                  model_folder.c_str());
     return false;
   }
-  (void)n_vocab;
-  (void)writer;
-  // The Hugging Face tokenizer importer plugs in here.
-  throw Error(ErrorCode::unsupported,
-              tokenizer_json.string() + ": this build cannot import Hugging Face tokenizers yet");
+  const auto tokenizer = import_hf_tokenizer_files(tokenizer_json.string(),
+                                                   (fs::path(model_folder) / "tokenizer_config.json").string(),
+                                                   static_cast<uint32_t>(n_vocab));
+  tokenizer.write_to(writer);
+  return true;
 }
 
 }  // namespace latte::convert

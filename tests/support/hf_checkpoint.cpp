@@ -190,6 +190,25 @@ std::string tiny_hf_config_json(const TinyHfSpec& s) {
   return j.str();
 }
 
+void write_tiny_hf_tokenizer(const std::string& folder) {
+  // Ids 0-1 special, 2-27 single letters, 28-30 merges.
+  std::string vocab = "{";
+  for (int i = 0; i < 26; ++i)
+    vocab += std::string(i ? "," : "") + "\"" + static_cast<char>('a' + i) + "\":" + std::to_string(2 + i);
+  vocab += ",\"ab\":28,\"abc\":29,\"de\":30}";
+  write_text_file(
+      folder + "/tokenizer.json",
+      "{\"version\":\"1.0\",\"added_tokens\":["
+      "{\"id\":0,\"content\":\"<s>\",\"special\":true},{\"id\":1,\"content\":\"</s>\",\"special\":true}],"
+      "\"normalizer\":null,"
+      "\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"trim_offsets\":true,\"use_regex\":true},"
+      "\"model\":{\"type\":\"BPE\",\"vocab\":" +
+          vocab + ",\"merges\":[\"a b\",\"ab c\",\"d e\"]}}");
+  write_text_file(folder + "/tokenizer_config.json",
+                  "{\"add_bos_token\":true,\"add_eos_token\":false,\"bos_token\":\"<s>\",\"eos_token\":\"</s>\","
+                  "\"chat_template\":\"{% for m in messages %}{{ m['content'] }}{% endfor %}\"}");
+}
+
 std::map<std::string, HfTensor> write_tiny_hf_checkpoint(const std::string& folder, const TinyHfSpec& spec,
                                                          std::mt19937& rng) {
   Builder b{spec, rng, {}, {}, {}};

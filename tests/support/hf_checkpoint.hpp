@@ -45,6 +45,10 @@ struct HfTensor {
 std::map<std::string, HfTensor> write_tiny_hf_checkpoint(const std::string& folder, const TinyHfSpec& spec,
                                                          std::mt19937& rng);
 
+/// Writes a small byte-level BPE tokenizer.json (GPT-2 pre-tokenizer, 2 special tokens, a few
+/// merges) and tokenizer_config.json (add_bos_token true, a chat template) into `folder`.
+void write_tiny_hf_tokenizer(const std::string& folder);
+
 /// The config.json text for `spec`.
 std::string tiny_hf_config_json(const TinyHfSpec& spec);
 
