@@ -26,11 +26,11 @@ namespace latte {
 /// A read-only view of one weight tensor as the model stores it (possibly quantized). For CPU models
 /// `data` points into the memory-mapped file; for CUDA models into device memory.
 struct TensorView {
-  std::string_view name;                        ///< GGUF tensor name
-  GgmlType type = GgmlType::f32;                ///< element type
-  std::array<int64_t, 4> ne{0, 1, 1, 1};        ///< shape, ne[0] contiguous (values per row)
-  const std::byte* data = nullptr;              ///< first byte; nullptr for an absent tensor
-  size_t row_bytes = 0;                         ///< bytes of one row of ne[0] values
+  std::string_view name;                  ///< GGUF tensor name
+  GgmlType type = GgmlType::f32;          ///< element type
+  std::array<int64_t, 4> ne{0, 1, 1, 1};  ///< shape, ne[0] contiguous (values per row)
+  const std::byte* data = nullptr;        ///< first byte; nullptr for an absent tensor
+  size_t row_bytes = 0;                   ///< bytes of one row of ne[0] values
 
   /// Whether the tensor is present.
   [[nodiscard]] explicit operator bool() const noexcept { return data != nullptr; }
@@ -88,19 +88,19 @@ struct TaskRunner {
 /// Everything one layer's attention step receives. Row-major buffers, T = n_rows, N heads.
 struct AttentionInput {
   int layer = 0;
-  int n_rows = 0;                    ///< T: new tokens in the batch, all sequences together
-  const float* q = nullptr;          ///< [T, N, P+R]: per head [q_nope P | q_pe R], RoPE applied
-  const float* latent = nullptr;     ///< [T, L]: the normalised latent c of each new token
-  const float* k_rope = nullptr;     ///< [T, R]: the roped k_pe of each new token (shared by all heads)
+  int n_rows = 0;                 ///< T: new tokens in the batch, all sequences together
+  const float* q = nullptr;       ///< [T, N, P+R]: per head [q_nope P | q_pe R], RoPE applied
+  const float* latent = nullptr;  ///< [T, L]: the normalised latent c of each new token
+  const float* k_rope = nullptr;  ///< [T, R]: the roped k_pe of each new token (shared by all heads)
   std::span<const AttentionSequence> sequences;
   /// Optional sparse selection (DSA): [T, selection_width] cache positions each query row attends,
   /// -1 for unused slots; never beyond the row's own position. nullptr: dense causal attention.
   const int32_t* selection = nullptr;
   int selection_width = 0;
-  float scale = 0.0f;                ///< softmax scale of the scores (ModelConfig::attention_scale())
-  float* out = nullptr;              ///< [T, N, V]: the attention output before attn_output
+  float scale = 0.0f;                  ///< softmax scale of the scores (ModelConfig::attention_scale())
+  float* out = nullptr;                ///< [T, N, V]: the attention output before attn_output
   const TaskRunner* runner = nullptr;  ///< CPU thread pool (may be null: run serially)
-  void* stream = nullptr;            ///< device stream for device backends (cudaStream_t), else null
+  void* stream = nullptr;              ///< device stream for device backends (cudaStream_t), else null
 };
 
 /// An attention implementation. One instance serves one session; it is created for a config and

@@ -5,10 +5,13 @@
 //   latte::Session session(model, {.n_ctx = 4096});
 #pragma once
 
+#include <latte/attention.hpp>
 #include <latte/device.hpp>
 #include <latte/error.hpp>
 #include <latte/gguf.hpp>
+#include <latte/model.hpp>
 #include <latte/quant.hpp>
 #include <latte/quant_blocks.hpp>
+#include <latte/session.hpp>
 #include <latte/token.hpp>
 #include <latte/version.hpp>

@@ -168,8 +168,7 @@ Architecture parse_architecture(std::string_view name) {
     if (architecture_name(a) == name) return a;
     list += (list.empty() ? "" : ", ") + std::string(architecture_name(a));
   }
-  throw Error(ErrorCode::unsupported,
-              "unsupported architecture '" + std::string(name) + "' (supported: " + list + ")");
+  throw Error(ErrorCode::unsupported, "unsupported architecture '" + std::string(name) + "' (supported: " + list + ")");
 }
 
 float ModelConfig::yarn_mscale() const noexcept {
@@ -231,9 +230,9 @@ ModelConfig ModelConfig::from_gguf(const gguf::File& file) {
     c.v_head_dim = md.required_int("attention.value_length_mla");
     if (auto kl = md.optional_int("attention.key_length");
         kl && *kl != c.kv_lora_rank + c.qk_rope_head_dim && *kl != qk_head) {
-      md.fail(md.key("attention.key_length"),
-              "is " + std::to_string(*kl) + ", expected kv_lora_rank + rope.dimension_count = " +
-                  std::to_string(c.kv_lora_rank + c.qk_rope_head_dim));
+      md.fail(md.key("attention.key_length"), "is " + std::to_string(*kl) +
+                                                  ", expected kv_lora_rank + rope.dimension_count = " +
+                                                  std::to_string(c.kv_lora_rank + c.qk_rope_head_dim));
     }
   } else {
     qk_head = md.required_int("attention.key_length");
@@ -246,8 +245,8 @@ ModelConfig ModelConfig::from_gguf(const gguf::File& file) {
   }
   c.qk_nope_head_dim = qk_head - c.qk_rope_head_dim;
   if (auto kv_heads = md.optional_int("attention.head_count_kv"); kv_heads && *kv_heads != 1 && *kv_heads != c.n_head) {
-    md.fail(md.key("attention.head_count_kv"), "is " + std::to_string(*kv_heads) + ", expected 1 (MLA) or " +
-                                                   std::to_string(c.n_head) + " (head_count)");
+    md.fail(md.key("attention.head_count_kv"),
+            "is " + std::to_string(*kv_heads) + ", expected 1 (MLA) or " + std::to_string(c.n_head) + " (head_count)");
   }
 
   // Expert gating: absent in DeepSeek-V2 / V2.5 files (softmax) and in GLM-5 files (sigmoid).
@@ -271,8 +270,7 @@ ModelConfig ModelConfig::from_gguf(const gguf::File& file) {
   } else if (file.find("tokenizer.ggml.tokens")) {
     c.n_vocab = static_cast<int>(file.get_strings("tokenizer.ggml.tokens").size());
   } else {
-    throw Error(ErrorCode::invalid_file, file.path() +
-                                             ": cannot tell the vocabulary size (no token_embd.weight, no '" +
+    throw Error(ErrorCode::invalid_file, file.path() + ": cannot tell the vocabulary size (no token_embd.weight, no '" +
                                              md.key("vocab_size") + "', no tokenizer.ggml.tokens)");
   }
   if (c.arch == Architecture::deepseek2 && !md.has("expert_gating_func") && c.n_vocab == kGlmFlashVocab &&
@@ -373,7 +371,9 @@ void ModelConfig::validate() const {
   auto check = [&](bool ok, const std::string& what) {
     if (!ok) problems.push_back(what);
   };
-  auto positive = [&](int v, const char* what) { check(v > 0, std::string(what) + " must be positive (is " + std::to_string(v) + ")"); };
+  auto positive = [&](int v, const char* what) {
+    check(v > 0, std::string(what) + " must be positive (is " + std::to_string(v) + ")");
+  };
   positive(n_vocab, "n_vocab");
   positive(context_length, "context_length");
   positive(n_embd, "embedding_length");
@@ -385,20 +385,20 @@ void ModelConfig::validate() const {
   positive(v_head_dim, "v_head_dim (value_length_mla)");
   check(q_lora_rank >= 0, "attention.q_lora_rank must not be negative");
   check(qk_rope_head_dim % 2 == 0, "rope.dimension_count must be even (is " + std::to_string(qk_rope_head_dim) + ")");
-  check(n_nextn_layer >= 0 && n_nextn_layer < n_layer,
-        "nextn_predict_layers (" + std::to_string(n_nextn_layer) + ") must be below block_count (" +
-            std::to_string(n_layer) + ")");
-  check(n_dense_lead >= 0 && n_dense_lead <= n_layer_main(),
-        "leading_dense_block_count (" + std::to_string(n_dense_lead) + ") exceeds the " +
-            std::to_string(n_layer_main()) + " inference blocks");
+  check(n_nextn_layer >= 0 && n_nextn_layer < n_layer, "nextn_predict_layers (" + std::to_string(n_nextn_layer) +
+                                                           ") must be below block_count (" + std::to_string(n_layer) +
+                                                           ")");
+  check(n_dense_lead >= 0 && n_dense_lead <= n_layer_main(), "leading_dense_block_count (" +
+                                                                 std::to_string(n_dense_lead) + ") exceeds the " +
+                                                                 std::to_string(n_layer_main()) + " inference blocks");
   if (n_dense_lead > 0) positive(n_ff, "feed_forward_length");
   const bool has_moe = n_dense_lead < n_layer;
   if (has_moe) {
     positive(n_expert, "expert_count");
     positive(n_ff_expert, "expert_feed_forward_length");
-    check(n_expert_used > 0 && n_expert_used <= n_expert,
-          "expert_used_count (" + std::to_string(n_expert_used) + ") must be in 1..expert_count (" +
-              std::to_string(n_expert) + ")");
+    check(n_expert_used > 0 && n_expert_used <= n_expert, "expert_used_count (" + std::to_string(n_expert_used) +
+                                                              ") must be in 1..expert_count (" +
+                                                              std::to_string(n_expert) + ")");
     check(n_expert_shared >= 0, "expert_shared_count must not be negative");
     check(n_expert_group >= 1 && n_expert > 0 && n_expert % n_expert_group == 0,
           "expert_group_count (" + std::to_string(n_expert_group) + ") must divide expert_count (" +

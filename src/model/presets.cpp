@@ -14,7 +14,8 @@ namespace latte {
 namespace {
 
 constexpr std::array<std::string_view, 8> kNames{
-    "test-v2-lite", "test-v3", "test-glm-dsa", "test-glm-flash", "deepseek-v2-lite", "deepseek-v3", "glm-4.7-flash", "glm-5",
+    "test-v2-lite",     "test-v3",     "test-glm-dsa",  "test-glm-flash",
+    "deepseek-v2-lite", "deepseek-v3", "glm-4.7-flash", "glm-5",
 };
 
 // DeepSeek-V2(-Lite) YaRN: factor 40, original_max_position_embeddings 4096, beta_fast 32,
@@ -39,20 +40,20 @@ ModelConfig deepseek_v2_lite() {
   ModelConfig c;
   c.arch = Architecture::deepseek2;
   c.name = "DeepSeek-V2-Lite";
-  c.n_vocab = 102400;         // vocab_size
-  c.context_length = 163840;  // max_position_embeddings
-  c.n_embd = 2048;            // hidden_size
-  c.n_layer = 27;             // num_hidden_layers
-  c.n_dense_lead = 1;         // first_k_dense_replace
-  c.n_ff = 10944;             // intermediate_size
-  c.n_ff_expert = 1408;       // moe_intermediate_size
-  c.n_expert = 64;            // n_routed_experts
-  c.n_expert_used = 6;        // num_experts_per_tok
-  c.n_expert_shared = 2;      // n_shared_experts
+  c.n_vocab = 102400;             // vocab_size
+  c.context_length = 163840;      // max_position_embeddings
+  c.n_embd = 2048;                // hidden_size
+  c.n_layer = 27;                 // num_hidden_layers
+  c.n_dense_lead = 1;             // first_k_dense_replace
+  c.n_ff = 10944;                 // intermediate_size
+  c.n_ff_expert = 1408;           // moe_intermediate_size
+  c.n_expert = 64;                // n_routed_experts
+  c.n_expert_used = 6;            // num_experts_per_tok
+  c.n_expert_shared = 2;          // n_shared_experts
   c.expert_weights_scale = 1.0f;  // routed_scaling_factor
   c.expert_weights_norm = false;  // norm_topk_prob
   c.expert_gating = ExpertGating::softmax;
-  c.n_head = 16;  // num_attention_heads
+  c.n_head = 16;      // num_attention_heads
   c.q_lora_rank = 0;  // q_lora_rank: null
   c.kv_lora_rank = 512;
   c.qk_nope_head_dim = 128;
@@ -224,8 +225,8 @@ ModelConfig model_preset(std::string_view name) {
 
 void set_main_layer_count(ModelConfig& config, int n_main_layers) {
   if (n_main_layers < 1) {
-    throw Error(ErrorCode::invalid_argument, "a model needs at least one layer (asked for " +
-                                                 std::to_string(n_main_layers) + ")");
+    throw Error(ErrorCode::invalid_argument,
+                "a model needs at least one layer (asked for " + std::to_string(n_main_layers) + ")");
   }
   config.n_layer = n_main_layers + config.n_nextn_layer;
   config.n_dense_lead = std::min(config.n_dense_lead, n_main_layers);

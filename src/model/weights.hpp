@@ -22,30 +22,30 @@ namespace latte::detail {
 /// Shapes in ggml order (ne[0] first): H hidden, N heads, Lq, L, P, R, V as in DESIGN.md,
 /// F expert width, E experts, S shared experts.
 struct LayerWeights {
-  TensorView attn_norm;       // {H}
-  TensorView attn_q_a;        // {H, Lq}              (q_lora models)
-  TensorView attn_q_a_norm;   // {Lq}
-  TensorView attn_q_b;        // {Lq, N(P+R)}
-  TensorView attn_q;          // {H, N(P+R)}          (models without q_lora)
-  TensorView attn_kv_a_mqa;   // {H, L+R}
-  TensorView attn_kv_a_norm;  // {L}
-  TensorView attn_k_b;        // {P, L, N}            split layout
-  TensorView attn_v_b;        // {L, V, N}
-  TensorView attn_kv_b;       // {L, N(P+V)}          legacy fused layout
-  TensorView attn_output;     // {NV, H}
-  TensorView ffn_norm;        // {H}
-  TensorView ffn_gate;        // {H, F_dense}         dense blocks
-  TensorView ffn_up;          // {H, F_dense}
-  TensorView ffn_down;        // {F_dense, H}
-  TensorView ffn_gate_inp;    // {H, E}               MoE blocks
-  TensorView exp_probs_b;     // {E}                  optional selection bias
-  TensorView ffn_gate_exps;   // {H, F, E}
-  TensorView ffn_up_exps;     // {H, F, E}
+  TensorView attn_norm;         // {H}
+  TensorView attn_q_a;          // {H, Lq}              (q_lora models)
+  TensorView attn_q_a_norm;     // {Lq}
+  TensorView attn_q_b;          // {Lq, N(P+R)}
+  TensorView attn_q;            // {H, N(P+R)}          (models without q_lora)
+  TensorView attn_kv_a_mqa;     // {H, L+R}
+  TensorView attn_kv_a_norm;    // {L}
+  TensorView attn_k_b;          // {P, L, N}            split layout
+  TensorView attn_v_b;          // {L, V, N}
+  TensorView attn_kv_b;         // {L, N(P+V)}          legacy fused layout
+  TensorView attn_output;       // {NV, H}
+  TensorView ffn_norm;          // {H}
+  TensorView ffn_gate;          // {H, F_dense}         dense blocks
+  TensorView ffn_up;            // {H, F_dense}
+  TensorView ffn_down;          // {F_dense, H}
+  TensorView ffn_gate_inp;      // {H, E}               MoE blocks
+  TensorView exp_probs_b;       // {E}                  optional selection bias
+  TensorView ffn_gate_exps;     // {H, F, E}
+  TensorView ffn_up_exps;       // {H, F, E}
   TensorView ffn_gate_up_exps;  // {H, 2F, E}         alternative: per expert F gate rows then F up rows
-  TensorView ffn_down_exps;   // {F, H, E}
-  TensorView ffn_gate_shexp;  // {H, F*S}
-  TensorView ffn_up_shexp;    // {H, F*S}
-  TensorView ffn_down_shexp;  // {F*S, H}
+  TensorView ffn_down_exps;     // {F, H, E}
+  TensorView ffn_gate_shexp;    // {H, F*S}
+  TensorView ffn_up_shexp;      // {H, F*S}
+  TensorView ffn_down_shexp;    // {F*S, H}
   TensorView indexer_attn_q_b;  // {Lq, nI*dI}        glm-dsa lightning indexer
   TensorView indexer_attn_k;    // {H, dI}
   TensorView indexer_k_norm;    // {dI}               LayerNorm weight
@@ -55,9 +55,9 @@ struct LayerWeights {
 
 /// Views of every tensor the forward pass reads.
 struct ModelWeights {
-  TensorView token_embd;   // {H, n_vocab}
-  TensorView output_norm;  // {H}
-  TensorView output;       // {H, n_vocab} (token_embd when the file ties them)
+  TensorView token_embd;             // {H, n_vocab}
+  TensorView output_norm;            // {H}
+  TensorView output;                 // {H, n_vocab} (token_embd when the file ties them)
   std::vector<LayerWeights> layers;  // the n_layer_main() inference blocks
 
   /// The attention up-projections of every inference block, for AttentionBackend::prepare.
@@ -69,23 +69,23 @@ enum class TensorNeed {
   required,  ///< must be present with this shape
   optional,  ///< used when present (shape checked)
   either,    ///< member of an either/or group: one option of the group must be complete
-  mtp,       ///< part of a multi-token-prediction block: recognised, skipped
 };
 
 /// One tensor an architecture knows about.
 struct TensorSpec {
-  std::string name;            ///< e.g. "blk.0.attn_kv_a_mqa.weight"
-  std::vector<uint64_t> ne;    ///< expected shape, ne[0] first (trailing 1s omitted)
+  std::string name{};          ///< e.g. "blk.0.attn_kv_a_mqa.weight"
+  std::vector<uint64_t> ne{};  ///< expected shape, ne[0] first (trailing 1s omitted)
   TensorNeed need = TensorNeed::required;
-  int layer = -1;              ///< block index, -1 for global tensors
-  std::string group;           ///< either/or group id (e.g. "blk.0 W_UK/W_UV")
-  int option = 0;              ///< which option of the group this tensor belongs to
+  bool mtp = false;     ///< in a multi-token-prediction block: recognised, skipped, not checked
+  int layer = -1;       ///< block index, -1 for global tensors
+  std::string group{};  ///< either/or group id (e.g. "blk.0 W_UK/W_UV")
+  int option = 0;       ///< which option of the group this tensor belongs to
   TensorView LayerWeights::*layer_slot = nullptr;   ///< where a block tensor's view goes
   TensorView ModelWeights::*global_slot = nullptr;  ///< where a global tensor's view goes
-  std::string role;            ///< short description for the audit ("W_UK (absorbed layout)")
+  std::string role{};                               ///< short description for the audit ("W_UK (absorbed layout)")
 };
 
-/// Every tensor `config` implies, MTP blocks included, in file order (globals, then block by block).
+/// Every tensor `config` implies, MTP blocks included (flagged `mtp`), globals first, then block by block.
 std::vector<TensorSpec> expected_tensors(const ModelConfig& config);
 
 /// Role-named views of `file`'s tensors. Throws Error(invalid_file) with the audit's problem list
