@@ -18,14 +18,15 @@ using nlohmann::json;
 struct KnownArchitecture {
   std::string_view hf_name;
   Architecture arch;
-  bool keeps_mtp;       // llama.cpp's converter writes the nextn blocks
-  bool sigmoid_gating;  // gating when config.json has no scoring_func
+  bool keeps_mtp;          // llama.cpp's converter writes the nextn blocks
+  bool sigmoid_gating;     // gating when config.json has no scoring_func
+  int default_dense_lead;  // transformers' default when the config names no dense blocks
 };
 constexpr KnownArchitecture known_architectures[] = {
-    {"DeepseekV2ForCausalLM", Architecture::deepseek2, false, false},
-    {"DeepseekV3ForCausalLM", Architecture::deepseek2, false, true},
-    {"Glm4MoeLiteForCausalLM", Architecture::deepseek2, true, true},
-    {"GlmMoeDsaForCausalLM", Architecture::glm_dsa, true, true},
+    {"DeepseekV2ForCausalLM", Architecture::deepseek2, false, false, 0},
+    {"DeepseekV3ForCausalLM", Architecture::deepseek2, false, true, 0},
+    {"Glm4MoeLiteForCausalLM", Architecture::deepseek2, true, true, 1},
+    {"GlmMoeDsaForCausalLM", Architecture::glm_dsa, true, true, 3},
 };
 
 // Typed access to config.json's keys with messages naming the file and the key.
@@ -192,7 +193,27 @@ HfModel read_hf_config(const std::string& text, const std::string& name, const H
   c.n_expert_group_used = in.int_or("topk_group", 1);
   c.expert_weights_scale = in.float_or("routed_scaling_factor", 1.0f);
   c.expert_weights_norm = in.bool_or("norm_topk_prob", false);
-  c.n_dense_lead = in.int_or("first_k_dense_replace", 0);
+  // Dense blocks first: mlp_layer_types (transformers 5) wins over first_k_dense_replace; without
+  // either, transformers' defaults (DeepSeek: none, GLM-4.7-Flash: 1, GLM-5: 3).
+  c.n_dense_lead = in.int_or("first_k_dense_replace", known.default_dense_lead);
+  if (const json* types = in.find("mlp_layer_types")) {
+    if (!types->is_array() || types->size() != static_cast<size_t>(hf.n_trunk_layers)) {
+      in.fail("mlp_layer_types", "is not a list of num_hidden_layers names");
+    }
+    c.n_dense_lead = 0;
+    for (size_t i = 0; i < types->size(); ++i) {
+      const json& t = (*types)[i];
+      if (!t.is_string() || (t != "dense" && t != "sparse")) {
+        in.fail("mlp_layer_types", "entry " + std::to_string(i) + " is " + t.dump() + ", not \"dense\" or \"sparse\"");
+      }
+      if (t == "dense") {
+        if (c.n_dense_lead != static_cast<int>(i)) {
+          in.unsupported("mlp_layer_types", "has a dense block after a sparse one; latte supports dense blocks first");
+        }
+        ++c.n_dense_lead;
+      }
+    }
+  }
   if (const int freq = in.int_or("moe_layer_freq", 1); freq != 1) {
     in.unsupported("moe_layer_freq",
                    "is " + std::to_string(freq) + "; only 1 (every block after the dense lead) is supported");

@@ -69,6 +69,25 @@ void produce_tensor(const PlannedTensor& t, std::span<std::byte> dst, TaskPool& 
   }
 }
 
+// Checkpoints saved by transformers carry no MTP blocks even when config.json counts them: keep
+// the blocks only when they are there (and fail when they were asked for explicitly).
+void drop_absent_mtp(HfModel& hf, const safetensors::Checkpoint& ckpt, const std::optional<bool>& keep_mtp) {
+  ModelConfig& c = hf.config;
+  if (c.n_nextn_layer == 0) return;
+  const std::string prefix = "model.layers." + std::to_string(hf.n_trunk_layers) + ".";
+  for (const auto* t : ckpt.tensors()) {
+    if (t->name.starts_with(prefix)) return;
+  }
+  if (keep_mtp == true) {
+    throw Error(ErrorCode::not_found, ckpt.folder() +
+                                          ": --mtp asked for the multi-token-prediction block, but the "
+                                          "checkpoint has no tensor '" +
+                                          prefix + "*'");
+  }
+  c.n_layer = hf.n_trunk_layers;
+  c.n_nextn_layer = 0;
+}
+
 }  // namespace
 
 ConvertReport convert_hf_model(const ConvertOptions& options) {
@@ -82,7 +101,14 @@ ConvertReport convert_hf_model(const ConvertOptions& options) {
   if (config_options.name.empty()) config_options.name = fs::absolute(folder).lexically_normal().filename().string();
   if (config_options.name.empty())
     config_options.name = fs::absolute(folder).lexically_normal().parent_path().filename().string();
-  const HfModel hf = read_hf_config_file((folder / "config.json").string(), config_options);
+  HfModel hf = read_hf_config_file((folder / "config.json").string(), config_options);
+  std::optional<safetensors::Checkpoint> ckpt;
+  try {
+    ckpt = safetensors::Checkpoint::open(options.model_folder);
+  } catch (const Error& e) {
+    if (!options.vocab_only || e.code() != ErrorCode::not_found) throw;  // vocab-only needs no weights
+  }
+  if (ckpt) drop_absent_mtp(hf, *ckpt, options.keep_mtp);
 
   gguf::Writer writer;
   write_general_metadata(writer, hf, options.mix);
@@ -96,8 +122,7 @@ ConvertReport convert_hf_model(const ConvertOptions& options) {
     return report;
   }
 
-  const safetensors::Checkpoint ckpt = safetensors::Checkpoint::open(options.model_folder);
-  const ConversionPlan plan = plan_conversion(ckpt, hf, options.mix);
+  const ConversionPlan plan = plan_conversion(*ckpt, hf, options.mix);
   report.skipped = plan.skipped;
   uint64_t largest = 0;  // bytes of the largest output tensor
   for (const auto& t : plan.tensors) {
@@ -117,7 +142,7 @@ ConvertReport convert_hf_model(const ConvertOptions& options) {
   ProgressMeter meter("converting", total_out, options.progress);
   writer.write(
       options.output_path,
-      [&](size_t index, std::span<std::byte> dst) { produce_tensor(plan.tensors[index], dst, pool, ckpt, meter); },
+      [&](size_t index, std::span<std::byte> dst) { produce_tensor(plan.tensors[index], dst, pool, *ckpt, meter); },
       writer_threads);
   meter.finish();
   report.seconds = meter.elapsed_seconds();

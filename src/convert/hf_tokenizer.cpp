@@ -176,8 +176,8 @@ TokenizerMetadata import_hf_tokenizer(const std::string& tokenizer_json, const s
   const Node model = root.at("model");
   const std::string& model_type = model.find("type") ? model.at("type").string() : std::string("BPE");
   if (model_type != "BPE") {
-    throw Error(ErrorCode::unsupported, root.file + ": /model/type is '" + model_type +
-                                            "'; latte imports byte-level BPE tokenizers only");
+    throw Error(ErrorCode::unsupported,
+                root.file + ": /model/type is '" + model_type + "'; latte imports byte-level BPE tokenizers only");
   }
   check_normalizer(root);
 
@@ -213,8 +213,8 @@ TokenizerMetadata import_hf_tokenizer(const std::string& tokenizer_json, const s
       added[id] = Added{special ? special->boolean() : false};
       auto [it, inserted] = by_id.emplace(id, content);
       if (!inserted && it->second != content) {
-        t.fail("gives id " + std::to_string(id) + " the text '" + content + "' but the vocabulary has '" +
-               it->second + "'");
+        t.fail("gives id " + std::to_string(id) + " the text '" + content + "' but the vocabulary has '" + it->second +
+               "'");
       }
       id_of[content] = id;
     }
@@ -323,9 +323,7 @@ std::vector<gguf::KeyValue> TokenizerMetadata::key_values() const {
   const Vocabulary& v = vocabulary;
   std::vector<gguf::KeyValue> out;
   const auto add = [&](std::string key, gguf::Value value) { out.push_back({std::move(key), std::move(value)}); };
-  const auto string_array = [](const std::vector<std::string>& values) {
-    return gguf::Value(gguf::Array(values));
-  };
+  const auto string_array = [](const std::vector<std::string>& values) { return gguf::Value(gguf::Array(values)); };
   add("tokenizer.ggml.model", gguf::Value(v.model));
   add("tokenizer.ggml.pre", gguf::Value(v.pre));
   add("tokenizer.ggml.tokens", string_array(v.tokens));

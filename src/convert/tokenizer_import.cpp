@@ -19,9 +19,9 @@ bool write_tokenizer_metadata(const std::string& model_folder, int n_vocab, bool
                  model_folder.c_str());
     return false;
   }
-  const auto tokenizer = import_hf_tokenizer_files(tokenizer_json.string(),
-                                                   (fs::path(model_folder) / "tokenizer_config.json").string(),
-                                                   static_cast<uint32_t>(n_vocab));
+  const auto tokenizer =
+      import_hf_tokenizer_files(tokenizer_json.string(), (fs::path(model_folder) / "tokenizer_config.json").string(),
+                                static_cast<uint32_t>(n_vocab));
   tokenizer.write_to(writer);
   return true;
 }

@@ -46,8 +46,31 @@ struct Builder {
   std::map<std::string, HfTensor> tensors;
   std::vector<std::pair<std::string, std::string>> order;                               // name, "plain" / "fp8"
   std::map<std::string, std::pair<std::vector<uint64_t>, std::vector<std::byte>>> raw;  // fp8 bytes
+  // Streaming mode (benchmarks): BF16 values straight into this writer, nothing kept.
+  SafetensorsWriter* stream = nullptr;
+  uint64_t stream_state = 0x9E3779B97F4A7C15ull;
+
+  // Uniform values of standard deviation `scale` from a xorshift64* stream, as BF16 bytes.
+  void stream_bf16(const std::string& name, std::vector<uint64_t> shape, float scale, float offset) {
+    uint64_t n = 1;
+    for (auto d : shape) n *= d;
+    std::vector<std::byte> bytes(2 * n);
+    const float a = scale * 1.7320508f;  // uniform [-a, a) has standard deviation a / sqrt(3)
+    for (uint64_t i = 0; i < n; ++i) {
+      stream_state ^= stream_state >> 12;
+      stream_state ^= stream_state << 25;
+      stream_state ^= stream_state >> 27;
+      const uint64_t r = stream_state * 0x2545F4914F6CDD1Dull;
+      const float u = static_cast<float>(r >> 40) * 0x1.0p-24f;  // [0, 1)
+      const uint16_t bits = to_bf16_bits(offset + a * (2.0f * u - 1.0f));
+      bytes[2 * i] = static_cast<std::byte>(bits & 0xFF);
+      bytes[2 * i + 1] = static_cast<std::byte>(bits >> 8);
+    }
+    stream->add_raw(name, "BF16", std::move(shape), std::move(bytes));
+  }
 
   void add(const std::string& name, std::vector<uint64_t> shape, float scale, bool fp8_allowed = true) {
+    if (stream) return stream_bf16(name, std::move(shape), scale, 0.0f);
     uint64_t n = 1;
     for (auto d : shape) n *= d;
     std::normal_distribution<float> dist(0.0f, scale);
@@ -81,6 +104,7 @@ struct Builder {
   }
 
   void add_norm(const std::string& name, uint64_t n) {
+    if (stream) return stream_bf16(name, {n}, 0.25f, 1.0f);
     std::uniform_real_distribution<float> dist(0.5f, 1.5f);
     HfTensor t{{n}, std::vector<float>(n)};
     for (auto& v : t.values) v = round_to(spec.dtype, dist(rng));
@@ -188,6 +212,34 @@ std::string tiny_hf_config_json(const TinyHfSpec& s) {
   j << "  \"tie_word_embeddings\": " << (s.tie_embeddings ? "true" : "false") << ",\n";
   j << "  \"torch_dtype\": \"bfloat16\"\n}\n";
   return j.str();
+}
+
+void write_synthetic_hf_checkpoint(const std::string& folder, const TinyHfSpec& spec, uint64_t seed) {
+  std::mt19937 unused_rng(0);
+  Builder b{spec, unused_rng, {}, {}, {}};
+  b.stream_state ^= seed * 0xD1B54A32D192ED03ull;
+  const auto H = static_cast<uint64_t>(spec.hidden), Vocab = static_cast<uint64_t>(spec.vocab);
+  const int n_shards = spec.layers + spec.nextn + 1;
+  auto shard_path = [&](int k) {
+    char text[64];
+    std::snprintf(text, sizeof text, "/model-%05d-of-%05d.safetensors", k + 1, n_shards);
+    return folder + text;
+  };
+  {
+    SafetensorsWriter w;
+    b.stream = &w;
+    b.add("model.embed_tokens.weight", {Vocab, H}, 1.0f, false);
+    b.add_norm("model.norm.weight", H);
+    if (!spec.tie_embeddings) b.add("lm_head.weight", {Vocab, H}, 1.0f / std::sqrt(static_cast<float>(H)), false);
+    w.write(shard_path(0));
+  }
+  for (int il = 0; il < spec.layers + spec.nextn; ++il) {
+    SafetensorsWriter w;
+    b.stream = &w;
+    b.add_block(il);
+    w.write(shard_path(il + 1));
+  }
+  write_text_file(folder + "/config.json", tiny_hf_config_json(spec));
 }
 
 void write_tiny_hf_tokenizer(const std::string& folder) {

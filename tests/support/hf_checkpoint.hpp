@@ -45,6 +45,10 @@ struct HfTensor {
 std::map<std::string, HfTensor> write_tiny_hf_checkpoint(const std::string& folder, const TinyHfSpec& spec,
                                                          std::mt19937& rng);
 
+/// Writes a checkpoint of any size for speed measurements: BF16 values (uniform, fast to generate)
+/// streamed one block per shard, nothing kept in memory. spec.dtype and spec.fp8 are ignored.
+void write_synthetic_hf_checkpoint(const std::string& folder, const TinyHfSpec& spec, uint64_t seed);
+
 /// Writes a small byte-level BPE tokenizer.json (GPT-2 pre-tokenizer, 2 special tokens, a few
 /// merges) and tokenizer_config.json (add_bos_token true, a chat template) into `folder`.
 void write_tiny_hf_tokenizer(const std::string& folder);
