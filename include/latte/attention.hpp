@@ -26,7 +26,7 @@ namespace latte {
 /// A read-only view of one weight tensor as the model stores it (possibly quantized). For CPU models
 /// `data` points into the memory-mapped file; for CUDA models into device memory.
 struct TensorView {
-  std::string_view name;                  ///< GGUF tensor name
+  std::string_view name{};                ///< GGUF tensor name
   GgmlType type = GgmlType::f32;          ///< element type
   std::array<int64_t, 4> ne{0, 1, 1, 1};  ///< shape, ne[0] contiguous (values per row)
   const std::byte* data = nullptr;        ///< first byte; nullptr for an absent tensor
@@ -49,9 +49,9 @@ struct TensorView {
 /// Per head h: W_UK_h is [P, L] (k_nope_h = W_UK_h c), W_UV_h is [V, L] (v_h = W_UV_h c).
 struct AttentionLayerWeights {
   int layer = 0;
-  TensorView k_b;   ///< attn_k_b {P, L, N}: per head, L rows of P values (W_UK_h transposed); may be empty
-  TensorView v_b;   ///< attn_v_b {L, V, N}: per head, V rows of L values (W_UV_h); may be empty
-  TensorView kv_b;  ///< attn_kv_b {L, N(P+V)}: per head, P rows of W_UK_h then V rows of W_UV_h; may be empty
+  TensorView k_b{};   ///< attn_k_b {P, L, N}: per head, L rows of P values (W_UK_h transposed); may be empty
+  TensorView v_b{};   ///< attn_v_b {L, V, N}: per head, V rows of L values (W_UV_h); may be empty
+  TensorView kv_b{};  ///< attn_kv_b {L, N(P+V)}: per head, P rows of W_UK_h then V rows of W_UV_h; may be empty
 };
 
 /// A backend's KV-cache layout: one row per token per layer, the same for every layer.
@@ -74,7 +74,7 @@ struct AttentionSequence {
 /// Runs `n_tasks` independent tasks, possibly in parallel; body(task, worker) with worker < n_workers.
 struct TaskRunner {
   int n_workers = 1;
-  std::function<void(int n_tasks, const std::function<void(int task, int worker)>& body)> run;
+  std::function<void(int n_tasks, const std::function<void(int task, int worker)>& body)> run{};
   /// Runs the tasks (serially when `run` is empty).
   void operator()(int n_tasks, const std::function<void(int task, int worker)>& body) const {
     if (run) {
@@ -92,7 +92,7 @@ struct AttentionInput {
   const float* q = nullptr;       ///< [T, N, P+R]: per head [q_nope P | q_pe R], RoPE applied
   const float* latent = nullptr;  ///< [T, L]: the normalised latent c of each new token
   const float* k_rope = nullptr;  ///< [T, R]: the roped k_pe of each new token (shared by all heads)
-  std::span<const AttentionSequence> sequences;
+  std::span<const AttentionSequence> sequences{};
   /// Optional sparse selection (DSA): [T, selection_width] cache positions each query row attends,
   /// -1 for unused slots; never beyond the row's own position. nullptr: dense causal attention.
   const int32_t* selection = nullptr;
@@ -123,10 +123,10 @@ class AttentionBackend {
 /// A backend factory as the registry holds it. The same name may be registered several times for
 /// different devices: the most recent registration whose supports() accepts the model wins.
 struct AttentionBackendInfo {
-  std::string name;         ///< e.g. "mla"
-  std::string description;  ///< one line, e.g. "weight-absorbed MLA, caches c|k_pe (CPU, fp32)"
-  std::function<bool(const ModelConfig& config, Device device)> supports;
-  std::function<std::unique_ptr<AttentionBackend>(const ModelConfig& config, Device device)> create;
+  std::string name{};         ///< e.g. "mla"
+  std::string description{};  ///< one line, e.g. "weight-absorbed MLA, caches c|k_pe (CPU, fp32)"
+  std::function<bool(const ModelConfig& config, Device device)> supports{};
+  std::function<std::unique_ptr<AttentionBackend>(const ModelConfig& config, Device device)> create{};
 };
 
 /// The process-wide list of attention backends. Thread-safe.

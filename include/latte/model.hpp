@@ -73,7 +73,7 @@ struct IndexerConfig {
 /// V = v_head_dim. Defaults are those llama.cpp's loader applies when a key is absent.
 struct ModelConfig {
   Architecture arch = Architecture::deepseek2;
-  std::string name;  ///< general.name (informational)
+  std::string name{};  ///< general.name (informational)
 
   int n_vocab = 0;                    ///< vocabulary size: token_embd's ne[1] (else {arch}.vocab_size, else tokenizer)
   int context_length = 0;             ///< {arch}.context_length: trained context (tokens)
@@ -100,8 +100,8 @@ struct ModelConfig {
   int v_head_dim = 0;               ///< V (128; GLM-4.7-Flash and GLM-5: 256)
   float rms_norm_eps = 1e-6f;       ///< {arch}.attention.layer_norm_rms_epsilon
   float rope_freq_base = 10000.0f;  ///< {arch}.rope.freq_base
-  RopeScaling rope_scaling;
-  IndexerConfig indexer;  ///< glm-dsa only
+  RopeScaling rope_scaling{};
+  IndexerConfig indexer{};  ///< glm-dsa only
 
   /// Blocks that run during inference: n_layer - n_nextn_layer.
   [[nodiscard]] int n_layer_main() const noexcept { return n_layer - n_nextn_layer; }
@@ -143,8 +143,8 @@ struct ModelConfig {
 struct WeightAudit {
   /// One tensor and what is wrong with it (or, for `mapped`/`skipped`, what it is used as).
   struct Entry {
-    std::string tensor;  ///< GGUF tensor name, e.g. "blk.3.attn_kv_a_mqa.weight"
-    std::string detail;  ///< e.g. "shape [512, 576] expected [2048, 576]"
+    std::string tensor{};  ///< GGUF tensor name, e.g. "blk.3.attn_kv_a_mqa.weight"
+    std::string detail{};  ///< e.g. "shape [512, 576] expected [2048, 576]"
   };
   std::vector<Entry> mapped;       ///< used by the forward pass
   std::vector<Entry> skipped;      ///< recognised but unused (MTP / nextn blocks)
@@ -172,7 +172,7 @@ struct ModelParams {
   Device device = Device::cpu();  ///< where the weights live and the forward pass runs
   int tensor_parallel = 1;        ///< devices one model is split over (1 = none)
   /// Called with the fraction loaded (0..1); returning false cancels the load (Error(cancelled)).
-  std::function<bool(float progress)> on_progress;
+  std::function<bool(float progress)> on_progress{};
 };
 
 namespace detail {

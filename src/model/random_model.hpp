@@ -32,11 +32,11 @@ struct RandomModelOptions {
   KvBLayout kv_b_layout = KvBLayout::split;
   /// Element type of each tensor, from its name and shape (ne[0] innermost). Default: f32 for all.
   /// The type's block size must divide ne[0].
-  std::function<GgmlType(std::string_view name, std::span<const uint64_t> ne)> tensor_type;
+  std::function<GgmlType(std::string_view name, std::span<const uint64_t> ne)> tensor_type{};
   /// Called on each tensor's fp32 values before they are encoded (tests use it to corrupt a layout).
-  std::function<void(std::string_view name, std::span<const uint64_t> ne, std::span<float> values)> transform;
+  std::function<void(std::string_view name, std::span<const uint64_t> ne, std::span<float> values)> transform{};
   /// Adds extra metadata (e.g. tokenizer keys) before the tensors are written.
-  std::function<void(gguf::Writer& writer)> extra_metadata;
+  std::function<void(gguf::Writer& writer)> extra_metadata{};
   unsigned n_threads = 1;  ///< threads generating and encoding tensors
 };
 
