@@ -46,8 +46,8 @@ int parse_int(const std::string& text, const char* option, int min_value) {
   int value = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (ec != std::errc() || end != text.data() + text.size() || value < min_value) {
-    throw Error(ErrorCode::invalid_argument, std::string(option) + " needs an integer >= " +
-                                                 std::to_string(min_value) + ", got '" + text + "'");
+    throw Error(ErrorCode::invalid_argument,
+                std::string(option) + " needs an integer >= " + std::to_string(min_value) + ", got '" + text + "'");
   }
   return value;
 }
@@ -96,12 +96,12 @@ int run_random(latte::cli::Args& args, const std::string& output, latte::convert
   if (!quiet) {
     std::error_code ec;
     const auto bytes = std::filesystem::file_size(output, ec);
-    std::fprintf(stderr, "wrote %s: %s preset %s, %d blocks, %s in %s (%s/s)\n", output.c_str(),
-                 std::string(latte::convert::type_mix_name(mix)).c_str(), preset->c_str(), config.n_layer,
-                 latte::convert::ProgressMeter::format_bytes(static_cast<double>(bytes)).c_str(),
-                 latte::convert::ProgressMeter::format_duration(seconds).c_str(),
-                 latte::convert::ProgressMeter::format_bytes(static_cast<double>(bytes) / std::max(seconds, 1e-9))
-                     .c_str());
+    std::fprintf(
+        stderr, "wrote %s: %s preset %s, %d blocks, %s in %s (%s/s)\n", output.c_str(),
+        std::string(latte::convert::type_mix_name(mix)).c_str(), preset->c_str(), config.n_layer,
+        latte::convert::ProgressMeter::format_bytes(static_cast<double>(bytes)).c_str(),
+        latte::convert::ProgressMeter::format_duration(seconds).c_str(),
+        latte::convert::ProgressMeter::format_bytes(static_cast<double>(bytes) / std::max(seconds, 1e-9)).c_str());
   }
   return 0;
 }
@@ -138,22 +138,26 @@ int run_convert(std::span<const std::string> argv) {
       .mix = mix,
       .n_threads = n_threads,
       .vocab_only = vocab_only,
-      .keep_mtp = mtp ? std::optional(true) : no_mtp ? std::optional(false) : std::nullopt,
+      .keep_mtp = mtp      ? std::optional(true)
+                  : no_mtp ? std::optional(false)
+                           : std::nullopt,
       .name = name.value_or(""),
-      .progress = no_progress ? latte::convert::ProgressMeter::Mode::silent
-                              : latte::convert::ProgressMeter::Mode::automatic,
+      .progress =
+          no_progress ? latte::convert::ProgressMeter::Mode::silent : latte::convert::ProgressMeter::Mode::automatic,
   };
   const auto report = latte::convert::convert_hf_model(options);
   if (!no_progress) {
-    std::fprintf(stderr, "wrote %s: %zu tensors, %s%s\n", output->c_str(), report.n_tensors,
-                 latte::convert::ProgressMeter::format_bytes(static_cast<double>(report.bytes_written)).c_str(),
-                 report.skipped.empty()
-                     ? ""
-                     : (", skipped " + std::to_string(report.skipped.size()) + " checkpoint tensors (MTP blocks)").c_str());
+    std::fprintf(
+        stderr, "wrote %s: %zu tensors, %s%s\n", output->c_str(), report.n_tensors,
+        latte::convert::ProgressMeter::format_bytes(static_cast<double>(report.bytes_written)).c_str(),
+        report.skipped.empty()
+            ? ""
+            : (", skipped " + std::to_string(report.skipped.size()) + " checkpoint tensors (MTP blocks)").c_str());
   }
   return 0;
 }
 
-const latte::cli::Registration reg{{"convert", "convert a Hugging Face checkpoint (or random weights) to GGUF", run_convert}};
+const latte::cli::Registration reg{
+    {"convert", "convert a Hugging Face checkpoint (or random weights) to GGUF", run_convert}};
 
 }  // namespace
