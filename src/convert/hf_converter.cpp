@@ -2,7 +2,7 @@
 
 #include "convert/hf_config.hpp"
 #include "convert/safetensors.hpp"
-#include "convert/task_pool.hpp"
+#include "core/task_pool.hpp"
 #include "convert/tensor_plan.hpp"
 #include "convert/tokenizer_import.hpp"
 

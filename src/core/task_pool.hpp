@@ -2,7 +2,7 @@
 // Several threads may submit batches at once (the GGUF writer fills two tensors concurrently); each
 // submitter also works on its own batch, so a pool of N threads never runs more than N + submitters.
 //
-//   latte::convert::TaskPool pool(16);
+//   latte::TaskPool pool(16);
 //   pool.run(n_blocks, [&](size_t block) { convert_rows(block); });
 #pragma once
 
@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-namespace latte::convert {
+namespace latte {
 
 class TaskPool {
  public:
@@ -54,4 +54,4 @@ class TaskPool {
   std::vector<std::jthread> workers_;
 };
 
-}  // namespace latte::convert
+}  // namespace latte

@@ -1,8 +1,8 @@
-#include "convert/task_pool.hpp"
+#include "core/task_pool.hpp"
 
 #include <algorithm>
 
-namespace latte::convert {
+namespace latte {
 
 TaskPool::TaskPool(unsigned n_threads) {
   const unsigned n_workers = std::max(1u, n_threads) - 1;
@@ -72,4 +72,4 @@ void TaskPool::run(size_t n_tasks, const std::function<void(size_t)>& task) {
   if (batch->error) std::rethrow_exception(batch->error);
 }
 
-}  // namespace latte::convert
+}  // namespace latte
