@@ -3,6 +3,7 @@
 // the same model (attn_kv_b is built by merging the attn_k_b / attn_v_b values).
 #include "model/random_model.hpp"
 
+#include "core/task_pool.hpp"
 #include "model/kv_b.hpp"
 #include "model/weights.hpp"
 
@@ -10,6 +11,7 @@
 #include <latte/gguf.hpp>
 #include <latte/quant.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -35,26 +37,26 @@ uint64_t name_hash(std::string_view name) {
   return h;
 }
 
-/// `n` values uniform in [-1, 1), a pure function of (seed, name).
-std::vector<float> uniform_values(uint64_t seed, std::string_view name, size_t n) {
-  uint64_t state = seed * 0x2545F4914F6CDD1Dull ^ name_hash(name);
-  std::vector<float> v(n);
-  for (auto& x : v) x = static_cast<float>(static_cast<double>(splitmix64(state) >> 11) * 0x1.0p-52 - 1.0);
-  return v;
+/// Values [first, first + count) of a stream uniform in [-1, 1) that is a pure function of
+/// (seed, name): value i is splitmix64's (i + 1)-th output, so any range can be made on its own.
+void uniform_range(uint64_t seed, std::string_view name, size_t first, size_t count, float* out) {
+  uint64_t state = (seed * 0x2545F4914F6CDD1Dull ^ name_hash(name)) + first * 0x9E3779B97F4A7C15ull;
+  for (size_t i = 0; i < count; ++i) {
+    out[i] = static_cast<float>(static_cast<double>(splitmix64(state) >> 11) * 0x1.0p-52 - 1.0);
+  }
 }
 
-/// The values of a tensor that is generated directly (everything but attn_kv_b).
-std::vector<float> generated_values(uint64_t seed, const std::string& name, std::span<const uint64_t> ne) {
-  size_t n = 1;
-  for (uint64_t d : ne) n *= static_cast<size_t>(d);
-  std::vector<float> v = uniform_values(seed, name, n);
+/// Values [first, first + count) of a directly generated tensor (everything but attn_kv_b).
+void generated_range(uint64_t seed, const std::string& name, std::span<const uint64_t> ne, size_t first, size_t count,
+                     float* v) {
+  uniform_range(seed, name, first, count, v);
   if (ends_with(name, "norm.weight")) {
-    for (auto& x : v) x = 1.0f + 0.1f * x;  // norm weights near 1
-    return v;
+    for (size_t i = 0; i < count; ++i) v[i] = 1.0f + 0.1f * v[i];  // norm weights near 1
+    return;
   }
   if (ends_with(name, ".bias")) {
-    for (auto& x : v) x *= 0.1f;  // selection bias, LayerNorm bias: small
-    return v;
+    for (size_t i = 0; i < count; ++i) v[i] *= 0.1f;  // selection bias, LayerNorm bias: small
+    return;
   }
   // Matrices: standard deviation 1/sqrt(fan_in) keeps activations O(1) through the layers. The
   // fan-in is the contracted dimension: ne[0], except attn_k_b {P, L, N} whose W_UK contracts L.
@@ -65,7 +67,15 @@ std::vector<float> generated_values(uint64_t seed, const std::string& name, std:
     std_dev = 1.0 / std::sqrt(fan_in);
   }
   const auto scale = static_cast<float>(std_dev * std::sqrt(3.0));  // uniform [-a, a] has std a/sqrt(3)
-  for (auto& x : v) x *= scale;
+  for (size_t i = 0; i < count; ++i) v[i] *= scale;
+}
+
+/// The values of a tensor that is generated directly (everything but attn_kv_b).
+std::vector<float> generated_values(uint64_t seed, const std::string& name, std::span<const uint64_t> ne) {
+  size_t n = 1;
+  for (uint64_t d : ne) n *= static_cast<size_t>(d);
+  std::vector<float> v(n);
+  generated_range(seed, name, ne, 0, n, v.data());
   return v;
 }
 
@@ -132,21 +142,40 @@ gguf::Writer build_writer(const ModelConfig& config, const RandomModelOptions& o
 }
 
 gguf::Writer::Fill make_fill(const ModelConfig& config, const RandomModelOptions& options,
-                             const std::vector<PlannedTensor>& planned) {
-  return [&config, &options, &planned](size_t index, std::span<std::byte> dst) {
+                             const std::vector<PlannedTensor>& planned, TaskPool& pool) {
+  return [&config, &options, &planned, &pool](size_t index, std::span<std::byte> dst) {
     const PlannedTensor& t = planned[index];
-    std::vector<float> values = ends_with(t.name, "attn_kv_b.weight") ? fused_kv_b_values(options.seed, t.name, config)
-                                                                      : generated_values(options.seed, t.name, t.ne);
-    if (options.transform) options.transform(t.name, t.ne, values);
-    if (t.type == GgmlType::f32) {
-      std::memcpy(dst.data(), values.data(), values.size() * sizeof(float));
+    const auto row = static_cast<size_t>(t.ne[0]);
+    const size_t row_size = static_cast<size_t>(row_bytes(t.type, t.ne[0]));
+    if (ends_with(t.name, "attn_kv_b.weight") || options.transform) {
+      // Whole-tensor path: the fused layout merges two other tensors; transforms see every value.
+      std::vector<float> values = ends_with(t.name, "attn_kv_b.weight")
+                                      ? fused_kv_b_values(options.seed, t.name, config)
+                                      : generated_values(options.seed, t.name, t.ne);
+      if (options.transform) options.transform(t.name, t.ne, values);
+      if (t.type == GgmlType::f32) {
+        std::memcpy(dst.data(), values.data(), values.size() * sizeof(float));
+        return;
+      }
+      for (size_t r = 0; r < values.size() / row; ++r) {
+        quantize_row(t.type, values.data() + r * row, dst.data() + r * row_size, static_cast<int64_t>(row));
+      }
       return;
     }
-    const auto row = static_cast<int64_t>(t.ne[0]);
-    const size_t row_size = static_cast<size_t>(row_bytes(t.type, t.ne[0]));
-    for (size_t r = 0; r < values.size() / static_cast<size_t>(row); ++r) {
-      quantize_row(t.type, values.data() + r * static_cast<size_t>(row), dst.data() + r * row_size, row);
-    }
+    // Row blocks of about 1 M values, generated and encoded in parallel (same values as above).
+    const size_t n_rows = dst.size() / row_size;
+    const size_t rows_per_task = std::max<size_t>(1, (size_t{1} << 20) / row);
+    pool.run((n_rows + rows_per_task - 1) / rows_per_task, [&](size_t task) {
+      const size_t first = task * rows_per_task, count = std::min(rows_per_task, n_rows - first);
+      thread_local std::vector<float> scratch;  // (count, row) fp32 values
+      scratch.resize(count * row);
+      generated_range(options.seed, t.name, t.ne, first * row, count * row, scratch.data());
+      if (t.type == GgmlType::f32) {
+        std::memcpy(dst.data() + first * row_size, scratch.data(), scratch.size() * sizeof(float));
+      } else {
+        quantize_row(t.type, scratch.data(), dst.data() + first * row_size, static_cast<int64_t>(count * row));
+      }
+    });
   };
 }
 
@@ -155,13 +184,17 @@ gguf::Writer::Fill make_fill(const ModelConfig& config, const RandomModelOptions
 void write_random_model(const ModelConfig& config, const std::string& path, const RandomModelOptions& options) {
   std::vector<PlannedTensor> planned;
   const gguf::Writer writer = build_writer(config, options, planned);
-  writer.write(path, make_fill(config, options, planned), std::max(1u, options.n_threads));
+  // Two tensors in flight (one encoding while the other is written), each split over all threads.
+  const unsigned n_threads = std::max(1u, options.n_threads);
+  TaskPool pool(n_threads);
+  writer.write(path, make_fill(config, options, planned, pool), std::min(2u, n_threads));
 }
 
 std::vector<std::byte> random_model_bytes(const ModelConfig& config, const RandomModelOptions& options) {
   std::vector<PlannedTensor> planned;
   const gguf::Writer writer = build_writer(config, options, planned);
-  return writer.write_to_memory(make_fill(config, options, planned));
+  TaskPool pool(std::max(1u, options.n_threads));
+  return writer.write_to_memory(make_fill(config, options, planned, pool));
 }
 
 }  // namespace latte
