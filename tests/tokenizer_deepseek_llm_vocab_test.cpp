@@ -54,8 +54,8 @@ TEST_CASE("deepseek-llm vocabulary reproduces llama.cpp's 46 reference tokenizat
   CHECK(tok.pre_tokenizer() == "deepseek-llm");
   CHECK(tok.n_vocab() == 102400);
 
-  auto inputs = split_on(read_file(latte::test::data_path("ggml-vocab-deepseek-llm.gguf.inp")),
-                         "\n__ggml_vocab_test__\n");
+  auto inputs =
+      split_on(read_file(latte::test::data_path("ggml-vocab-deepseek-llm.gguf.inp")), "\n__ggml_vocab_test__\n");
   auto outputs = split_on(read_file(latte::test::data_path("ggml-vocab-deepseek-llm.gguf.out")), "\n");
   REQUIRE(inputs.size() == 47);  // 46 cases and the empty remainder after the last marker
   REQUIRE(outputs.size() == 47);

@@ -81,9 +81,8 @@ TEST_CASE("deepseek-v3 tokenizer matches the reference implementation on every r
     }
     if (!reported) {  // the first difference in full; the count below says how many more
       reported = true;
-      FAIL_CHECK("first differing case: '" << escaped(text) << "' parse_special=" << parse_special
-                                           << "\n  expected: " << ids_text(expected) << "\n  got:      "
-                                           << ids_text(got));
+      FAIL_CHECK("first differing case: '" << escaped(text) << "' parse_special=" << parse_special << "\n  expected: "
+                                           << ids_text(expected) << "\n  got:      " << ids_text(got));
     }
   }
   MESSAGE("deepseek-v3 reference cases passed: " << passed << " / " << cases.size());

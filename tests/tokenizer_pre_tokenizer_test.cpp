@@ -47,11 +47,13 @@ TEST_CASE("regex negative look-ahead keeps the last space for the next word") {
 TEST_CASE("regex classes use Unicode categories, negation and escapes") {
   CHECK(split_with("\\p{L}+", "h\xC3\xA9llo w\xC3\xB6rld") == Pieces{"h\xC3\xA9llo", " ", "w\xC3\xB6rld"});
   CHECK(split_with("[^\\s\\p{L}]+", "ab!?  c#") == Pieces{"ab", "!?", "  c", "#"});
-  CHECK(split_with("[\\p{L}\\p{M}]+", "e\xCC\x81x 1") == Pieces{"e\xCC\x81x", " 1"});        // U+0301 is Mn
+  CHECK(split_with("[\\p{L}\\p{M}]+", "e\xCC\x81x 1") == Pieces{"e\xCC\x81x", " 1"});  // U+0301 is Mn
   CHECK(split_with("\\p{N}+", "\xD9\xA3\xD9\xA4 x \xE2\x85\xAB") == Pieces{"\xD9\xA3\xD9\xA4", " x ", "\xE2\x85\xAB"});
   CHECK(split_with("[\\x{4E00}-\\x{9FA5}]+", "ab\xE4\xBD\xA0\xE5\xA5\xBD") == Pieces{"ab", "\xE4\xBD\xA0\xE5\xA5\xBD"});
   CHECK(split_with("[\\-\\]\\\\]+", "a-]\\b") == Pieces{"a", "-]\\", "b"});
-  CHECK(split_with("\\s", "a\xC2\xA0" "b") == Pieces{"a", "\xC2\xA0", "b"});  // U+00A0 is White_Space
+  CHECK(split_with("\\s",
+                   "a\xC2\xA0"
+                   "b") == Pieces{"a", "\xC2\xA0", "b"});  // U+00A0 is White_Space
 }
 
 TEST_CASE("regex (?i:) folds ASCII case") {
@@ -63,7 +65,8 @@ TEST_CASE("regex $ matches only at the end of the piece") {
 }
 
 TEST_CASE("regex rejects unsupported or malformed syntax with an Error naming the pattern") {
-  for (const char* bad : {"a+?", "a++", "(?<=a)b", "\\bword", "[[:alpha:]]", "\\p{Greek}", "(a", "a)", "[a-", "b{3,1}"}) {
+  for (const char* bad :
+       {"a+?", "a++", "(?<=a)b", "\\bword", "[[:alpha:]]", "\\p{Greek}", "(a", "a)", "[a-", "b{3,1}"}) {
     CAPTURE(bad);
     try {
       (void)Regex::compile(bad);
@@ -81,7 +84,10 @@ TEST_CASE("deepseek-v3 pre-tokenizer splits digits by three, CJK and kana runs, 
   CHECK(pre.split("x=1;") == Pieces{"x", "=", "1", ";"});
   CHECK(pre.split(".Net rocks") == Pieces{".Net", " rocks"});
   CHECK(pre.split("a\n\n  b") == Pieces{"a", "\n\n", " ", " b"});
-  CHECK(pre.split("ab\xCC\x81" "c d") == Pieces{"ab\xCC\x81" "c", " d"});
+  CHECK(pre.split("ab\xCC\x81"
+                  "c d") == Pieces{"ab\xCC\x81"
+                                   "c",
+                                   " d"});
   // 日本語テキストと (kanji, katakana, hiragana: one run) then 한국어 (Hangul: letters)
   CHECK(pre.split("\xE6\x97\xA5\xE6\x9C\xAC\xE8\xAA\x9E\xE3\x83\x86\xE3\x82\xAD\xE3\x82\xB9\xE3\x83\x88\xE3\x81\xA8"
                   "\xED\x95\x9C\xEA\xB5\xAD\xEC\x96\xB4") ==
@@ -106,8 +112,7 @@ TEST_CASE("gpt-2 pre-tokenizer (also named gpt2 and default)") {
   for (const char* name : {"gpt-2", "gpt2", "default"}) {
     const auto pre = PreTokenizer::for_name(name);
     CHECK(pre.name() == "gpt-2");
-    CHECK(pre.split("Hello, world's 123  end  ") ==
-          Pieces{"Hello", ",", " world", "'s", " 123", " ", " end", "  "});
+    CHECK(pre.split("Hello, world's 123  end  ") == Pieces{"Hello", ",", " world", "'s", " 123", " ", " end", "  "});
   }
 }
 
@@ -128,9 +133,10 @@ TEST_CASE("unknown pre-tokenizer names are an unsupported Error naming them") {
 
 TEST_CASE("pre-tokenizer detection accepts escaped and literal spellings of a cascade") {
   using latte::tokenizer::detect_pre_tokenizer;
-  const std::vector<std::string> v3 = {"\\p{N}{1,3}", "[\xE4\xB8\x80-\xE9\xBE\xA5\\u3040-\\u309F\\x{30A0}-\\x{30FF}]+",
-                                       "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?"
-                                       "[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"};
+  const std::vector<std::string> v3 = {
+      "\\p{N}{1,3}", "[\xE4\xB8\x80-\xE9\xBE\xA5\\u3040-\\u309F\\x{30A0}-\\x{30FF}]+",
+      "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?"
+      "[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"};
   CHECK(detect_pre_tokenizer(v3) == "deepseek-v3");
   const std::vector<std::string> llama3 = {
       "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
@@ -143,8 +149,10 @@ TEST_CASE("pre-tokenizer detection accepts escaped and literal spellings of a ca
 TEST_CASE("every cascade splits text between an ASCII letter or digit and a newline as at the end of text") {
   // The tokenizer pre-tokenizes long texts in chunks cut at such positions; this pins the property.
   std::mt19937 rng(std::random_device{}());
-  const std::vector<std::string> atoms = {"a", "Z", "1", "23", " ", "  ", "\t", "\n", "\r\n", ".", "!?", "'s", "(",
-                                          "\xC3\xA9", "\xE4\xBD\xA0", "\xF0\x9F\x98\x80", "\xCC\x81", "\xC2\xA0", "_", "$"};
+  const std::vector<std::string> atoms = {
+      "a",        "Z",        "1",  "23", " ", "  ",       "\t",           "\n",
+      "\r\n",     ".",        "!?", "'s", "(", "\xC3\xA9", "\xE4\xBD\xA0", "\xF0\x9F\x98\x80",
+      "\xCC\x81", "\xC2\xA0", "_",  "$"};
   const auto random_text = [&](size_t n) {
     std::string s;
     for (size_t i = 0; i < n; ++i) s += atoms[rng() % atoms.size()];

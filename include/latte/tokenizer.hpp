@@ -34,15 +34,15 @@ enum class TokenType : int32_t {
 
 /// The data a tokenizer is built from: the tokenizer.ggml.* metadata of a GGUF file.
 struct Vocabulary {
-  std::string model = "gpt2";             ///< tokenizer.ggml.model; only "gpt2" (byte-level BPE) is supported
-  std::string pre = "default";            ///< tokenizer.ggml.pre: gpt-2 (gpt2, default), deepseek-llm, ...
-  std::vector<std::string> tokens;        ///< [n_vocab] token texts, by id
-  std::vector<TokenType> token_types;     ///< [n_vocab] kinds, or empty for all normal
-  std::vector<std::string> merges;        ///< BPE merges "left right", by rank (first = applied first)
+  std::string model = "gpt2";          ///< tokenizer.ggml.model; only "gpt2" (byte-level BPE) is supported
+  std::string pre = "default";         ///< tokenizer.ggml.pre: gpt-2 (gpt2, default), deepseek-llm, ...
+  std::vector<std::string> tokens;     ///< [n_vocab] token texts, by id
+  std::vector<TokenType> token_types;  ///< [n_vocab] kinds, or empty for all normal
+  std::vector<std::string> merges;     ///< BPE merges "left right", by rank (first = applied first)
   std::optional<Token> bos, eos, pad, unk;
-  bool add_bos = false;                   ///< encode() prepends bos when asked to add special tokens
-  bool add_eos = false;                   ///< encode() appends eos when asked to add special tokens
-  std::string chat_template;              ///< tokenizer.chat_template (Jinja source), may be empty
+  bool add_bos = false;       ///< encode() prepends bos when asked to add special tokens
+  bool add_eos = false;       ///< encode() appends eos when asked to add special tokens
+  std::string chat_template;  ///< tokenizer.chat_template (Jinja source), may be empty
 };
 
 /// Options of Tokenizer::encode.

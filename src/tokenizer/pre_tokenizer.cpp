@@ -56,11 +56,11 @@ std::vector<PreTokenizerSpec> make_specs() {
                    .aliases = {"gpt2", "default"},
                    .patterns = {gpt2_pattern},
                    .equivalent_patterns = {{gpt2_pattern_short}}});
-  specs.push_back({.name = "deepseek-llm",
-                   .aliases = {},
-                   .patterns = {R"([\r\n])", deepseek_llm_letters, deepseek_llm_punctuation, R"(\s+$)", deepseek_cjk,
-                                R"(\p{N}+)"},
-                   .equivalent_patterns = {}});
+  specs.push_back(
+      {.name = "deepseek-llm",
+       .aliases = {},
+       .patterns = {R"([\r\n])", deepseek_llm_letters, deepseek_llm_punctuation, R"(\s+$)", deepseek_cjk, R"(\p{N}+)"},
+       .equivalent_patterns = {}});
   specs.push_back({.name = "deepseek-coder",
                    .aliases = {},
                    .patterns = {R"([\r\n])", R"(\s?\p{L}+)", R"(\s?\p{P}+)", deepseek_cjk, R"(\p{N})"},

@@ -19,9 +19,9 @@ namespace latte::tokenizer {
 
 /// A known pre-tokenizer: its canonical GGUF name, accepted aliases and its regex cascade.
 struct PreTokenizerSpec {
-  std::string_view name;                  ///< value written to tokenizer.ggml.pre
-  std::vector<std::string_view> aliases;  ///< other tokenizer.ggml.pre values meaning the same split
-  std::vector<std::string_view> patterns; ///< the cascade, in order (Hugging Face tokenizer.json syntax)
+  std::string_view name;                   ///< value written to tokenizer.ggml.pre
+  std::vector<std::string_view> aliases;   ///< other tokenizer.ggml.pre values meaning the same split
+  std::vector<std::string_view> patterns;  ///< the cascade, in order (Hugging Face tokenizer.json syntax)
   /// Alternative spellings of the same cascade seen in the wild (e.g. (?i:...) rewritten as classes).
   std::vector<std::vector<std::string_view>> equivalent_patterns;
 };

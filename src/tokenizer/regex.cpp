@@ -257,12 +257,24 @@ class RegexCompiler {
   bool parse_escape(char32_t& cp, CharSet& set_item) {
     const char32_t c = next();
     switch (c) {
-      case 'r': cp = '\r'; return true;
-      case 'n': cp = '\n'; return true;
-      case 't': cp = '\t'; return true;
-      case 'f': cp = '\f'; return true;
-      case 'v': cp = '\v'; return true;
-      case '0': cp = 0; return true;
+      case 'r':
+        cp = '\r';
+        return true;
+      case 'n':
+        cp = '\n';
+        return true;
+      case 't':
+        cp = '\t';
+        return true;
+      case 'f':
+        cp = '\f';
+        return true;
+      case 'v':
+        cp = '\v';
+        return true;
+      case '0':
+        cp = 0;
+        return true;
       case 'x':
         if (accept('{')) {
           cp = parse_hex(1, 6);
@@ -271,16 +283,30 @@ class RegexCompiler {
           cp = parse_hex(2, 2);
         }
         return true;
-      case 'u': cp = parse_hex(4, 4); return true;
-      case 'U': cp = parse_hex(8, 8); return true;
-      case 's': set_item.any_of |= unicode::white_space_bit; return false;
-      case 'S': set_item.none_of.push_back(unicode::white_space_bit); return false;
-      case 'd': set_item.any_of |= unicode::category_bit(unicode::Category::Nd); return false;
-      case 'D': set_item.none_of.push_back(unicode::category_bit(unicode::Category::Nd)); return false;
+      case 'u':
+        cp = parse_hex(4, 4);
+        return true;
+      case 'U':
+        cp = parse_hex(8, 8);
+        return true;
+      case 's':
+        set_item.any_of |= unicode::white_space_bit;
+        return false;
+      case 'S':
+        set_item.none_of.push_back(unicode::white_space_bit);
+        return false;
+      case 'd':
+        set_item.any_of |= unicode::category_bit(unicode::Category::Nd);
+        return false;
+      case 'D':
+        set_item.none_of.push_back(unicode::category_bit(unicode::Category::Nd));
+        return false;
       case 'w':
         set_item.any_of |= word_mask();
         return false;
-      case 'W': set_item.none_of.push_back(word_mask()); return false;
+      case 'W':
+        set_item.none_of.push_back(word_mask());
+        return false;
       case 'p':
       case 'P': {
         std::string name;
@@ -348,8 +374,10 @@ class RegexCompiler {
       }
       set.ranges.push_back({lo, hi});
       if (case_insensitive_) {
-        for (char32_t c = std::max<char32_t>(lo, 'a'); c <= std::min<char32_t>(hi, 'z'); ++c) set.ranges.push_back({c - 32, c - 32});
-        for (char32_t c = std::max<char32_t>(lo, 'A'); c <= std::min<char32_t>(hi, 'Z'); ++c) set.ranges.push_back({c + 32, c + 32});
+        for (char32_t c = std::max<char32_t>(lo, 'a'); c <= std::min<char32_t>(hi, 'z'); ++c)
+          set.ranges.push_back({c - 32, c - 32});
+        for (char32_t c = std::max<char32_t>(lo, 'A'); c <= std::min<char32_t>(hi, 'Z'); ++c)
+          set.ranges.push_back({c + 32, c + 32});
       }
     }
     return set_node(std::move(set));

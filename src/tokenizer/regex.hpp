@@ -82,16 +82,16 @@ class Regex {
              MatchScratch& scratch) const;
 
   enum class Op : uint8_t {
-    set,           ///< consume one code point in sets[a]
-    repeat,        ///< greedily consume min..max code points of sets[a], backtracking one at a time
-    split,         ///< try a first, then b
-    jump,          ///< continue at a
-    look_ahead,    ///< run the sub-program at pc+1 (ends with look_end); continue at a if it matched
-    look_ahead_not,///< same, continue at a if it did not match
-    look_end,      ///< end of a look-ahead sub-program
-    assert_begin,  ///< position is the subject's start
-    assert_end,    ///< position is the subject's end
-    match,         ///< success
+    set,             ///< consume one code point in sets[a]
+    repeat,          ///< greedily consume min..max code points of sets[a], backtracking one at a time
+    split,           ///< try a first, then b
+    jump,            ///< continue at a
+    look_ahead,      ///< run the sub-program at pc+1 (ends with look_end); continue at a if it matched
+    look_ahead_not,  ///< same, continue at a if it did not match
+    look_end,        ///< end of a look-ahead sub-program
+    assert_begin,    ///< position is the subject's start
+    assert_end,      ///< position is the subject's end
+    match,           ///< success
   };
   struct Instruction {
     Op op;

@@ -52,7 +52,9 @@ int parse_byte_token(std::string_view text) {
 }
 
 // Working memory of one encode() call.
-bool is_ascii_alphanumeric(char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+bool is_ascii_alphanumeric(char c) {
+  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
 
 struct EncodeScratch {
   unicode::DecodedText decoded;
@@ -61,7 +63,7 @@ struct EncodeScratch {
   tokenizer::WordCache cache;
   std::vector<Token> word;
   tokenizer::BpeScratch bpe;
-  static constexpr size_t chunk_bytes = 16 * 1024;      // pre-tokenize at most about this much at once
+  static constexpr size_t chunk_bytes = 16 * 1024;  // pre-tokenize at most about this much at once
 };
 
 }  // namespace
@@ -92,8 +94,8 @@ void Tokenizer::Impl::build() {
   for (size_t i = 0; i < n; ++i) {
     const auto t = static_cast<int32_t>(vocab.token_types[i]);
     if (t < 0 || t > 6) {
-      throw Error(ErrorCode::invalid_file, "tokenizer.ggml.token_type[" + std::to_string(i) + "] = " +
-                                               std::to_string(t) + " is not a token type (0..6)");
+      throw Error(ErrorCode::invalid_file, "tokenizer.ggml.token_type[" + std::to_string(i) +
+                                               "] = " + std::to_string(t) + " is not a token type (0..6)");
     }
   }
   const auto check_special = [&](const std::optional<Token>& id, const char* key) {
@@ -181,8 +183,8 @@ void Tokenizer::Impl::build() {
     const std::string& m = vocab.merges[rank];
     const size_t space = m.size() > 1 ? m.find(' ', 1) : std::string::npos;
     if (space == std::string::npos) {
-      throw Error(ErrorCode::invalid_file, "tokenizer.ggml.merges[" + std::to_string(rank) + "] = " +
-                                               describe_token(m) + " is not of the form 'left right'");
+      throw Error(ErrorCode::invalid_file, "tokenizer.ggml.merges[" + std::to_string(rank) +
+                                               "] = " + describe_token(m) + " is not of the form 'left right'");
     }
     const auto left = text_to_id.find(m.substr(0, space));
     const auto right = text_to_id.find(m.substr(space + 1));

@@ -3,8 +3,8 @@
 #include <latte/gguf.hpp>
 #include <latte/tokenizer.hpp>
 
-#include <type_traits>
 #include <limits>
+#include <type_traits>
 #include <variant>
 
 namespace latte {

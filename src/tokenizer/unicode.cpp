@@ -64,11 +64,10 @@ Properties properties_for_name(std::string_view name) noexcept {
     if (name == short_names[c]) return 1u << c;
   }
   static constexpr Named groups[] = {
-      {"L", letter_mask},      {"Letter", letter_mask},          {"M", mark_mask},
-      {"Mark", mark_mask},     {"N", number_mask},               {"Number", number_mask},
-      {"P", punctuation_mask}, {"Punctuation", punctuation_mask}, {"S", symbol_mask},
-      {"Symbol", symbol_mask}, {"Z", separator_mask},            {"Separator", separator_mask},
-      {"C", other_mask},       {"Other", other_mask},
+      {"L", letter_mask}, {"Letter", letter_mask}, {"M", mark_mask},        {"Mark", mark_mask},
+      {"N", number_mask}, {"Number", number_mask}, {"P", punctuation_mask}, {"Punctuation", punctuation_mask},
+      {"S", symbol_mask}, {"Symbol", symbol_mask}, {"Z", separator_mask},   {"Separator", separator_mask},
+      {"C", other_mask},  {"Other", other_mask},
   };
   for (const auto& g : groups) {
     if (name == g.name) return g.mask;

@@ -15,8 +15,36 @@ namespace latte::unicode {
 
 /// Unicode General_Category values. The order is fixed by tools/unicode/gen_tables.py.
 enum class Category : uint8_t {
-  Cn, Lu, Ll, Lt, Lm, Lo, Mn, Mc, Me, Nd, Nl, No, Pc, Pd, Ps, Pe,
-  Pi, Pf, Po, Sm, Sc, Sk, So, Zs, Zl, Zp, Cc, Cf, Cs, Co,
+  Cn,
+  Lu,
+  Ll,
+  Lt,
+  Lm,
+  Lo,
+  Mn,
+  Mc,
+  Me,
+  Nd,
+  Nl,
+  No,
+  Pc,
+  Pd,
+  Ps,
+  Pe,
+  Pi,
+  Pf,
+  Po,
+  Sm,
+  Sc,
+  Sk,
+  So,
+  Zs,
+  Zl,
+  Zp,
+  Cc,
+  Cf,
+  Cs,
+  Co,
 };
 inline constexpr unsigned category_count = 30;
 
@@ -26,23 +54,18 @@ inline constexpr Properties white_space_bit = 1u << 30;
 
 constexpr Properties category_bit(Category c) { return 1u << static_cast<unsigned>(c); }
 constexpr Properties letter_mask = category_bit(Category::Lu) | category_bit(Category::Ll) |
-                                   category_bit(Category::Lt) | category_bit(Category::Lm) |
-                                   category_bit(Category::Lo);
-constexpr Properties mark_mask =
-    category_bit(Category::Mn) | category_bit(Category::Mc) | category_bit(Category::Me);
-constexpr Properties number_mask =
-    category_bit(Category::Nd) | category_bit(Category::Nl) | category_bit(Category::No);
-constexpr Properties punctuation_mask = category_bit(Category::Pc) | category_bit(Category::Pd) |
-                                        category_bit(Category::Ps) | category_bit(Category::Pe) |
-                                        category_bit(Category::Pi) | category_bit(Category::Pf) |
-                                        category_bit(Category::Po);
-constexpr Properties symbol_mask = category_bit(Category::Sm) | category_bit(Category::Sc) |
-                                   category_bit(Category::Sk) | category_bit(Category::So);
+                                   category_bit(Category::Lt) | category_bit(Category::Lm) | category_bit(Category::Lo);
+constexpr Properties mark_mask = category_bit(Category::Mn) | category_bit(Category::Mc) | category_bit(Category::Me);
+constexpr Properties number_mask = category_bit(Category::Nd) | category_bit(Category::Nl) | category_bit(Category::No);
+constexpr Properties punctuation_mask =
+    category_bit(Category::Pc) | category_bit(Category::Pd) | category_bit(Category::Ps) | category_bit(Category::Pe) |
+    category_bit(Category::Pi) | category_bit(Category::Pf) | category_bit(Category::Po);
+constexpr Properties symbol_mask =
+    category_bit(Category::Sm) | category_bit(Category::Sc) | category_bit(Category::Sk) | category_bit(Category::So);
 constexpr Properties separator_mask =
     category_bit(Category::Zs) | category_bit(Category::Zl) | category_bit(Category::Zp);
-constexpr Properties other_mask = category_bit(Category::Cc) | category_bit(Category::Cf) |
-                                  category_bit(Category::Cs) | category_bit(Category::Co) |
-                                  category_bit(Category::Cn);
+constexpr Properties other_mask = category_bit(Category::Cc) | category_bit(Category::Cf) | category_bit(Category::Cs) |
+                                  category_bit(Category::Co) | category_bit(Category::Cn);
 
 /// The General_Category of `cp` (Cn for unassigned code points and anything above U+10FFFF).
 Category category(char32_t cp) noexcept;
@@ -78,9 +101,9 @@ constexpr size_t utf8_sequence_length(uint8_t b) noexcept {
 
 /// A text decoded for matching: one entry per code point (invalid bytes become U+FFFD).
 struct DecodedText {
-  std::vector<char32_t> code_points;     ///< [n] code points
-  std::vector<Properties> props;         ///< [n] properties(code_points[i])
-  std::vector<uint32_t> byte_offsets;    ///< [n + 1] byte offset of code point i in the source; last = size
+  std::vector<char32_t> code_points;   ///< [n] code points
+  std::vector<Properties> props;       ///< [n] properties(code_points[i])
+  std::vector<uint32_t> byte_offsets;  ///< [n + 1] byte offset of code point i in the source; last = size
   /// Decodes `text` (any bytes) into this object, reusing its storage.
   void assign(std::string_view text);
   [[nodiscard]] size_t size() const noexcept { return code_points.size(); }

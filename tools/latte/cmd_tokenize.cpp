@@ -10,8 +10,8 @@
 
 #include <charconv>
 #include <chrono>
-#include <ctime>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -28,6 +28,7 @@ constexpr const char* usage =
     "  --no-bos             do not add BOS/EOS even if the vocabulary asks for them\n"
     "  --decode \"1 2 3\"     print the text of these ids instead\n"
     "  --write-vocab OUT    (with --hf) write the imported vocabulary as a GGUF file\n"
+    "  --arch NAME          general.architecture of that file (default deepseek2)\n"
     "  --time               print the encoding time and throughput (MB/s) on stderr\n"
     "Prints the ids separated by spaces.\n";
 
@@ -47,8 +48,8 @@ std::vector<latte::Token> parse_ids(const std::string& text) {
     if (at >= text.size()) break;
     latte::Token id = 0;
     const auto [end, ec] = std::from_chars(text.data() + at, text.data() + text.size(), id);
-    if (ec != std::errc() || (end != text.data() + text.size() && *end != ' ' && *end != ',' && *end != '\t' &&
-                              *end != '\n')) {
+    if (ec != std::errc() ||
+        (end != text.data() + text.size() && *end != ' ' && *end != ',' && *end != '\t' && *end != '\n')) {
       throw latte::Error(latte::ErrorCode::invalid_argument,
                          "--decode: '" + text.substr(at, 20) + "' is not a token id (byte " + std::to_string(at) + ")");
     }
@@ -69,13 +70,14 @@ int run_tokenize(std::span<const std::string> argv) {
   const auto file = args.take({"--file", "-f"});
   const auto decode = args.take({"--decode"});
   const auto write_vocab = args.take({"--write-vocab"});
+  const auto arch = args.take({"--arch"});
   const bool special = args.flag({"--special"});
   const bool no_bos = args.flag({"--no-bos"});
   const bool time = args.flag({"--time"});
   const auto positionals = args.positionals();
   if (model.has_value() == hf.has_value()) {
-    throw latte::Error(latte::ErrorCode::invalid_argument, "give exactly one of --model F.gguf or --hf DIR\n" +
-                                                               std::string(usage));
+    throw latte::Error(latte::ErrorCode::invalid_argument,
+                       "give exactly one of --model F.gguf or --hf DIR\n" + std::string(usage));
   }
 
   std::optional<latte::Tokenizer> tok;
@@ -87,7 +89,7 @@ int run_tokenize(std::span<const std::string> argv) {
                                                                 (dir / "tokenizer_config.json").string());
     if (write_vocab) {
       latte::gguf::Writer writer;
-      writer.set("general.architecture", std::string("deepseek2"));
+      writer.set("general.architecture", arch.value_or("deepseek2"));
       writer.set("general.name", dir.filename().string());
       meta.write_to(writer);
       writer.write(*write_vocab, [](size_t, std::span<std::byte>) {});

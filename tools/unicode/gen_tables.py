@@ -6,6 +6,7 @@ and the White_Space property (\\s). This script reads UnicodeData.txt and PropLi
 unicode-data package installs them in /usr/share/unicode) and writes compact range tables that
 src/tokenizer/unicode.cpp searches with a binary search.
 
+    apt-get install unicode-data   # if /usr/share/unicode is missing
     python3 tools/unicode/gen_tables.py [--ucd /usr/share/unicode] [--out src/tokenizer/unicode_tables.cpp]
 """
 import argparse
