@@ -377,3 +377,31 @@ TEST_CASE("convert imports the tokenizer and --vocab-only writes metadata withou
                                                     .progress = latte::convert::ProgressMeter::Mode::silent}),
                   latte::Error);
 }
+
+TEST_CASE("convert to q4_k_m applies the type rule and stays within K-quant error of the source") {
+  std::mt19937 rng(std::random_device{}());
+  latte::test::TempDir dir;
+  TinyHfSpec spec;  // rows of 256 so that the K types apply; P = 32 falls back to Q5_0
+  spec.hidden = 256, spec.q_lora = 256, spec.kv_lora = 256, spec.nope = 32, spec.rope = 32, spec.v_head = 32;
+  spec.ff = 512, spec.ff_expert = 256, spec.vocab = 256;
+  const auto hf = latte::test::write_tiny_hf_checkpoint(dir.path(), spec, rng);
+  const std::string out = dir.file("q4km.gguf");
+  convert(dir.path(), out, latte::convert::TypeMix::q4_k_m);
+  // Q4_K: 8 sub-blocks of 32 with 6-bit scales and mins; |error| <= about (max - min) / 30 of a
+  // sub-block plus the scale rounding, about 5% of the tensor's largest magnitude here (Q5_0, Q6_K
+  // less). A layout error would be of the order of the values themselves.
+  check_conversion(out, expected_tensors(spec, hf, false), 0.08);
+  const auto f = latte::gguf::File::open(out);
+  const auto type_of = [&](const char* name) { return latte::type_name(f.find_tensor(name)->type); };
+  CHECK(type_of("token_embd.weight") == "q4_K");
+  CHECK(type_of("output.weight") == "q6_K");
+  CHECK(type_of("blk.0.ffn_down.weight") == "q4_K");  // 3 blocks: use_more_bits for block 2 only
+  CHECK(type_of("blk.1.ffn_down_exps.weight") == "q4_K");
+  CHECK(type_of("blk.2.ffn_down_exps.weight") == "q6_K");
+  CHECK(type_of("blk.2.ffn_down_shexp.weight") == "q6_K");
+  CHECK(type_of("blk.1.attn_k_b.weight") == "q5_0");
+  CHECK(type_of("blk.1.attn_v_b.weight") == "q4_K");
+  CHECK(type_of("blk.1.ffn_gate_inp.weight") == "f32");
+  CHECK(type_of("blk.1.attn_kv_a_norm.weight") == "f32");
+  CHECK(f.get<uint32_t>("general.file_type") == 15);
+}

@@ -2,9 +2,9 @@
 
 #include "convert/hf_config.hpp"
 #include "convert/safetensors.hpp"
-#include "core/task_pool.hpp"
 #include "convert/tensor_plan.hpp"
 #include "convert/tokenizer_import.hpp"
+#include "core/task_pool.hpp"
 
 #include <latte/error.hpp>
 #include <latte/gguf.hpp>

@@ -4,7 +4,6 @@
 
 #include <latte/error.hpp>
 
-#include <cstdio>
 #include <filesystem>
 
 namespace latte::convert {
@@ -15,8 +14,6 @@ bool write_tokenizer_metadata(const std::string& model_folder, int n_vocab, bool
   std::error_code ec;
   if (!fs::exists(tokenizer_json, ec)) {
     if (required) throw Error(ErrorCode::not_found, tokenizer_json.string() + ": no such file");
-    std::fprintf(stderr, "warning: %s: no tokenizer.json; the GGUF file gets no tokenizer metadata\n",
-                 model_folder.c_str());
     return false;
   }
   const auto tokenizer =

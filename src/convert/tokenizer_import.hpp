@@ -11,8 +11,8 @@
 namespace latte::convert {
 
 /// Adds the tokenizer metadata of `model_folder` to `writer` and returns true. Without a
-/// tokenizer.json it returns false (a warning is printed) unless `required`, when it throws
-/// Error(not_found). Malformed tokenizer files throw as the importer does.
+/// tokenizer.json it returns false, unless `required`, when it throws Error(not_found). Malformed
+/// tokenizer files throw as the importer does.
 bool write_tokenizer_metadata(const std::string& model_folder, int n_vocab, bool required, gguf::Writer& writer);
 
 }  // namespace latte::convert

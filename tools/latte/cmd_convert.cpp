@@ -146,6 +146,10 @@ int run_convert(std::span<const std::string> argv) {
           no_progress ? latte::convert::ProgressMeter::Mode::silent : latte::convert::ProgressMeter::Mode::automatic,
   };
   const auto report = latte::convert::convert_hf_model(options);
+  if (!report.has_tokenizer) {
+    std::fprintf(stderr, "warning: %s has no tokenizer.json; %s has no tokenizer metadata\n", positionals[0].c_str(),
+                 output->c_str());
+  }
   if (!no_progress) {
     std::fprintf(
         stderr, "wrote %s: %zu tensors, %s%s\n", output->c_str(), report.n_tensors,
