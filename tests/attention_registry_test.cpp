@@ -1,4 +1,5 @@
 // The attention backend registry: built-in backends, host-registered backends, selection rules.
+#include "model/presets.hpp"
 #include "support/random_models.hpp"
 
 #include <latte/attention.hpp>
@@ -62,7 +63,7 @@ TEST_CASE("the registry lists the built-in backends and rejects unknown names wi
   const auto names = registry.names();
   CHECK(std::find(names.begin(), names.end(), "mla") != names.end());
   CHECK(std::find(names.begin(), names.end(), "standard") != names.end());
-  const latte::ModelConfig c = latte::test::random_model("test-v2-lite").config();
+  const latte::ModelConfig c = latte::model_preset("test-v2-lite");
   try {
     (void)registry.create("flashy", c, latte::Device::cpu());
     FAIL("unknown backend created");
@@ -71,7 +72,7 @@ TEST_CASE("the registry lists the built-in backends and rejects unknown names wi
     CHECK(std::string(e.what()).find("available: mla, standard") != std::string::npos);
   }
   try {
-    latte::Session s(latte::test::random_model("test-v2-lite"), {.attention = "flashy"});
+    latte::Session s(latte::test::shared_random_model("test-v2-lite"), {.attention = "flashy"});
     FAIL("session with an unknown backend");
   } catch (const latte::Error& e) {
     CHECK(e.code() == latte::ErrorCode::not_found);
@@ -89,7 +90,7 @@ TEST_CASE("a backend registered by the host application runs sessions and can be
        .create = [&calls](const latte::ModelConfig& c, latte::Device d) -> std::unique_ptr<latte::AttentionBackend> {
          return std::make_unique<CountingBackend>(latte::AttentionRegistry::instance().create("mla", c, d), &calls);
        }});
-  const auto model = latte::test::random_model("test-v2-lite");
+  const auto model = latte::test::shared_random_model("test-v2-lite");
   latte::Session s(model, {.attention = "counting"});
   CHECK(s.backend_name() == "counting");
   s.eval(std::vector<latte::Token>{3, 4, 5});
@@ -102,7 +103,7 @@ TEST_CASE("a backend registered by the host application runs sessions and can be
 }
 
 TEST_CASE("backend selection: explicit parameter, then LATTE_ATTENTION, then LATTE_MLA_DISABLE, then auto") {
-  const latte::ModelConfig c = latte::test::random_model("test-v2-lite").config();
+  const latte::ModelConfig c = latte::model_preset("test-v2-lite");
   const auto cpu = latte::Device::cpu();
   const EnvScope no_attention("LATTE_ATTENTION", nullptr);
   const EnvScope no_disable("LATTE_MLA_DISABLE", nullptr);

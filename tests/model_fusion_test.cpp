@@ -58,7 +58,7 @@ TEST_CASE("the fused attention input projection holds the query part first, then
   const latte::TaskRunner serial;
   for (const char* preset : {"test-v3", "test-v2-lite"}) {  // with and without q_lora
     CAPTURE(preset);
-    const latte::Model m = latte::test::random_model(preset);
+    const latte::Model m = latte::test::shared_random_model(preset);
     const latte::ModelConfig& c = m.config();
     const auto& layer = m.state().weights.layers[0];
     const auto layout = latte::detail::attention_input_layout(c);
@@ -86,7 +86,7 @@ TEST_CASE("the fused SiLU FFN runs gate rows first, then up rows") {
   using latte::detail::GateUpPart;
   CHECK(latte::detail::kGateUpFusionOrder[0] == GateUpPart::gate);
   CHECK(latte::detail::kGateUpFusionOrder[1] == GateUpPart::up);
-  const latte::Model m = latte::test::random_model("test-v2-lite");
+  const latte::Model m = latte::test::shared_random_model("test-v2-lite");
   const auto& layer = m.state().weights.layers[0];  // the dense lead block
   const size_t H = static_cast<size_t>(m.config().n_embd), F = static_cast<size_t>(m.config().n_ff);
   constexpr size_t T = 2;

@@ -16,7 +16,7 @@ namespace {
 constexpr double kFp32Tolerance = 1e-5;
 
 const latte::Model& shared_model() {
-  static const latte::Model model = latte::test::random_model("test-glm-flash");
+  static const latte::Model model = latte::test::shared_random_model("test-glm-flash");
   return model;
 }
 

@@ -59,7 +59,7 @@ TEST_CASE("expected tensor shapes follow DESIGN.md's ggml layout") {
 TEST_CASE("random models of every preset flavour load with a clean audit; MTP blocks are skipped") {
   for (std::string_view flavour : latte::test::kTestFlavours) {
     CAPTURE(flavour);
-    const latte::Model m = latte::test::random_model(flavour);
+    const latte::Model m = latte::test::shared_random_model(flavour);
     CHECK(m.audit().ok());
     CHECK(m.audit().unexpected.empty());
     const bool has_mtp = m.config().n_nextn_layer > 0;
