@@ -13,6 +13,7 @@
 #include <latte/session.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <string>
 
@@ -21,9 +22,9 @@ namespace {
 void print_usage() {
   std::fputs(
       "usage: latte generate --model FILE.gguf --tokens \"ID ID ...\" -n N --greedy\n"
-      "                      [--attention mla|standard|auto] [--device cpu] [--threads N]\n"
+      "                      [--attention mla|standard|auto] [--device cpu] [--threads N] [--timing]\n"
       "Prints N generated token ids on one line (greedy: the most likely token each step, ties to\n"
-      "the lowest id).\n",
+      "the lowest id). --timing prints prompt and generation speeds on stderr.\n",
       stdout);
 }
 
@@ -44,6 +45,7 @@ int run_generate(std::span<const std::string> argv) {
   const std::string device = args.take({"--device"}).value_or("cpu");
   const int threads = latte::cli::parse_int_option("--threads", args.take({"--threads"}).value_or("0"));
   const bool greedy = args.flag({"--greedy"});
+  const bool timing = args.flag({"--timing"});
   if (!args.positionals().empty())
     throw latte::Error(latte::ErrorCode::invalid_argument, "unexpected argument " + args.positionals()[0]);
   if (!model_path) throw latte::Error(latte::ErrorCode::invalid_argument, "--model is required");
@@ -58,7 +60,10 @@ int run_generate(std::span<const std::string> argv) {
   const auto model = latte::Model::load(*model_path, {.device = latte::Device::parse(device)});
   latte::Session session(
       model, {.n_ctx = static_cast<int>(prompt.size()) + std::max(n, 1), .attention = attention, .n_threads = threads});
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
   session.eval(prompt);
+  const auto t1 = clock::now();
   std::string line;
   for (int i = 0; i < n; ++i) {
     const latte::Token next = argmax(session.logits());
@@ -66,7 +71,16 @@ int run_generate(std::span<const std::string> argv) {
     line += std::to_string(next);
     if (i + 1 < n) session.eval(std::span(&next, 1));
   }
+  const auto t2 = clock::now();
   std::printf("%s\n", line.c_str());
+  if (timing) {
+    const double prompt_s = std::chrono::duration<double>(t1 - t0).count();
+    const double gen_s = std::chrono::duration<double>(t2 - t1).count();
+    std::fprintf(stderr,
+                 "prompt: %zu tokens in %.3f s (%.1f tokens/s); generation: %d tokens in %.3f s (%.1f tokens/s)\n",
+                 prompt.size(), prompt_s, static_cast<double>(prompt.size()) / prompt_s, std::max(n - 1, 0), gen_s,
+                 n > 1 ? (n - 1) / gen_s : 0.0);
+  }
   return 0;
 }
 
