@@ -82,7 +82,7 @@ TEST_CASE("empty rows are accepted and touch nothing") {
   float out = 42.0f;
   latte::dequantize_row(GgmlType::q4_k, nullptr, &out, 0);
   latte::dequantize_rows(GgmlType::q4_k, nullptr, &out, 0, 256);
-  latte::quantize_row(GgmlType::q8_0, nullptr, nullptr, 0);
+  latte::quantize_row(GgmlType::q4_k, nullptr, nullptr, 0);
   CHECK(latte::dot_row(GgmlType::q4_k, nullptr, nullptr, 0) == 0.0f);
   CHECK(out == 42.0f);
 }

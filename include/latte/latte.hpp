@@ -14,4 +14,5 @@
 #include <latte/quant_blocks.hpp>
 #include <latte/session.hpp>
 #include <latte/token.hpp>
+#include <latte/tokenizer.hpp>
 #include <latte/version.hpp>

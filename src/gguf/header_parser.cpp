@@ -11,19 +11,17 @@
 // a claim of 2^60 elements costs nothing. Each failure names the field and its byte offset.
 #include "gguf/header_parser.hpp"
 
-#include "gguf/ggml_type_layout.hpp"
-
 #include <latte/error.hpp>
 
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <new>
 #include <numeric>
 
 namespace latte::gguf {
 namespace {
 
-constexpr uint32_t default_alignment = 32;  // bytes
 constexpr uint64_t no_index = std::numeric_limits<uint64_t>::max();
 constexpr uint32_t max_value_type = static_cast<uint32_t>(ValueType::f64);
 
@@ -95,6 +93,8 @@ class HeaderParser {
   uint64_t pos_ = 0;  // byte offset of the next read
   uint64_t n_tensors_ = 0;
   uint64_t n_kv_ = 0;
+  std::vector<uint64_t> kv_at_;            // per metadata entry: byte offset where it starts
+  std::vector<uint64_t> tensor_info_at_;   // per tensor: byte offset where its info starts
   std::vector<uint64_t> offset_field_at_;  // per tensor: byte offset of its `offset` field
 
   [[nodiscard]] uint64_t remaining() const { return bytes_.size() - pos_; }
@@ -124,9 +124,7 @@ class HeaderParser {
   // A string's bytes as a view into the image. `field.what` names the string ("key", "name", ...).
   std::string_view read_string(const Field& field) {
     const uint64_t at = pos_;
-    Field length_field = field;
-    length_field.what = field.what == "value" ? "string length" : field.what;
-    const uint64_t length = read<uint64_t>(length_field);
+    const uint64_t length = read<uint64_t>(field);
     if (length > remaining()) {
       fail(at, field,
            "string length " + std::to_string(length) + " exceeds the " + std::to_string(remaining()) +
@@ -313,20 +311,24 @@ class HeaderParser {
   void read_metadata(ParsedHeader& header) {
     header.metadata.reserve(static_cast<size_t>(n_kv_));
     header.key_index.reserve(static_cast<size_t>(n_kv_));
+    kv_at_.reserve(static_cast<size_t>(n_kv_));
     for (uint64_t i = 0; i < n_kv_; ++i) {
       const uint64_t entry_at = pos_;
       const Field key_field{"metadata entry", {}, i, "key"};
       const std::string_view key = read_string(key_field);
       if (key.empty()) fail(entry_at, key_field, "empty key");
-      if (auto [it, inserted] = header.key_index.try_emplace(key, header.metadata.size()); !inserted) {
-        fail(entry_at, {"key", key, no_index, "entry"},
-             "duplicate key (first defined by metadata entry #" + std::to_string(it->second) + ")");
-      }
+      header.key_index.add(key, header.metadata.size());
+      kv_at_.push_back(entry_at);
       const ValueType type = read_value_type({"key", key, no_index, "value type"}, false);
       const uint64_t value_at = pos_;
       Value value = read_value(type, key);
       check_well_known(header, key, value, value_at);
       header.metadata.push_back({std::string(key), std::move(value)});
+    }
+    if (const auto duplicate = header.key_index.sort_and_find_duplicate()) {
+      const auto [first, second] = *duplicate;
+      fail(kv_at_[second], {"key", header.metadata[second].key, no_index, "entry"},
+           "duplicate key (first defined by metadata entry #" + std::to_string(first) + ")");
     }
   }
 
@@ -334,15 +336,14 @@ class HeaderParser {
     header.tensors.reserve(static_cast<size_t>(n_tensors_));
     header.tensor_index.reserve(static_cast<size_t>(n_tensors_));
     offset_field_at_.reserve(static_cast<size_t>(n_tensors_));
+    tensor_info_at_.reserve(static_cast<size_t>(n_tensors_));
     for (uint64_t i = 0; i < n_tensors_; ++i) {
       const uint64_t info_at = pos_;
       const Field name_field{"tensor info", {}, i, "name"};
       const std::string_view name = read_string(name_field);
       if (name.empty()) fail(info_at, name_field, "empty tensor name");
-      if (auto [it, inserted] = header.tensor_index.try_emplace(name, header.tensors.size()); !inserted) {
-        fail(info_at, {"tensor", name, no_index, "name"},
-             "duplicate tensor name (first defined by tensor info #" + std::to_string(it->second) + ")");
-      }
+      header.tensor_index.add(name, header.tensors.size());
+      tensor_info_at_.push_back(info_at);
       TensorInfo tensor;
       tensor.name = std::string(name);
 
@@ -372,16 +373,18 @@ class HeaderParser {
       const uint64_t type_at = pos_;
       const Field type_field{"tensor", name, no_index, "type"};
       const auto raw_type = read<uint32_t>(type_field);
-      const auto layout = ggml_type_layout(raw_type);
+      const auto layout = find_type_traits(raw_type);
       if (!layout) {
-        const std::string_view removed = ggml_removed_type_name(raw_type);
-        fail(type_at, type_field,
-             "ggml type id " + std::to_string(raw_type) +
-                 (removed.empty() ? " is unknown" : " (" + std::string(removed) + ") was removed from ggml"));
+        try {
+          (void)type_traits(static_cast<GgmlType>(raw_type));  // explains why the id is rejected
+        } catch (const Error& e) {
+          fail(type_at, type_field, e.what());
+        }
+        fail(type_at, type_field, "ggml type id " + std::to_string(raw_type) + " is unknown");
       }
       tensor.type = static_cast<GgmlType>(raw_type);
       if (tensor.ne[0] % layout->block_values != 0) {
-        fail(dims_at, {"tensor", name, no_index, "ne", 0},
+        fail(dims_at + sizeof(uint32_t), {"tensor", name, no_index, "ne", 0},
              "row of " + std::to_string(tensor.ne[0]) + " values is not a multiple of " + std::string(layout->name) +
                  "'s block of " + std::to_string(layout->block_values));
       }
@@ -404,6 +407,11 @@ class HeaderParser {
       }
       header.tensors.push_back(std::move(tensor));
     }
+    if (const auto duplicate = header.tensor_index.sort_and_find_duplicate()) {
+      const auto [first, second] = *duplicate;
+      fail(tensor_info_at_[second], {"tensor", header.tensors[second].name, no_index, "name"},
+           "duplicate tensor name (first defined by tensor info #" + std::to_string(first) + ")");
+    }
   }
 
   // Fixes the data section's start and checks that every tensor's bytes lie inside the file and
@@ -423,8 +431,11 @@ class HeaderParser {
     }
     std::vector<size_t> order(header.tensors.size());
     std::iota(order.begin(), order.end(), size_t{0});
-    std::sort(order.begin(), order.end(),
-              [&](size_t a, size_t b) { return header.tensors[a].offset < header.tensors[b].offset; });
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      // Ties keep file order, so the later of two tensors at one offset is the one reported.
+      const uint64_t oa = header.tensors[a].offset, ob = header.tensors[b].offset;
+      return oa != ob ? oa < ob : a < b;
+    });
     for (size_t k = 1; k < order.size(); ++k) {
       const TensorInfo& before = header.tensors[order[k - 1]];
       const TensorInfo& t = header.tensors[order[k]];
@@ -440,8 +451,36 @@ class HeaderParser {
 
 }  // namespace
 
+std::optional<std::pair<size_t, size_t>> NameIndex::sort_and_find_duplicate() {
+  std::sort(entries_.begin(), entries_.end());  // by name, then position
+  std::optional<std::pair<size_t, size_t>> duplicate;
+  for (size_t i = 1; i < entries_.size(); ++i) {
+    // Equal names sit together, ordered by position: the first of a run is the original and the
+    // second is that name's earliest repetition.
+    const bool repeats = entries_[i].first == entries_[i - 1].first;
+    const bool second_of_run = repeats && (i == 1 || entries_[i - 2].first != entries_[i].first);
+    if (second_of_run && (!duplicate || entries_[i].second < duplicate->second)) {
+      duplicate.emplace(entries_[i - 1].second, entries_[i].second);
+    }
+  }
+  return duplicate;
+}
+
+std::optional<size_t> NameIndex::find(std::string_view name) const noexcept {
+  const auto it = std::lower_bound(entries_.begin(), entries_.end(), name,
+                                   [](const auto& entry, std::string_view n) { return entry.first < n; });
+  if (it == entries_.end() || it->first != name) return std::nullopt;
+  return it->second;
+}
+
 ParsedHeader parse_header(std::span<const std::byte> bytes, const std::string& name) {
-  return HeaderParser(bytes, name).run();
+  try {
+    return HeaderParser(bytes, name).run();
+  } catch (const std::bad_alloc&) {
+    // Counts are bounded by the file size, so this needs a header of several times the free memory.
+    throw Error(ErrorCode::out_of_memory, name + ": out of memory while reading the GGUF header (file is " +
+                                              std::to_string(bytes.size()) + " bytes)");
+  }
 }
 
 }  // namespace latte::gguf

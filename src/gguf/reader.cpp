@@ -51,17 +51,15 @@ uint64_t File::data_offset() const noexcept { return impl_->header.data_offset; 
 std::span<const KeyValue> File::metadata() const noexcept { return impl_->header.metadata; }
 
 const Value* File::find(std::string_view key) const noexcept {
-  const auto& index = impl_->header.key_index;
-  const auto it = index.find(key);
-  return it == index.end() ? nullptr : &impl_->header.metadata[it->second].value;
+  const auto position = impl_->header.key_index.find(key);
+  return position ? &impl_->header.metadata[*position].value : nullptr;
 }
 
 std::span<const TensorInfo> File::tensors() const noexcept { return impl_->header.tensors; }
 
 const TensorInfo* File::find_tensor(std::string_view name) const noexcept {
-  const auto& index = impl_->header.tensor_index;
-  const auto it = index.find(name);
-  return it == index.end() ? nullptr : &impl_->header.tensors[it->second];
+  const auto position = impl_->header.tensor_index.find(name);
+  return position ? &impl_->header.tensors[*position] : nullptr;
 }
 
 std::span<const std::byte> File::tensor_data(const TensorInfo& tensor) const noexcept {

@@ -1,8 +1,6 @@
 // latte::gguf::Writer: lays out a GGUF v3 file (header, then tensors at aligned offsets fixed before any
 // data is produced), then writes it with several threads, each pwrite-ing whole tensors at their
 // precomputed offsets into `path.partial`, renamed to `path` once everything is on disk.
-#include "gguf/ggml_type_layout.hpp"
-
 #include <latte/error.hpp>
 #include <latte/gguf.hpp>
 
@@ -254,7 +252,7 @@ void Writer::add_tensor(std::string name, GgmlType type, std::span<const uint64_
   }
   if (impl_->tensor_index.count(name)) fail("declared twice");
   if (ne.empty() || ne.size() > max_dims) fail(std::to_string(ne.size()) + " dimensions, expected 1..4");
-  const auto layout = ggml_type_layout(static_cast<uint32_t>(type));
+  const auto layout = find_type_traits(static_cast<uint32_t>(type));
   if (!layout) fail("unknown ggml type id " + std::to_string(static_cast<uint32_t>(type)));
 
   TensorInfo t;

@@ -12,14 +12,16 @@
 
 namespace latte::quant {
 
-/// Exact widening of IEEE binary16 bits. NaN payloads are kept (a signalling NaN stays signalling).
+/// Exact widening of IEEE binary16 bits. NaNs keep their payload and come out quiet, as from ggml's
+/// conversion (which multiplies, and so quiets a signalling NaN).
 inline float half_to_float(uint16_t h) noexcept {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t magnitude = h & 0x7fffu;  // exponent (5 bits) and mantissa (10 bits)
   // Normal numbers: move the fields into place and rebias the exponent from 15 to 127.
   const uint32_t normal = (magnitude << 13) + (uint32_t{127 - 15} << 23);
-  // Infinity and NaN: exponent all ones in both formats; the mantissa moves up unchanged.
-  const uint32_t special = (magnitude << 13) | 0x7f800000u;
+  // Infinity and NaN: exponent all ones in both formats; the mantissa moves up, NaNs get the quiet bit.
+  const uint32_t quiet = (magnitude & 0x03ffu) != 0 ? 0x00400000u : 0u;
+  const uint32_t special = (magnitude << 13) | 0x7f800000u | quiet;
   // Subnormals (and zero): magnitude * 2^-24, exact in float.
   const uint32_t subnormal = std::bit_cast<uint32_t>(static_cast<float>(magnitude) * 0x1p-24f);
   const uint32_t bits = magnitude >= 0x7c00u ? special : (magnitude >= 0x0400u ? normal : subnormal);

@@ -6,6 +6,12 @@
 
 namespace latte::test {
 
+GgufBytes& GgufBytes::append(const void* data, size_t n) {
+  const auto* first = static_cast<const std::byte*>(data);
+  bytes.insert(bytes.end(), first, first + n);
+  return *this;
+}
+
 size_t find_text(std::span<const std::byte> image, std::string_view needle, size_t from) {
   const auto* begin = reinterpret_cast<const char*>(image.data());
   const std::string_view haystack(begin, image.size());

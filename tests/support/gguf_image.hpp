@@ -18,21 +18,17 @@ namespace latte::test {
 struct GgufBytes {
   std::vector<std::byte> bytes;
 
+  /// Appends `n` raw bytes.
+  GgufBytes& append(const void* data, size_t n);
   template <class T>
   GgufBytes& scalar(T v) {
-    const size_t at = bytes.size();
-    bytes.resize(at + sizeof(T));
-    std::memcpy(bytes.data() + at, &v, sizeof(T));
-    return *this;
+    return append(&v, sizeof(T));
   }
   GgufBytes& u8(uint8_t v) { return scalar(v); }
   GgufBytes& u32(uint32_t v) { return scalar(v); }
   GgufBytes& u64(uint64_t v) { return scalar(v); }
   /// Raw bytes of `text`, no length.
-  GgufBytes& raw(std::string_view text) {
-    for (char c : text) bytes.push_back(static_cast<std::byte>(c));
-    return *this;
-  }
+  GgufBytes& raw(std::string_view text) { return append(text.data(), text.size()); }
   /// A GGUF string: u64 length, then the bytes.
   GgufBytes& str(std::string_view text) { return u64(text.size()).raw(text); }
   /// Zero bytes up to the next multiple of `alignment`.
