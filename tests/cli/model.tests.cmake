@@ -25,3 +25,13 @@ latte_cli_test(NAME model_missing_file ARGS logits --model ${CMAKE_CURRENT_BINAR
                EXPECT_EXIT 1 EXPECT_STDERR "no-such.gguf")
 set_tests_properties(cli_model_token_out_of_range cli_model_bad_token_text cli_model_unknown_backend
                      cli_model_generate_needs_greedy PROPERTIES FIXTURES_REQUIRED cli_model)
+
+# `latte inspect` shows a supported model's config and weight audit; --audit lists every tensor.
+latte_cli_test(NAME model_inspect_summary ARGS inspect --no-tensors ${_model}
+               EXPECT_STDOUT "deepseek2, 3 blocks \\(1 dense, 1 MTP skipped\\).*audit: [0-9]+ tensors mapped, [0-9]+ skipped \\(MTP\\), 0 missing")
+latte_cli_test(NAME model_inspect_audit ARGS inspect --no-tensors --audit ${_model}
+               EXPECT_STDOUT "mapped: blk.0.attn_kv_a_mqa.weight \\(latent and k_pe projection\\).*skipped: blk.3.nextn.eh_proj.weight")
+latte_cli_test(NAME model_inspect_audit_json ARGS inspect --json --no-tensors --audit ${_model}
+               EXPECT_STDOUT "\"audit\": {\n *\"ok\": true")
+set_tests_properties(cli_model_inspect_summary cli_model_inspect_audit cli_model_inspect_audit_json
+                     PROPERTIES FIXTURES_REQUIRED cli_model)
