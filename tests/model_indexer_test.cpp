@@ -181,7 +181,9 @@ TEST_CASE("DSA equals dense attention up to top_k positions and differs beyond")
   const auto b = latte::test::all_logits(dense, latte::test::attention_backend(), tokens);
   const size_t V = static_cast<size_t>(c.n_vocab);
   const std::span<const float> a_head(a.data(), 16 * V), b_head(b.data(), 16 * V);
-  CHECK(latte::test::relative_error(a_head, b_head) == 0.0);  // positions 0..15: at most 16 keys
+  // Positions 0..15 see at most 16 keys: the same attention (up to the summation order of expert
+  // products, whose batch sizes differ when later tokens route differently).
+  CHECK(latte::test::relative_error(a_head, b_head) <= 1e-6);
   const std::span<const float> a_tail(a.data() + 16 * V, 14 * V), b_tail(b.data() + 16 * V, 14 * V);
   CHECK(latte::test::relative_error(a_tail, b_tail) > 1e-4);
 }
