@@ -12,6 +12,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 
 namespace {
@@ -167,4 +168,48 @@ TEST_CASE("quantized weights load and both backends agree on them") {
   const double quantization = latte::test::relative_error(mla, logits_of(f32, "mla", tokens));
   CHECK(quantization > kFp32Tolerance);
   CHECK(quantization < 0.05);
+}
+
+TEST_CASE("merged ffn_gate_up_exps (per expert: F gate rows, then F up rows) equals separate gate and up") {
+  const latte::ModelConfig c = latte::model_preset("test-v2-lite");
+  auto bytes = latte::random_model_bytes(c, {.seed = 29});
+  const auto separate_file = latte::gguf::File::from_bytes(bytes);
+  const size_t F = static_cast<size_t>(c.n_ff_expert), H = static_cast<size_t>(c.n_embd);
+  const size_t E = static_cast<size_t>(c.n_expert);
+  latte::gguf::Writer w;
+  c.write_gguf_metadata(w);
+  std::vector<const latte::gguf::TensorInfo*> sources;  // for a merged tensor: its gate tensor
+  for (const auto& t : separate_file.tensors()) {
+    if (t.name.find("ffn_up_exps") != std::string::npos) continue;
+    if (t.name.find("ffn_gate_exps") != std::string::npos) {
+      std::string merged = t.name;
+      merged.replace(merged.find("ffn_gate_exps"), 13, "ffn_gate_up_exps");
+      w.add_tensor(merged, latte::GgmlType::f32, {H, 2 * F, E});
+    } else {
+      w.add_tensor(t.name, t.type, std::span<const uint64_t>(t.ne.data(), t.n_dims));
+    }
+    sources.push_back(&t);
+  }
+  auto merged_bytes = w.write_to_memory([&](size_t i, std::span<std::byte> dst) {
+    const auto& t = *sources[i];
+    const auto src = separate_file.tensor_data(t);
+    if (t.name.find("ffn_gate_exps") == std::string::npos) {
+      std::memcpy(dst.data(), src.data(), dst.size());
+      return;
+    }
+    std::string up_name = t.name;
+    up_name.replace(up_name.find("ffn_gate_exps"), 13, "ffn_up_exps");
+    const auto up = separate_file.tensor_data(*separate_file.find_tensor(up_name));
+    const size_t expert_bytes = F * H * sizeof(float);
+    for (size_t e = 0; e < E; ++e) {
+      std::memcpy(dst.data() + 2 * e * expert_bytes, src.data() + e * expert_bytes, expert_bytes);
+      std::memcpy(dst.data() + (2 * e + 1) * expert_bytes, up.data() + e * expert_bytes, expert_bytes);
+    }
+  });
+  const latte::Model separate = latte::Model::from_file(latte::gguf::File::from_bytes(bytes));
+  const latte::Model merged = latte::Model::from_file(latte::gguf::File::from_bytes(merged_bytes));
+  CHECK(merged.file().find_tensor("blk.1.ffn_gate_up_exps.weight") != nullptr);
+  const auto tokens = latte::test::fresh_tokens(8, c.n_vocab);
+  CHECK(latte::test::relative_error(logits_of(merged, "mla", tokens), logits_of(separate, "mla", tokens)) <=
+        kFp32Tolerance);
 }
