@@ -1,9 +1,11 @@
 // Session behaviour: input validation before anything runs, context limits, truncate/reset, model
 // lifetime, thread-count independence.
+#include "model/presets.hpp"
 #include "support/random_models.hpp"
 #include "support/test_options.hpp"
 
 #include <latte/error.hpp>
+#include <latte/gguf.hpp>
 #include <latte/session.hpp>
 
 #include <doctest/doctest.h>
@@ -129,4 +131,21 @@ TEST_CASE("invalid session parameters are rejected") {
   CHECK(error_of([&] { latte::Session(shared_model(), {.n_ctx = 0}); }).code() == latte::ErrorCode::invalid_argument);
   CHECK(error_of([&] { latte::Session(shared_model(), {.n_threads = -2}); }).code() ==
         latte::ErrorCode::invalid_argument);
+}
+
+TEST_CASE("a model exposes the tokenizer of its file, and says so when there is none") {
+  const auto vocab = latte::gguf::File::open(latte::test::data_path("ggml-vocab-deepseek-llm.gguf"));
+  latte::RandomModelOptions options{.seed = 3};
+  options.extra_metadata = [&](latte::gguf::Writer& w) {
+    for (const auto& kv : vocab.metadata()) {
+      if (kv.key.rfind("tokenizer.", 0) == 0) w.set(kv.key, kv.value);
+    }
+  };
+  const latte::Model with = latte::test::random_model(latte::model_preset("test-v2-lite"), options);
+  const auto ids = with.tokenizer().encode("Hello world", {.add_special = false});
+  CHECK(!ids.empty());
+  CHECK(with.tokenizer().decode(ids) == "Hello world");
+  const latte::Error none = error_of([&] { (void)shared_model().tokenizer(); });
+  CHECK(none.code() == latte::ErrorCode::not_found);
+  CHECK(std::string(none.what()).find("no tokenizer") != std::string::npos);
 }
