@@ -210,7 +210,7 @@ TEST_CASE("gguf writer removes the partial file and keeps the old one when a fil
   const auto failing = [](size_t i, std::span<std::byte>) {
     if (i == 1) throw latte::Error(latte::ErrorCode::cancelled, "stop");
   };
-  CHECK_THROWS_AS(w.write(path, failing, 2), latte::Error);
+  CHECK_THROWS_WITH_AS(w.write(path, failing, 2), "stop", latte::Error);
   CHECK_FALSE(std::filesystem::exists(path + ".partial"));
   CHECK(read_whole(path).size() == std::string("previous").size());
   std::filesystem::remove(path);
@@ -299,6 +299,7 @@ TEST_CASE("gguf writer rejects bad declarations with invalid_argument") {
   CHECK(code_of([&] { w.add_tensor("o", GgmlType::f32, {uint64_t{1} << 40, uint64_t{1} << 40}); }) == bad);
   CHECK(code_of([&] { w.add_tensor("r", static_cast<GgmlType>(4), {32}); }) == bad);
   CHECK(code_of([&] { w.set_alignment(48); }) == bad);
+  CHECK(code_of([&] { (void)w.write_to_memory({}); }) == bad);
   CHECK(code_of([&] { w.set("general.alignment", uint64_t{64}); }) == bad);
   Array inconsistent(std::vector<float>{1.f});
   inconsistent.element_type = ValueType::u32;

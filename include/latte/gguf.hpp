@@ -151,7 +151,10 @@ struct TensorInfo {
   [[nodiscard]] std::string shape_string() const;
 };
 
-/// A parsed GGUF file. Move-only; the mapping lives as long as the File (or its shared owner).
+/// A parsed GGUF file. Move-only; the mapping lives as long as the File. References and spans it
+/// hands out (metadata, get_strings, tensor_data) stay valid while the File lives, moves included.
+/// Tensor data is read through the mapping: shrinking the file on disk while it is open makes the
+/// system raise SIGBUS on access, as with any mapped file.
 class File {
  public:
   /// Maps and parses `path`. Throws Error(not_found) when it does not exist, Error(io) when it cannot
@@ -224,7 +227,9 @@ class Writer {
   Writer(Writer&&) noexcept;
   Writer& operator=(Writer&&) noexcept;
 
-  /// Sets (or replaces) a metadata key. Order of first insertion is kept.
+  /// Sets (or replaces) a metadata key. Order of first insertion is kept. Throws
+  /// Error(invalid_argument) for an empty key, an Array whose element_type does not name the vector it
+  /// holds, or a general.alignment that is not a u32 power of two (setting it changes the alignment).
   void set(std::string key, Value value);
   template <class T>
   void set(std::string key, T v) {
@@ -232,7 +237,9 @@ class Writer {
   }
   /// Data alignment (a power of two); also written as general.alignment when not 32.
   void set_alignment(uint32_t alignment);
-  /// Declares a tensor; `ne` has 1..4 dims, ne[0] innermost. Throws on duplicates or bad shapes.
+  /// Declares a tensor; `ne` has 1..4 non-zero dims, ne[0] innermost and a whole number of the type's
+  /// blocks. Tensors are laid out in declaration order. Throws Error(invalid_argument) on duplicates,
+  /// names longer than 63 bytes (ggml's limit, so llama.cpp can load the file), or bad shapes/types.
   void add_tensor(std::string name, GgmlType type, std::span<const uint64_t> ne);
   void add_tensor(std::string name, GgmlType type, std::initializer_list<uint64_t> ne) {
     add_tensor(std::move(name), type, std::span<const uint64_t>(ne.begin(), ne.size()));
@@ -244,7 +251,9 @@ class Writer {
   using Fill = std::function<void(size_t index, std::span<std::byte> dst)>;
   /// Writes the whole file: header, then every tensor's data through `fill`, using up to
   /// `n_threads` threads (each calls fill for different tensors; memory stays ~ one tensor per
-  /// thread). Writes to `path + ".partial"` and renames on success.
+  /// thread). Writes to `path + ".partial"` and renames on success; on failure the partial file is
+  /// removed and an existing `path` is left untouched. An exception thrown by `fill` stops the write
+  /// and is rethrown as is. Throws Error(io) when the system refuses a create, write or rename.
   void write(const std::string& path, const Fill& fill, unsigned n_threads = 1) const;
   /// Serialises the whole file into memory (tests; small files only).
   [[nodiscard]] std::vector<std::byte> write_to_memory(const Fill& fill) const;

@@ -17,6 +17,7 @@
 #include <limits>
 #include <mutex>
 #include <new>
+#include <system_error>
 #include <thread>
 #include <unordered_map>
 #include <utility>
@@ -282,7 +283,16 @@ void Writer::add_tensor(std::string name, GgmlType type, std::span<const uint64_
 
 std::span<const TensorInfo> Writer::tensors() const noexcept { return impl_->tensors; }
 
+namespace {
+void require_fill(const Writer::Fill& fill, size_t n_tensors) {
+  if (!fill && n_tensors > 0) {
+    throw Error(ErrorCode::invalid_argument, "no fill function given for " + std::to_string(n_tensors) + " tensors");
+  }
+}
+}  // namespace
+
 void Writer::write(const std::string& path, const Fill& fill, unsigned n_threads) const {
+  require_fill(fill, impl_->tensors.size());
   const std::vector<std::byte> header = impl_->header();
   const uint64_t data_offset = header.size();
   const uint64_t file_size = data_offset + impl_->data_bytes();
@@ -326,18 +336,24 @@ void Writer::write(const std::string& path, const Fill& fill, unsigned n_threads
     }
   };
   const size_t n_workers = std::clamp<size_t>(n_threads, 1, std::max<size_t>(tensors.size(), 1));
-  if (n_workers == 1) {
-    worker();
-  } else {
-    std::vector<std::jthread> threads;
-    threads.reserve(n_workers);
-    for (size_t k = 0; k < n_workers; ++k) threads.emplace_back(worker);
+  {
+    std::vector<std::jthread> threads;  // joined at the end of this scope
+    threads.reserve(n_workers - 1);
+    for (size_t k = 1; k < n_workers; ++k) {
+      try {
+        threads.emplace_back(worker);
+      } catch (const std::system_error&) {
+        break;  // the system refused another thread: the ones running share the rest
+      }
+    }
+    worker();  // the calling thread works too
   }
   if (first_error) std::rethrow_exception(first_error);
   out.commit(path);
 }
 
 std::vector<std::byte> Writer::write_to_memory(const Fill& fill) const {
+  require_fill(fill, impl_->tensors.size());
   std::vector<std::byte> image = impl_->header();
   const uint64_t data_offset = image.size();
   image.resize(data_offset + impl_->data_bytes(), std::byte{0});
