@@ -11,17 +11,30 @@ namespace {
 // Set on the pool's worker threads and while the caller runs tasks: nested calls run serially.
 thread_local bool t_inside_task = false;
 
-/// How long a thread spins (yielding) for the next call or for the workers to finish before it
-/// blocks on a condition variable.
-constexpr auto kSpinTime = std::chrono::microseconds(200);
+/// How long a thread spins for the next call or for the workers to finish before it blocks on a
+/// condition variable. Short: on an oversubscribed machine a spinning thread takes the core from
+/// the thread it waits for.
+constexpr auto kSpinTime = std::chrono::microseconds(50);
 
-/// Spins until `done()` or kSpinTime passes; returns done().
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+/// Spins until `done()` or kSpinTime passes (busy-waiting first, then yielding); returns done().
 template <class Done>
 bool spin_until(Done done) {
   const auto deadline = std::chrono::steady_clock::now() + kSpinTime;
   for (int i = 0;; ++i) {
     if (done()) return true;
-    std::this_thread::yield();
+    if (i < 512) {
+      cpu_relax();
+    } else {
+      std::this_thread::yield();
+    }
     if ((i & 63) == 63 && std::chrono::steady_clock::now() > deadline) return done();
   }
 }

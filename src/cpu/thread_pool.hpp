@@ -1,7 +1,7 @@
 // A small fixed-size thread pool for the CPU forward pass: parallel_for over independent tasks, the
-// calling thread taking part. Between calls, workers spin briefly (yielding the core) for the next
-// call of the same token before they sleep: a decode step issues ~100 short parallel regions, and
-// waking sleeping threads costs tens of microseconds each.
+// calling thread taking part. Between calls, workers spin briefly (50 us) for the next call before
+// they sleep: a decode step issues ~100 short parallel regions back to back, and waking sleeping
+// threads costs tens of microseconds each.
 //
 //   latte::cpu::ThreadPool pool(4);
 //   pool.parallel_for(n_blocks, [&](int block, int worker) { /* scratch[worker] */ });
