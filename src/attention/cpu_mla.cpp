@@ -47,10 +47,12 @@ class CpuMlaBackend final : public AttentionBackend {
     }
     const AbsorbedUpProjections& up = layers_[static_cast<size_t>(in.layer)];
     const TaskRunner serial;  // products inside a task run on its thread
-    const TaskRunner& runner = in.runner ? *in.runner : serial;
-    scratch_.resize(static_cast<size_t>(std::max(1, runner.n_workers)));
+    scratch_.resize(static_cast<size_t>(std::max(1, in.runner ? in.runner->n_workers : 1)));
 
     for (const AttentionSequence& seq : in.sequences) {
+      const int64_t kv_total = seq.n_past + seq.n_tokens;
+      const TaskRunner& runner = runner_for(
+          static_cast<int64_t>(seq.n_tokens) * N * (P * L + kv_total * (row + L) + L * V), in.runner, serial);
       float* cache = reinterpret_cast<float*>(seq.cache);
       for (int i = 0; i < seq.n_tokens; ++i) {
         float* dst = cache + static_cast<size_t>(seq.n_past + i) * row;

@@ -48,11 +48,13 @@ class CpuStandardBackend final : public AttentionBackend {
       throw Error(ErrorCode::internal, "standard backend: layer " + std::to_string(in.layer) + " was not prepared");
     }
     const TensorView& kv_b = layers_[static_cast<size_t>(in.layer)].kv_b;  // N(P+V) rows of L values
-    const TaskRunner serial;
-    const TaskRunner& runner = in.runner ? *in.runner : serial;
-    scratch_.resize(static_cast<size_t>(std::max(1, runner.n_workers)));
+    const TaskRunner serial;                                               // products inside a task run on its thread
+    scratch_.resize(static_cast<size_t>(std::max(1, in.runner ? in.runner->n_workers : 1)));
 
     for (const AttentionSequence& seq : in.sequences) {
+      const int64_t kv_total = seq.n_past + seq.n_tokens;
+      const TaskRunner& runner =
+          runner_for(static_cast<int64_t>(seq.n_tokens) * N * (L * (P + V) + kv_total * (qk + V)), in.runner, serial);
       float* cache = reinterpret_cast<float*>(seq.cache);
       // Decompress the new tokens, one head per task: [n, P+V] = c W_kv_h^T.
       runner(N, [&](int h, int worker) {
