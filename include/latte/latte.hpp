@@ -6,13 +6,16 @@
 #pragma once
 
 #include <latte/attention.hpp>
+#include <latte/chat.hpp>
 #include <latte/device.hpp>
 #include <latte/error.hpp>
 #include <latte/gguf.hpp>
 #include <latte/model.hpp>
 #include <latte/quant.hpp>
 #include <latte/quant_blocks.hpp>
+#include <latte/sampler.hpp>
 #include <latte/session.hpp>
+#include <latte/stop_condition.hpp>
 #include <latte/token.hpp>
 #include <latte/tokenizer.hpp>
 #include <latte/version.hpp>
