@@ -19,7 +19,7 @@ constexpr int kDecode = 8;
 TEST_CASE("mla and standard backends agree on every flavour, prefill then decode") {
   for (std::string_view flavour : latte::test::kTestFlavours) {
     CAPTURE(flavour);
-    const latte::Model model = latte::test::random_model(flavour);
+    const latte::Model model = latte::test::shared_random_model(flavour);
     uint64_t seed = 0;
     const auto tokens = latte::test::fresh_tokens(kPrefill + kDecode, model.config().n_vocab, &seed);
     CAPTURE(seed);

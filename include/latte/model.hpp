@@ -6,6 +6,7 @@
 #pragma once
 
 #include <latte/device.hpp>
+#include <latte/tokenizer.hpp>
 
 #include <cstdint>
 #include <functional>
@@ -200,6 +201,10 @@ class Model {
   [[nodiscard]] const WeightAudit& audit() const noexcept;
   /// Where the model runs.
   [[nodiscard]] Device device() const noexcept;
+  /// The tokenizer built from the file's tokenizer.ggml.* keys. Throws Error(not_found) when the
+  /// file has none, or the error that building it raised (e.g. Error(unsupported) for an unknown
+  /// pre-tokenizer); the model itself loads either way.
+  [[nodiscard]] const Tokenizer& tokenizer() const;
 
   /// Internal state shared with Session and the attention backends.
   [[nodiscard]] const detail::ModelState& state() const noexcept { return *state_; }

@@ -3,10 +3,12 @@
 //   s_j   = scale * ([q_lat | q_pe] . [c_j | k_pe_j])   over cached tokens j
 //   o_lat = softmax(s) . c                      [L]
 //   o_h   = W_UV_h o_lat                        [V]
-// The cache holds c|k_pe: L + R floats per token per layer (576 for DeepSeek and GLM).
+// The cache holds c|k_pe: L + R floats per token per layer (576 for DeepSeek and GLM). W_UK / W_UV
+// are read from attn_k_b / attn_v_b as stored (quantized or not), dequantized per use.
 #include "attention/cpu_backends.hpp"
 #include "attention/cpu_softmax.hpp"
 #include "attention/up_projections.hpp"
+#include "cpu/matmul.hpp"
 
 #include <latte/error.hpp>
 
@@ -21,7 +23,6 @@ namespace {
 
 using RowMatrix = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using ConstStrided = Eigen::Map<const RowMatrix, 0, Eigen::OuterStride<>>;
-using Strided = Eigen::Map<RowMatrix, 0, Eigen::OuterStride<>>;
 
 class CpuMlaBackend final : public AttentionBackend {
  public:
@@ -45,11 +46,13 @@ class CpuMlaBackend final : public AttentionBackend {
       throw Error(ErrorCode::internal, "mla backend: layer " + std::to_string(in.layer) + " was not prepared");
     }
     const AbsorbedUpProjections& up = layers_[static_cast<size_t>(in.layer)];
-    const TaskRunner serial;
-    const TaskRunner& runner = in.runner ? *in.runner : serial;
-    scratch_.resize(static_cast<size_t>(std::max(1, runner.n_workers)));
+    const TaskRunner serial;  // products inside a task run on its thread
+    scratch_.resize(static_cast<size_t>(std::max(1, in.runner ? in.runner->n_workers : 1)));
 
     for (const AttentionSequence& seq : in.sequences) {
+      const int64_t kv_total = seq.n_past + seq.n_tokens;
+      const TaskRunner& runner = runner_for(
+          static_cast<int64_t>(seq.n_tokens) * N * (P * L + kv_total * (row + L) + L * V), in.runner, serial);
       float* cache = reinterpret_cast<float*>(seq.cache);
       for (int i = 0; i < seq.n_tokens; ++i) {
         float* dst = cache + static_cast<size_t>(seq.n_past + i) * row;
@@ -69,13 +72,11 @@ class CpuMlaBackend final : public AttentionBackend {
         s.scores.resize(static_cast<size_t>(nb) * n_kv);
         s.latent_out.resize(static_cast<size_t>(nb) * L);
 
-        // [q_lat | q_pe] rows: q_lat = q_nope W_UK_h (k_b_h is [L, P]).
+        // [q_lat | q_pe] rows: q_lat = q_nope W_UK_h, with head h's L rows of P values in k_b.
         const float* q_head = in.q + (static_cast<size_t>(first_row) * N + h) * qk;
-        const ConstStrided q_nope(q_head, nb, P, Eigen::OuterStride<>(N * qk));
+        cpu::matmul(serial, {up.k_b.rows(static_cast<int64_t>(h) * L, L)}, q_head, nb, N * qk, s.query.data(), row);
         const ConstStrided q_pe(q_head + P, nb, R, Eigen::OuterStride<>(N * qk));
-        const Eigen::Map<const RowMatrix> k_b(up.k_b.data() + static_cast<size_t>(h) * L * P, L, P);
         Eigen::Map<RowMatrix> query(s.query.data(), nb, row);
-        query.leftCols(L).noalias() = q_nope * k_b.transpose();
         query.rightCols(R) = q_pe;
 
         // Scores over the latent cache, masked and normalised.
@@ -86,12 +87,11 @@ class CpuMlaBackend final : public AttentionBackend {
                          in.selection ? in.selection + static_cast<size_t>(first_row) * in.selection_width : nullptr,
                          in.selection_width, s.mask);
 
-        // o_lat = p c; o_h = o_lat W_UV_h^T (v_b_h is [V, L]).
+        // o_lat = p c; o_h = o_lat W_UV_h^T, with head h's V rows of L values in v_b.
         Eigen::Map<RowMatrix> latent_out(s.latent_out.data(), nb, L);
         latent_out.noalias() = scores * kv.leftCols(L);
-        const Eigen::Map<const RowMatrix> v_b(up.v_b.data() + static_cast<size_t>(h) * V * L, V, L);
-        Strided out(in.out + (static_cast<size_t>(first_row) * N + h) * V, nb, V, Eigen::OuterStride<>(N * V));
-        out.noalias() = latent_out * v_b.transpose();
+        cpu::matmul(serial, {up.v_b.rows(static_cast<int64_t>(h) * V, V)}, s.latent_out.data(), nb, L,
+                    in.out + (static_cast<size_t>(first_row) * N + h) * V, N * V);
       });
     }
   }

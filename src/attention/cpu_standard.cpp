@@ -7,6 +7,7 @@
 #include "attention/cpu_backends.hpp"
 #include "attention/cpu_softmax.hpp"
 #include "attention/up_projections.hpp"
+#include "cpu/matmul.hpp"
 
 #include <latte/error.hpp>
 
@@ -46,21 +47,21 @@ class CpuStandardBackend final : public AttentionBackend {
     if (in.layer < 0 || in.layer >= static_cast<int>(layers_.size())) {
       throw Error(ErrorCode::internal, "standard backend: layer " + std::to_string(in.layer) + " was not prepared");
     }
-    const std::vector<float>& kv_b = layers_[static_cast<size_t>(in.layer)];  // [N(P+V), L]
-    const TaskRunner serial;
-    const TaskRunner& runner = in.runner ? *in.runner : serial;
-    scratch_.resize(static_cast<size_t>(std::max(1, runner.n_workers)));
+    const TensorView& kv_b = layers_[static_cast<size_t>(in.layer)].kv_b;  // N(P+V) rows of L values
+    const TaskRunner serial;                                               // products inside a task run on its thread
+    scratch_.resize(static_cast<size_t>(std::max(1, in.runner ? in.runner->n_workers : 1)));
 
     for (const AttentionSequence& seq : in.sequences) {
+      const int64_t kv_total = seq.n_past + seq.n_tokens;
+      const TaskRunner& runner =
+          runner_for(static_cast<int64_t>(seq.n_tokens) * N * (L * (P + V) + kv_total * (qk + V)), in.runner, serial);
       float* cache = reinterpret_cast<float*>(seq.cache);
       // Decompress the new tokens, one head per task: [n, P+V] = c W_kv_h^T.
       runner(N, [&](int h, int worker) {
         Scratch& s = scratch_[static_cast<size_t>(worker)];
         s.expanded.resize(static_cast<size_t>(seq.n_tokens) * (P + V));
-        const Eigen::Map<const RowMatrix> latent(in.latent + static_cast<size_t>(seq.first_row) * L, seq.n_tokens, L);
-        const Eigen::Map<const RowMatrix> w(kv_b.data() + static_cast<size_t>(h) * (P + V) * L, P + V, L);
-        Eigen::Map<RowMatrix> expanded(s.expanded.data(), seq.n_tokens, P + V);
-        expanded.noalias() = latent * w.transpose();
+        cpu::matmul(serial, {kv_b.rows(static_cast<int64_t>(h) * (P + V), P + V)},
+                    in.latent + static_cast<size_t>(seq.first_row) * L, seq.n_tokens, L, s.expanded.data(), P + V);
         for (int i = 0; i < seq.n_tokens; ++i) {
           float* dst = cache + static_cast<size_t>(seq.n_past + i) * row;
           const float* src = s.expanded.data() + static_cast<size_t>(i) * (P + V);
@@ -102,7 +103,7 @@ class CpuStandardBackend final : public AttentionBackend {
     std::vector<char> mask;
   };
   ModelConfig config_;
-  std::vector<std::vector<float>> layers_;
+  std::vector<FusedUpProjection> layers_;
   std::vector<Scratch> scratch_;
 };
 

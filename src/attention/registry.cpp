@@ -96,20 +96,24 @@ std::unique_ptr<AttentionBackend> AttentionRegistry::create(std::string_view nam
 }
 
 std::string resolve_attention_backend(std::string_view requested, const ModelConfig& config, Device device) {
-  (void)config;
+  auto unset = [](std::string_view name) { return name.empty() || name == "auto"; };
   std::string name(requested);
-  if (name.empty() || name == "auto") {
+  if (unset(name)) {
     const char* env = std::getenv("LATTE_ATTENTION");
     name = env ? env : "";
   }
-  if (name.empty() || name == "auto") {
+  if (unset(name)) {
     const char* disable = std::getenv("LATTE_MLA_DISABLE");
     if (disable && *disable && std::string_view(disable) != "0") name = "standard";
   }
-  if (name.empty() || name == "auto") {
-    // auto: on the CPU both backends are exact in fp32; the absorbed one keeps the small cache.
-    name = "mla";
-    (void)device;
+  if (unset(name)) {
+    // auto: the absorbed backend wherever one supports the model (on the CPU both are exact in
+    // fp32 and mla keeps the small L + R cache); else standard.
+    const auto entries = AttentionRegistry::instance().list();
+    const bool mla = std::any_of(entries.begin(), entries.end(), [&](const AttentionBackendInfo& e) {
+      return e.name == "mla" && e.supports(config, device);
+    });
+    name = mla ? "mla" : "standard";
   }
   const auto names = AttentionRegistry::instance().names();
   if (std::find(names.begin(), names.end(), name) == names.end()) {

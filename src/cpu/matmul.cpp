@@ -19,6 +19,12 @@ using StridedMap = Eigen::Map<RowMatrix, 0, Eigen::OuterStride<>>;
 /// Weight rows dequantized per task stay around this size (bytes), so they live in L2.
 constexpr int64_t kScratchTargetBytes = 128 * 1024;
 
+/// Multiply-adds below which splitting a product into another task costs more than it saves.
+constexpr int64_t kMinTaskMacs = 128 * 1024;
+
+/// Up to this many tokens, quantized rows go through dot_row (no fp32 copy of the block).
+constexpr int64_t kDotRowTokens = 1;
+
 struct RowBlock {
   const TensorView* weight;
   int64_t first_row;
@@ -57,10 +63,12 @@ void matmul(const TaskRunner& runner, std::span<const TensorView> weights, const
     }
     total_rows += w.n_rows();
   }
-  // Block size: scratch of about kScratchTargetBytes, and enough blocks to keep every thread busy.
+  // Block size: scratch of about kScratchTargetBytes, enough blocks to keep every thread busy, but
+  // at least kMinTaskMacs of work per block (a parallel region costs ~10 us).
   int64_t block = std::max<int64_t>(4, kScratchTargetBytes / (k * static_cast<int64_t>(sizeof(float))));
   const int64_t per_worker = (total_rows + 2 * runner.n_workers - 1) / (2 * runner.n_workers);
-  block = std::max<int64_t>(4, std::min(block, per_worker));
+  const int64_t for_work = (kMinTaskMacs + n_tokens * k - 1) / (n_tokens * k);
+  block = std::max({int64_t{4}, std::min(block, per_worker), for_work});
 
   std::vector<RowBlock> blocks;
   int64_t column = 0;
@@ -75,6 +83,18 @@ void matmul(const TaskRunner& runner, std::span<const TensorView> weights, const
   const ConstStridedMap xs(x, n_tokens, k, Eigen::OuterStride<>(x_stride));
   runner(static_cast<int>(blocks.size()), [&](int task, int) {
     const RowBlock& b = blocks[static_cast<size_t>(task)];
+    if (n_tokens <= kDotRowTokens && b.weight->type != GgmlType::f32) {
+      // Few tokens (decode): decode each row block by block straight into its dot products.
+      for (int64_t r = 0; r < b.n_rows; ++r) {
+        const std::byte* row = b.weight->data + static_cast<size_t>(b.first_row + r) * b.weight->row_bytes;
+        for (int64_t t = 0; t < n_tokens; ++t) {
+          float& out = y[t * y_stride + b.out_column + r];
+          const float dot = dot_row(b.weight->type, row, x + t * x_stride, k);
+          out = accumulate ? out + dot : dot;
+        }
+      }
+      return;
+    }
     thread_local std::vector<float> scratch;
     const float* rows = nullptr;
     if (b.weight->type == GgmlType::f32) {

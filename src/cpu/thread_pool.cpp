@@ -2,11 +2,43 @@
 
 #include <latte/error.hpp>
 
+#include <chrono>
+
 namespace latte::cpu {
 
 namespace {
+
 // Set on the pool's worker threads and while the caller runs tasks: nested calls run serially.
 thread_local bool t_inside_task = false;
+
+/// How long a thread spins for the next call or for the workers to finish before it blocks on a
+/// condition variable. Short: on an oversubscribed machine a spinning thread takes the core from
+/// the thread it waits for.
+constexpr auto kSpinTime = std::chrono::microseconds(50);
+
+inline void cpu_relax() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+/// Spins until `done()` or kSpinTime passes (busy-waiting first, then yielding); returns done().
+template <class Done>
+bool spin_until(Done done) {
+  const auto deadline = std::chrono::steady_clock::now() + kSpinTime;
+  for (int i = 0;; ++i) {
+    if (done()) return true;
+    if (i < 512) {
+      cpu_relax();
+    } else {
+      std::this_thread::yield();
+    }
+    if ((i & 63) == 63 && std::chrono::steady_clock::now() > deadline) return done();
+  }
+}
+
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) {
@@ -19,7 +51,7 @@ ThreadPool::ThreadPool(int n_threads) {
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard lock(mutex_);
-    stopping_ = true;
+    stopping_.store(true);
   }
   start_cv_.notify_all();
   for (auto& t : workers_) t.join();
@@ -43,16 +75,17 @@ void ThreadPool::worker_loop(int worker) {
   t_inside_task = true;
   uint64_t seen = 0;
   for (;;) {
-    {
+    auto published = [&] { return stopping_.load() || generation_.load(std::memory_order_acquire) != seen; };
+    if (!spin_until(published)) {
       std::unique_lock lock(mutex_);
-      start_cv_.wait(lock, [&] { return stopping_ || generation_ != seen; });
-      if (stopping_) return;
-      seen = generation_;
+      start_cv_.wait(lock, published);
     }
+    if (stopping_.load()) return;
+    seen = generation_.load(std::memory_order_acquire);
     run_tasks(worker);
-    {
-      std::lock_guard lock(mutex_);
-      if (--busy_workers_ == 0) done_cv_.notify_one();
+    if (busy_workers_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      std::lock_guard lock(mutex_);  // pairs with the caller's predicate check: no lost wake-up
+      done_cv_.notify_one();
     }
   }
 }
@@ -68,16 +101,20 @@ void ThreadPool::parallel_for(int n_tasks, const std::function<void(int, int)>& 
     body_ = &body;
     n_tasks_ = n_tasks;
     next_task_.store(0);
-    busy_workers_ = static_cast<int>(workers_.size());
+    busy_workers_.store(static_cast<int>(workers_.size()));
     error_ = nullptr;
-    ++generation_;
+    generation_.fetch_add(1, std::memory_order_release);
   }
   start_cv_.notify_all();
   run_tasks(0);
+  auto finished = [&] { return busy_workers_.load(std::memory_order_acquire) == 0; };
+  if (!spin_until(finished)) {
+    std::unique_lock lock(mutex_);
+    done_cv_.wait(lock, finished);
+  }
   std::exception_ptr error;
   {
-    std::unique_lock lock(mutex_);
-    done_cv_.wait(lock, [&] { return busy_workers_ == 0; });
+    std::lock_guard lock(mutex_);
     body_ = nullptr;
     error = error_;
     error_ = nullptr;

@@ -287,7 +287,7 @@ ModelConfig ModelConfig::from_gguf(const gguf::File& file) {
   }
   if (c.rope_scaling.factor == 0.0f) c.rope_scaling.factor = 1.0f;
   c.rope_scaling.original_context_length = static_cast<uint32_t>(md.int_or("rope.scaling.original_context_length", 0));
-  if (c.rope_scaling.original_context_length == 0) {
+  if (c.rope_scaling.original_context_length == 0 && c.rope_scaling.type != RopeScalingType::none) {
     c.rope_scaling.original_context_length = static_cast<uint32_t>(c.context_length);
   }
   c.rope_scaling.yarn_beta_fast = md.float_or("rope.scaling.yarn_beta_fast", 32.0f);

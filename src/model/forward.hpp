@@ -1,7 +1,14 @@
 // The forward pass interface: one call runs every inference layer over a batch of new tokens that
 // may belong to several sequences (each with its own cache), and writes the requested logits.
-// Implementations: the fp32 CPU pass of each architecture (deepseek2.cpp, glm_dsa.cpp); a CUDA pass
-// plugs in behind the same interface.
+// Implementations: the fp32 CPU pass of each architecture (deepseek2.cpp, glm_dsa.cpp).
+//
+// For a device pass (CUDA): implement ForwardPass with the same per-block steps (Deepseek2CpuForward
+// names them: attention_block = norm, fused q_a|kv_a product, q_b, RoPE, select_positions, backend,
+// attn_output; feed_forward_block = norm, dense or routed + shared experts), add a factory next to
+// create_cpu_forward in ArchitectureOps, and register device backends under "mla" / "standard" with
+// supports() accepting Device::cuda. AttentionInput pointers are then device pointers, `stream` the
+// cudaStream_t, and the KvCache rows must live in device memory (the CPU KvCache keeps host vectors;
+// its layout, rows per layer in token order, is what save/restore and truncate rely on).
 #pragma once
 
 #include "session/kv_cache.hpp"

@@ -34,12 +34,21 @@ Model Model::from_file(gguf::File file, ModelParams params) {
     throw Error(ErrorCode::unsupported,
                 "device " + params.device.to_string() + ": only the CPU forward pass is available in this build");
   }
-  auto state = std::make_shared<detail::ModelState>(
-      detail::ModelState{.file = std::move(file), .config = {}, .audit = {}, .weights = {}, .device = params.device});
+  auto state = std::make_shared<detail::ModelState>(std::move(file), params.device);
   state->config = ModelConfig::from_gguf(state->file);
   report_progress(params, 0.3f);
   state->audit = audit_weights(state->file, state->config);
   state->weights = detail::map_weights(state->file, state->config, state->audit);
+  if (state->file.find("tokenizer.ggml.tokens")) {
+    try {
+      state->tokenizer = Tokenizer::from_gguf(state->file);
+    } catch (const Error& e) {
+      state->tokenizer_error = e;
+    }
+  } else {
+    state->tokenizer_error =
+        Error(ErrorCode::not_found, state->file.path() + " has no tokenizer (tokenizer.ggml.tokens)");
+  }
   report_progress(params, 1.0f);
   return Model(std::move(state));
 }
@@ -48,5 +57,10 @@ const ModelConfig& Model::config() const noexcept { return state_->config; }
 const gguf::File& Model::file() const noexcept { return state_->file; }
 const WeightAudit& Model::audit() const noexcept { return state_->audit; }
 Device Model::device() const noexcept { return state_->device; }
+
+const Tokenizer& Model::tokenizer() const {
+  if (!state_->tokenizer) throw state_->tokenizer_error;
+  return *state_->tokenizer;
+}
 
 }  // namespace latte

@@ -3,17 +3,26 @@
 
 #include "model/weights.hpp"
 
+#include <latte/error.hpp>
 #include <latte/gguf.hpp>
 #include <latte/model.hpp>
+#include <latte/tokenizer.hpp>
+
+#include <optional>
+#include <string>
 
 namespace latte::detail {
 
 struct ModelState {
+  ModelState(gguf::File f, Device d) : file(std::move(f)), device(d) {}
+
   gguf::File file;  ///< owns the mapping every TensorView points into
-  ModelConfig config;
-  WeightAudit audit;
-  ModelWeights weights;  ///< views into `file`
+  ModelConfig config{};
+  WeightAudit audit{};
+  ModelWeights weights{};  ///< views into `file`
   Device device;
+  std::optional<Tokenizer> tokenizer{};             ///< when the file has a usable tokenizer
+  Error tokenizer_error{ErrorCode::not_found, ""};  ///< why `tokenizer` is empty
 };
 
 }  // namespace latte::detail

@@ -155,6 +155,37 @@ ModelConfig glm_5() {
   return c;
 }
 
+// latte's small default model (tools/train_tiny): DeepSeek-V3 architecture, 16 M parameters.
+ModelConfig latte_tiny() {
+  ModelConfig c;
+  c.arch = Architecture::deepseek2;
+  c.name = "latte-tiny";
+  c.n_vocab = 8192;
+  c.context_length = 1024;
+  c.n_embd = 256;
+  c.n_layer = 6;
+  c.n_dense_lead = 1;
+  c.n_ff = 768;
+  c.n_ff_expert = 128;
+  c.n_expert = 16;
+  c.n_expert_used = 4;
+  c.n_expert_shared = 1;
+  c.n_expert_group = 4;
+  c.n_expert_group_used = 2;
+  c.expert_weights_scale = 2.5f;
+  c.expert_weights_norm = true;
+  c.expert_gating = ExpertGating::sigmoid;
+  c.n_head = 8;
+  c.q_lora_rank = 192;
+  c.kv_lora_rank = 128;
+  c.qk_nope_head_dim = 64;
+  c.qk_rope_head_dim = 32;
+  c.v_head_dim = 64;
+  c.rms_norm_eps = 1e-6f;
+  c.rope_freq_base = 10000.0f;
+  return c;
+}
+
 /// The shrinking every test flavour shares: small vocabulary, hidden size and expert widths, and
 /// 4 heads. Per-head dimensions (L, P, R, V) stay those of the real model.
 void shrink_for_tests(ModelConfig& c, const char* name) {
@@ -207,6 +238,8 @@ ModelConfig model_preset(std::string_view name) {
     c.q_lora_rank = 192;
     c.n_expert = 8;
     c.n_expert_used = 2;
+  } else if (name == "latte-tiny") {
+    c = latte_tiny();
   } else if (name == "deepseek-v2-lite") {
     c = deepseek_v2_lite();
   } else if (name == "deepseek-v3") {

@@ -17,6 +17,7 @@ namespace latte {
 ///   test-v3       deepseek2, q_lora, sigmoid gating + exp_probs_b bias, groups 4/2, norm, scale 2.5
 ///   test-glm-dsa  glm-dsa, indexer with top_k 16, P 192, V 256, sigmoid gating
 ///   test-glm-flash  deepseek2 with GLM-4.7-Flash's head dims (P 192, V 256), an MTP block
+///   latte-tiny    the shape of latte's small default model (16 M parameters, L 128, R 32)
 ///   deepseek-v2-lite, deepseek-v3, glm-4.7-flash, glm-5: the released models' config.json values
 std::span<const std::string_view> model_preset_names() noexcept;
 

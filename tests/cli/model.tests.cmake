@@ -19,9 +19,21 @@ latte_cli_test(NAME model_bad_token_text ARGS logits --model ${_model} --tokens 
                EXPECT_EXIT 1 EXPECT_STDERR "'x2' is not a token id")
 latte_cli_test(NAME model_unknown_backend ARGS logits --model ${_model} --tokens "1" --attention flash
                EXPECT_EXIT 1 EXPECT_STDERR "unknown attention backend 'flash' \\(available: auto, mla, standard\\)")
-latte_cli_test(NAME model_generate_needs_greedy ARGS generate --model ${_model} --tokens "1" -n 2
-               EXPECT_EXIT 1 EXPECT_STDERR "pass --greedy")
+latte_cli_test(NAME model_generate_sampled ARGS generate --model ${_model} --tokens "1 2" -n 5 --temp 0.8 --seed 7
+               EXPECT_STDOUT "^[0-9]+ [0-9]+ [0-9]+ [0-9]+ [0-9]+\n$")
+latte_cli_test(NAME model_generate_bad_temperature ARGS generate --model ${_model} --tokens "1" -n 2 --temp -1
+               EXPECT_EXIT 1 EXPECT_STDERR "temperature")
 latte_cli_test(NAME model_missing_file ARGS logits --model ${CMAKE_CURRENT_BINARY_DIR}/no-such.gguf --tokens "1"
                EXPECT_EXIT 1 EXPECT_STDERR "no-such.gguf")
 set_tests_properties(cli_model_token_out_of_range cli_model_bad_token_text cli_model_unknown_backend
-                     cli_model_generate_needs_greedy PROPERTIES FIXTURES_REQUIRED cli_model)
+                     cli_model_generate_sampled cli_model_generate_bad_temperature PROPERTIES FIXTURES_REQUIRED cli_model)
+
+# `latte inspect` shows a supported model's config and weight audit; --audit lists every tensor.
+latte_cli_test(NAME model_inspect_summary ARGS inspect --no-tensors ${_model}
+               EXPECT_STDOUT "deepseek2, 3 blocks \\(1 dense, 1 MTP skipped\\).*audit: [0-9]+ tensors mapped, [0-9]+ skipped \\(MTP\\), 0 missing")
+latte_cli_test(NAME model_inspect_audit ARGS inspect --no-tensors --audit ${_model}
+               EXPECT_STDOUT "mapped: blk.0.attn_kv_a_mqa.weight \\(latent and k_pe projection\\).*skipped: blk.3.nextn.eh_proj.weight")
+latte_cli_test(NAME model_inspect_audit_json ARGS inspect --json --no-tensors --audit ${_model}
+               EXPECT_STDOUT "\"audit\": {\n *\"ok\": true")
+set_tests_properties(cli_model_inspect_summary cli_model_inspect_audit cli_model_inspect_audit_json
+                     PROPERTIES FIXTURES_REQUIRED cli_model)

@@ -8,6 +8,8 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <random>
 
 namespace latte::test {
@@ -19,6 +21,15 @@ Model random_model(const ModelConfig& config, const RandomModelOptions& options)
 
 Model random_model(std::string_view preset, const RandomModelOptions& options) {
   return random_model(model_preset(preset), options);
+}
+
+Model shared_random_model(std::string_view preset) {
+  static std::mutex mutex;
+  static std::map<std::string, Model, std::less<>> models;
+  std::lock_guard lock(mutex);
+  auto it = models.find(preset);
+  if (it == models.end()) it = models.emplace(std::string(preset), random_model(preset)).first;
+  return it->second;
 }
 
 std::vector<Token> fresh_tokens(int n, int n_vocab, uint64_t* seed_out) {

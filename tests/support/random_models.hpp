@@ -26,6 +26,10 @@ Model random_model(const ModelConfig& config, const RandomModelOptions& options 
 /// Same, for a named preset.
 Model random_model(std::string_view preset, const RandomModelOptions& options = {});
 
+/// The model random_model(preset) builds with default options, built once per process and shared
+/// (models are immutable; copies share one loaded model).
+Model shared_random_model(std::string_view preset);
+
 /// `n` token ids uniform in [0, n_vocab), different for every call (seeded from a process-wide
 /// counter and the clock); the seed is reported through doctest's INFO on failure by callers.
 std::vector<Token> fresh_tokens(int n, int n_vocab, uint64_t* seed_out = nullptr);

@@ -1,34 +1,46 @@
-// `latte generate`: greedy continuation of token ids.
+// `latte generate`: continuation of token ids, greedy or sampled.
 //
 //   latte generate --model m.gguf --tokens "1 2 3" -n 16 --greedy [--attention mla|standard|auto]
+//   latte generate --model m.gguf --tokens "1 2 3" -n 16 --temp 0.7 --top-p 0.9 --seed 42
 //
 // Prints the generated ids, space-separated, on one line. The prompt is evaluated once, then each
-// generated token is fed back as a single-token eval.
+// generated token is fed back as a single-token eval. Sampling uses latte::Sampler (the prompt is
+// part of its penalty history); --greedy is temperature 0: the largest logit, ties to the lowest id.
 #include "command.hpp"
 #include "token_list.hpp"
 
 #include <latte/device.hpp>
 #include <latte/error.hpp>
 #include <latte/model.hpp>
+#include <latte/sampler.hpp>
 #include <latte/session.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 namespace {
 
 void print_usage() {
   std::fputs(
-      "usage: latte generate --model FILE.gguf --tokens \"ID ID ...\" -n N --greedy\n"
-      "                      [--attention mla|standard|auto] [--device cpu] [--threads N]\n"
-      "Prints N generated token ids on one line (greedy: the most likely token each step, ties to\n"
-      "the lowest id).\n",
+      "usage: latte generate --model FILE.gguf --tokens \"ID ID ...\" -n N\n"
+      "                      [--greedy | --temp T --top-k K --top-p P --min-p P --seed S]\n"
+      "                      [--attention mla|standard|auto] [--device cpu] [--threads N] [--timing]\n"
+      "Prints N generated token ids on one line. --greedy: the most likely token each step, ties to\n"
+      "the lowest id; otherwise latte::Sampler with the given settings (defaults: its own).\n"
+      "--timing prints prompt and generation speeds on stderr.\n",
       stdout);
 }
 
-latte::Token argmax(std::span<const float> logits) {
-  return static_cast<latte::Token>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+float parse_float_option(const std::string& option, const std::string& text) {
+  char* end = nullptr;
+  const float v = std::strtof(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size()) {
+    throw latte::Error(latte::ErrorCode::invalid_argument, option + ": '" + text + "' is not a number");
+  }
+  return v;
 }
 
 int run_generate(std::span<const std::string> argv) {
@@ -44,13 +56,18 @@ int run_generate(std::span<const std::string> argv) {
   const std::string device = args.take({"--device"}).value_or("cpu");
   const int threads = latte::cli::parse_int_option("--threads", args.take({"--threads"}).value_or("0"));
   const bool greedy = args.flag({"--greedy"});
+  const bool timing = args.flag({"--timing"});
+  latte::SamplerParams sampling;
+  if (auto v = args.take({"--temp", "--temperature"})) sampling.temperature = parse_float_option("--temp", *v);
+  if (auto v = args.take({"--top-k"})) sampling.top_k = latte::cli::parse_int_option("--top-k", *v);
+  if (auto v = args.take({"--top-p"})) sampling.top_p = parse_float_option("--top-p", *v);
+  if (auto v = args.take({"--min-p"})) sampling.min_p = parse_float_option("--min-p", *v);
+  if (auto v = args.take({"--seed"})) sampling.seed = static_cast<uint64_t>(latte::cli::parse_int_option("--seed", *v));
+  if (greedy) sampling.temperature = 0.0f;
   if (!args.positionals().empty())
     throw latte::Error(latte::ErrorCode::invalid_argument, "unexpected argument " + args.positionals()[0]);
   if (!model_path) throw latte::Error(latte::ErrorCode::invalid_argument, "--model is required");
   if (!tokens_text) throw latte::Error(latte::ErrorCode::invalid_argument, "--tokens is required");
-  if (!greedy) {
-    throw latte::Error(latte::ErrorCode::unsupported, "only greedy decoding is available here: pass --greedy");
-  }
   const int n = count_text ? latte::cli::parse_int_option("-n", *count_text) : 16;
   if (n < 0) throw latte::Error(latte::ErrorCode::invalid_argument, "-n must not be negative");
 
@@ -58,18 +75,32 @@ int run_generate(std::span<const std::string> argv) {
   const auto model = latte::Model::load(*model_path, {.device = latte::Device::parse(device)});
   latte::Session session(
       model, {.n_ctx = static_cast<int>(prompt.size()) + std::max(n, 1), .attention = attention, .n_threads = threads});
+  using clock = std::chrono::steady_clock;
+  const auto t0 = clock::now();
   session.eval(prompt);
+  const auto t1 = clock::now();
+  latte::Sampler sampler(sampling);
+  sampler.accept(prompt);
   std::string line;
   for (int i = 0; i < n; ++i) {
-    const latte::Token next = argmax(session.logits());
+    const latte::Token next = sampler.sample(session.logits());
     if (i) line += ' ';
     line += std::to_string(next);
     if (i + 1 < n) session.eval(std::span(&next, 1));
   }
+  const auto t2 = clock::now();
   std::printf("%s\n", line.c_str());
+  if (timing) {
+    const double prompt_s = std::chrono::duration<double>(t1 - t0).count();
+    const double gen_s = std::chrono::duration<double>(t2 - t1).count();
+    std::fprintf(stderr,
+                 "prompt: %zu tokens in %.3f s (%.1f tokens/s); generation: %d tokens in %.3f s (%.1f tokens/s)\n",
+                 prompt.size(), prompt_s, static_cast<double>(prompt.size()) / prompt_s, std::max(n - 1, 0), gen_s,
+                 n > 1 ? (n - 1) / gen_s : 0.0);
+  }
   return 0;
 }
 
-const latte::cli::Registration reg{{"generate", "greedy continuation of token ids", run_generate}};
+const latte::cli::Registration reg{{"generate", "continue token ids (greedy or sampled)", run_generate}};
 
 }  // namespace

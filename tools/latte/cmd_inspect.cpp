@@ -3,6 +3,7 @@
 // answers as fast as a small one. An invalid file exits with status 1 and `error: <what and where>`.
 #include "command.hpp"
 #include "gguf_report.hpp"
+#include "model_report.hpp"
 
 #include <latte/error.hpp>
 #include <latte/gguf.hpp>
@@ -13,22 +14,26 @@ namespace latte::cli {
 namespace {
 
 constexpr const char* usage =
-    "usage: latte inspect FILE.gguf [--json] [--tensors | --no-tensors] [--array-items N]\n"
+    "usage: latte inspect FILE.gguf [--json] [--tensors | --no-tensors] [--array-items N] [--audit]\n"
     "  --json           machine-readable output\n"
     "  --no-tensors     leave out the tensor table (totals are still printed)\n"
-    "  --array-items N  show the first N elements of metadata arrays (default 8)\n";
+    "  --array-items N  show the first N elements of metadata arrays (default 8)\n"
+    "  --audit          map every tensor onto the architecture and list it; exit 1 when the file does\n"
+    "                   not fit (a supported model's config and audit summary are shown by default)\n";
 
 struct InspectOptions {
   std::string path;
   bool json = false;
   bool tensors = true;
   size_t array_items = 8;
+  bool audit = false;
 };
 
 InspectOptions parse_options(std::span<const std::string> args) {
   Args parser(args);
   InspectOptions options;
   options.json = parser.flag({"--json"});
+  options.audit = parser.flag({"--audit"});
   const bool with_tensors = parser.flag({"--tensors"});
   const bool without_tensors = parser.flag({"--no-tensors"});
   if (with_tensors && without_tensors) throw Error(ErrorCode::invalid_argument, "--tensors and --no-tensors conflict");
@@ -63,14 +68,23 @@ int run_inspect(std::span<const std::string> args) {
     report["metadata"] = metadata_json(file, options.array_items);
     if (options.tensors) report["tensors"] = tensors_json(file);
     report["totals"] = totals_json(totals);
+    bool fits = true;
+    if (options.audit || is_supported_model(file)) {
+      report["model"] = model_json(file, options.audit);
+      fits = report["model"].contains("audit") && report["model"]["audit"]["ok"].get<bool>();
+    }
     // Metadata strings are arbitrary bytes: invalid UTF-8 becomes U+FFFD rather than an exception.
     std::cout << report.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
-    return 0;
+    return options.audit && !fits ? 1 : 0;
   }
   print_header_text(std::cout, file);
   print_metadata_text(std::cout, file, options.array_items);
   if (options.tensors) print_tensors_text(std::cout, file);
   print_totals_text(std::cout, totals);
+  if (options.audit || is_supported_model(file)) {
+    const bool fits = print_model_text(std::cout, file, options.audit);
+    if (options.audit && !fits) return 1;
+  }
   return 0;
 }
 
