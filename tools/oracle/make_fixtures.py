@@ -89,7 +89,10 @@ def perturb(model, seed):
                 t.copy_(1.0 + 0.2 * torch.randn(t.shape, generator=g))
             elif t.dim() == 1 and "norm" in name and name.endswith("bias"):
                 t.copy_(0.1 * torch.randn(t.shape, generator=g))
-            # round everything to bf16 so that the bf16 checkpoint holds exactly these values
+        # round every weight to bf16 so that the bf16 checkpoint holds exactly these values; buffers
+        # that are not saved (the rotary inv_freq) keep their float32 values
+        for name, t in list(model.named_parameters()) + [(n, b) for n, b in model.named_buffers()
+                                                         if n.endswith("e_score_correction_bias")]:
             if t.is_floating_point():
                 t.copy_(t.to(torch.bfloat16).float())
 
