@@ -1,0 +1,108 @@
+#include "cuda/gemm_bf16.hpp"
+
+#include <latte/error.hpp>
+
+#include <string>
+#include <utility>
+
+#include "cuda/dequantize.hpp"
+#include "cuda/device_buffer.hpp"
+
+namespace latte::cuda {
+namespace {
+
+constexpr size_t kWorkspaceBytes = 32u << 20;  // cuBLAS's recommendation for Hopper
+
+void check_blas(cublasStatus_t status, const char* what) {
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    throw Error(status == CUBLAS_STATUS_ALLOC_FAILED ? ErrorCode::out_of_memory : ErrorCode::device,
+                std::string("cuBLAS error ") + cublasGetStatusName(status) + " (" + cublasGetStatusString(status) +
+                    ") in " + what);
+  }
+}
+
+}  // namespace
+
+BlasHandle::BlasHandle() {
+  check_blas(cublasCreate(&handle_), "cublasCreate");
+  try {
+    workspace_ = device_alloc(kWorkspaceBytes, "cuBLAS workspace");
+    check_blas(cublasSetWorkspace(handle_, workspace_, kWorkspaceBytes), "cublasSetWorkspace");
+  } catch (...) {
+    device_free(workspace_);
+    cublasDestroy(handle_);
+    throw;
+  }
+}
+
+BlasHandle::~BlasHandle() {
+  if (handle_) cublasDestroy(handle_);
+  device_free(workspace_);
+}
+
+BlasHandle::BlasHandle(BlasHandle&& other) noexcept
+    : handle_(std::exchange(other.handle_, nullptr)), workspace_(std::exchange(other.workspace_, nullptr)) {}
+
+BlasHandle& BlasHandle::operator=(BlasHandle&& other) noexcept {
+  if (this != &other) {
+    if (handle_) cublasDestroy(handle_);
+    device_free(workspace_);
+    handle_ = std::exchange(other.handle_, nullptr);
+    workspace_ = std::exchange(other.workspace_, nullptr);
+  }
+  return *this;
+}
+
+void gemm_bf16(BlasHandle& blas, const Bf16GemmParams& p, cudaStream_t stream) {
+  if (p.a == nullptr || p.w == nullptr || p.c == nullptr || p.m < 0 || p.n <= 0 || p.k <= 0 || p.lda < p.k ||
+      p.ldw < p.k || p.ldc < p.n) {
+    throw Error(ErrorCode::invalid_argument, "gemm_bf16: invalid shape m=" + std::to_string(p.m) + " n=" +
+                                                 std::to_string(p.n) + " k=" + std::to_string(p.k) + " or strides");
+  }
+  if (p.m == 0) return;
+  check_blas(cublasSetStream(blas.get(), stream), "cublasSetStream");
+  const float alpha = 1.0f, beta = p.accumulate ? 1.0f : 0.0f;
+  // Column-major view: C^T[n, m] = W[n, k] (stored as k x n, op T) * A^T (k x m, op N).
+  check_blas(cublasGemmEx(blas.get(), CUBLAS_OP_T, CUBLAS_OP_N, p.n, p.m, p.k, &alpha, p.w, CUDA_R_16BF,
+                          static_cast<int>(p.ldw), p.a, CUDA_R_16BF, static_cast<int>(p.lda), &beta, p.c, CUDA_R_32F,
+                          static_cast<int>(p.ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+             "cublasGemmEx (bf16)");
+}
+
+void gemm_quant_via_bf16(BlasHandle& blas, const QuantGemmParams& p, __nv_bfloat16* scratch, size_t scratch_elems,
+                         cudaStream_t stream) {
+  if (p.tiles != nullptr) throw Error(ErrorCode::invalid_argument, "gemm_quant_via_bf16: dense mode only");
+  if (p.a_rows != nullptr) throw Error(ErrorCode::invalid_argument, "gemm_quant_via_bf16: no A row gather");
+  if (p.residual != nullptr && p.residual != p.c) {
+    throw Error(ErrorCode::invalid_argument, "gemm_quant_via_bf16: residual must be c itself (C += A W^T)");
+  }
+  const int64_t ldw = (p.k + 7) / 8 * 8;
+  if (scratch == nullptr || scratch_elems < static_cast<size_t>(ldw) * static_cast<size_t>(p.n_rows)) {
+    throw Error(ErrorCode::invalid_argument, "gemm_quant_via_bf16: scratch needs " + std::to_string(ldw * p.n_rows) +
+                                                 " bf16 elements, got " + std::to_string(scratch_elems));
+  }
+  dequantize_rows({.type = p.type,
+                   .weight = p.weight,
+                   .weight_bytes = p.weight_bytes,
+                   .n_source_rows = p.n_rows,
+                   .n_rows = p.n_rows,
+                   .k = p.k,
+                   .out = scratch,
+                   .out_stride = ldw,
+                   .out_type = DequantOut::bf16},
+                  stream);
+  gemm_bf16(blas,
+            {.a = p.a,
+             .lda = p.lda,
+             .w = scratch,
+             .ldw = ldw,
+             .c = p.c,
+             .ldc = p.ldc,
+             .m = p.m,
+             .n = p.n_rows,
+             .k = p.k,
+             .accumulate = p.residual != nullptr},
+            stream);
+}
+
+}  // namespace latte::cuda

@@ -1,0 +1,56 @@
+// bf16 GEMM through cuBLAS (C = A W^T, fp32 accumulation and output), and the prefill fallback for
+// weight types without a fused kernel: dequantize the weight to a bf16 scratch, then cuBLAS.
+//
+//   latte::cuda::BlasHandle blas;                      // one per stream / thread
+//   latte::cuda::gemm_bf16(blas, {.a = x, .lda = 2048, .w = w, .ldw = 2048, .c = y, .ldc = 3072,
+//                                 .m = 512, .n = 3072, .k = 2048}, stream);
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda/gemm_quant.hpp"
+
+namespace latte::cuda {
+
+/// Owns a cuBLAS handle (and its workspace, so that launches are graph-capturable). Move-only.
+class BlasHandle {
+ public:
+  BlasHandle();
+  ~BlasHandle();
+  BlasHandle(BlasHandle&& other) noexcept;
+  BlasHandle& operator=(BlasHandle&& other) noexcept;
+  BlasHandle(const BlasHandle&) = delete;
+  BlasHandle& operator=(const BlasHandle&) = delete;
+  [[nodiscard]] cublasHandle_t get() const noexcept { return handle_; }
+
+ private:
+  cublasHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+};
+
+/// C[m, n] (fp32, ldc) = A[m, k] (bf16, lda) * W[n, k]^T (bf16, ldw) (+ C when accumulate).
+struct Bf16GemmParams {
+  const __nv_bfloat16* a = nullptr;
+  int64_t lda = 0;
+  const __nv_bfloat16* w = nullptr;
+  int64_t ldw = 0;
+  float* c = nullptr;
+  int64_t ldc = 0;
+  int m = 0, n = 0, k = 0;
+  bool accumulate = false;  ///< C += A W^T instead of C = A W^T
+};
+
+/// Runs the cuBLAS GEMM on `stream`. Throws Error on invalid arguments or a cuBLAS failure.
+void gemm_bf16(BlasHandle& blas, const Bf16GemmParams& p, cudaStream_t stream);
+
+/// Dense prefill GEMM for any dequantizable weight type: dequantizes p.weight into `scratch`
+/// (bf16, at least n_rows * k elements), then gemm_bf16. p.residual must be null or equal p.c.
+void gemm_quant_via_bf16(BlasHandle& blas, const QuantGemmParams& p, __nv_bfloat16* scratch, size_t scratch_elems,
+                         cudaStream_t stream);
+
+}  // namespace latte::cuda

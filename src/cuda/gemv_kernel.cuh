@@ -1,0 +1,241 @@
+// The GEMV kernel template behind gemv_quant() (see gemv_quant.hpp). Included by the per-type-family
+// translation units gemv_quant_*.cu, which instantiate launch_gemv<T> for their types.
+//
+// Work split: a warp owns 2 rows (dense: rows 2p and 2p+1; gated: row p of W_gate and of W_up) and
+// walks K in steps of 1024 values: lane l decodes values [32 l, 32 l + 32) of the step. Quantized
+// rows are staged into shared memory with coalesced 16-byte loads and realigned there (row_staging),
+// then decoded into byte codes (quant_decode). x is read as float4 straight from global/L1 and each x
+// load serves both rows. Sums are fp32; the warp reduces at the end.
+//
+// Cost per weight value at 1 token: ~1 byte-permute + 1 add (exact code->float) + 1 FMA, so Q4_K
+// needs ~29 values/SM-clock at 4.3 TB/s: close to the issue limit, see BENCHMARKS.md.
+#pragma once
+
+#include "cuda/check.hpp"
+#include "cuda/gemv_quant.hpp"
+#include "cuda/quant_decode.cuh"
+#include "cuda/row_staging.cuh"
+
+namespace latte::cuda {
+
+/// Compile-time shape of the GEMV for type T.
+template <GgmlType T>
+struct GemvTraits {
+  using Block = quant::BlockTraits<T>;
+  static constexpr int warps = 4;              ///< warps per block (128 threads)
+  static constexpr int rows_per_warp = 2;      ///< rows (or gate/up row pairs) each warp owns
+  static constexpr int step_values = 32 * 32;  ///< values per warp step: 32 lanes x 32 values
+  static constexpr int step_bytes = step_values / Block::values * Block::bytes;
+  /// 16-byte chunks each lane loads per row and step (room for a misaligned start).
+  static constexpr int chunks_per_lane = ((step_bytes + 15 + 15) / 16 + 31) / 32;
+  static constexpr int stage_bytes = 16 * 32 * chunks_per_lane;  ///< shared bytes per row
+};
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float silu(float g) { return g / (1.0f + __expf(-g)); }
+
+template <GgmlType T, int NT>
+__global__ void __launch_bounds__(128) gemv_kernel(const GemvParams p) {
+  using Tr = GemvTraits<T>;
+  using Block = quant::BlockTraits<T>;
+  constexpr int R = Tr::rows_per_warp;
+  constexpr int CPL = Tr::chunks_per_lane;
+  __shared__ __align__(16) uint8_t stage[Block::is_float ? 1 : Tr::warps][R][Block::is_float ? 16 : Tr::stage_bytes];
+
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+
+  // ---- which tokens and which matrix ----
+  int matrix = 0;
+  int count = p.n_tokens;
+  int x_row[NT], y_row[NT];
+  if (p.groups != nullptr) {
+    if (static_cast<int>(blockIdx.y) >= *p.n_groups) return;
+    const GemvGroup& g = p.groups[blockIdx.y];
+    matrix = g.matrix;
+    count = min(g.count, NT);
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      x_row[t] = t < count ? (p.x_row_is_y_row ? g.y_row[t] : g.x_row[t]) : 0;
+      y_row[t] = t < count ? g.y_row[t] : 0;
+    }
+  } else {
+#pragma unroll
+    for (int t = 0; t < NT; ++t) x_row[t] = y_row[t] = t;
+  }
+  if (count <= 0) return;
+
+  // ---- which rows ----
+  const bool gated = p.weight_up != nullptr;
+  const int64_t row_bytes = static_cast<int64_t>(p.k) / Block::values * Block::bytes;
+  const int pair = static_cast<int>(blockIdx.x) * Tr::warps + warp;
+  const uint8_t* lo[R];
+  const uint8_t* wrow[R];
+  int out_row[R];
+  bool valid[R];
+#pragma unroll
+  for (int j = 0; j < R; ++j) {
+    const uint8_t* base = static_cast<const uint8_t*>(gated && j == 1 ? p.weight_up : p.weight);
+    out_row[j] = gated ? pair : R * pair + j;
+    valid[j] = out_row[j] < p.n_rows;
+    lo[j] = base;
+    wrow[j] = base + static_cast<int64_t>(matrix) * p.matrix_stride_bytes + out_row[j] * row_bytes;
+  }
+  if (!valid[0]) return;  // warp-uniform; no block-level barrier below
+  const uint8_t* hi[R] = {lo[0] + p.weight_bytes, lo[1] + p.weight_bytes};
+
+  float acc[R][NT];
+#pragma unroll
+  for (int j = 0; j < R; ++j)
+#pragma unroll
+    for (int t = 0; t < NT; ++t) acc[j][t] = 0.0f;
+
+  for (int k0 = 0; k0 < p.k; k0 += Tr::step_values) {
+    const int step_values = min(Tr::step_values, p.k - k0);
+    if constexpr (Block::is_float) {
+      // lane l takes the float4 groups l, l + 32, ... of the step: fully coalesced 16-byte loads
+#pragma unroll 2
+      for (int c = lane; 4 * c < step_values; c += 32) {
+        const int k = k0 + 4 * c;
+        float w[R][4];
+#pragma unroll
+        for (int j = 0; j < R; ++j) {
+          if (!valid[j]) {
+            w[j][0] = w[j][1] = w[j][2] = w[j][3] = 0.0f;
+          } else if constexpr (T == GgmlType::f32) {
+            const float4 f = __ldg(reinterpret_cast<const float4*>(wrow[j]) + k / 4);
+            w[j][0] = f.x, w[j][1] = f.y, w[j][2] = f.z, w[j][3] = f.w;
+          } else {
+            const uint2 h = __ldg(reinterpret_cast<const uint2*>(wrow[j]) + k / 4);
+            const uint32_t hw[2] = {h.x, h.y};
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+              const uint32_t bits = (hw[i / 2] >> (16 * (i % 2))) & 0xFFFFu;
+              w[j][i] = T == GgmlType::f16 ? quant::half_bits_to_float(bits) : quant::bf16_bits_to_float(bits);
+            }
+          }
+        }
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+          if (t < count) {
+            const float4 xv = __ldg(reinterpret_cast<const float4*>(p.x + x_row[t] * p.x_stride + k));
+#pragma unroll
+            for (int j = 0; j < R; ++j) acc[j][t] += w[j][0] * xv.x + w[j][1] * xv.y + w[j][2] * xv.z + w[j][3] * xv.w;
+          }
+        }
+      }
+    } else {
+      // ---- stage this step of both rows into shared memory, realigned ----
+      const int step_bytes = step_values / Block::values * Block::bytes;
+      const int64_t step_offset = static_cast<int64_t>(k0) / Block::values * Block::bytes;
+      uint4 regs[R][CPL];
+      StagedRange range[R];
+#pragma unroll
+      for (int j = 0; j < R; ++j) {
+        if (valid[j]) range[j] = stage_begin<CPL>(wrow[j] + step_offset, step_bytes, lo[j], hi[j], lane, regs[j]);
+      }
+#pragma unroll
+      for (int j = 0; j < R; ++j) {
+        if (valid[j]) stage_finish<CPL>(range[j], regs[j], stage[warp][j], lane);
+      }
+      __syncwarp();
+
+      if (32 * lane < step_values) {
+        quant::Unit32 u[R];
+#pragma unroll
+        for (int j = 0; j < R; ++j) {
+          if (valid[j]) {
+            u[j] = quant::decode_codes<T>(stage[warp][j], lane);
+          } else {
+            u[j] = quant::Unit32{};
+          }
+        }
+        const int kx = k0 + 32 * lane;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {  // two halves of 16 values, each with its own scale/offset
+          float s[R][NT], xs[NT];
+#pragma unroll
+          for (int t = 0; t < NT; ++t) {
+            xs[t] = 0.0f;
+#pragma unroll
+            for (int j = 0; j < R; ++j) s[j][t] = 0.0f;
+          }
+#pragma unroll
+          for (int i = 4 * h; i < 4 * h + 4; ++i) {
+            float q[R][4];
+#pragma unroll
+            for (int j = 0; j < R; ++j)
+#pragma unroll
+              for (int b = 0; b < 4; ++b) q[j][b] = quant::code_value(u[j].codes[i], b);
+#pragma unroll
+            for (int t = 0; t < NT; ++t) {
+              if (t < count) {
+                const float4 xv = __ldg(reinterpret_cast<const float4*>(p.x + x_row[t] * p.x_stride + kx) + i);
+                xs[t] += (xv.x + xv.y) + (xv.z + xv.w);
+#pragma unroll
+                for (int j = 0; j < R; ++j)
+                  s[j][t] += q[j][0] * xv.x + q[j][1] * xv.y + q[j][2] * xv.z + q[j][3] * xv.w;
+              }
+            }
+          }
+#pragma unroll
+          for (int j = 0; j < R; ++j)
+#pragma unroll
+            for (int t = 0; t < NT; ++t) acc[j][t] += u[j].scale[h] * s[j][t] - u[j].offset[h] * xs[t];
+        }
+      }
+      __syncwarp();
+    }
+  }
+
+  // ---- reduce over the warp and write ----
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+#pragma unroll
+    for (int j = 0; j < R; ++j) acc[j][t] = warp_sum(acc[j][t]);
+  }
+  if (lane == 0) {
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      if (t >= count) continue;
+      float* yrow = p.y + y_row[t] * p.y_stride;
+      const float* rrow = p.residual ? p.residual + y_row[t] * p.y_stride : nullptr;
+      if (gated) {
+        const float v = silu(acc[0][t]) * acc[1][t];
+        yrow[out_row[0]] = rrow ? v + rrow[out_row[0]] : v;
+      } else {
+#pragma unroll
+        for (int j = 0; j < R; ++j) {
+          if (valid[j]) yrow[out_row[j]] = rrow ? acc[j][t] + rrow[out_row[j]] : acc[j][t];
+        }
+      }
+    }
+  }
+}
+
+template <GgmlType T>
+void launch_gemv(const GemvParams& p, cudaStream_t stream) {
+  using Tr = GemvTraits<T>;
+  const int tokens = p.groups ? p.max_tokens_per_group : p.n_tokens;
+  const int64_t warps_needed = p.weight_up ? p.n_rows : (p.n_rows + Tr::rows_per_warp - 1) / Tr::rows_per_warp;
+  const dim3 grid(static_cast<unsigned>((warps_needed + Tr::warps - 1) / Tr::warps),
+                  static_cast<unsigned>(p.groups ? p.max_groups : 1));
+  const dim3 block(32 * Tr::warps);
+  if (tokens <= 1) {
+    gemv_kernel<T, 1><<<grid, block, 0, stream>>>(p);
+  } else if (tokens <= 2) {
+    gemv_kernel<T, 2><<<grid, block, 0, stream>>>(p);
+  } else if (tokens <= 4) {
+    gemv_kernel<T, 4><<<grid, block, 0, stream>>>(p);
+  } else {
+    gemv_kernel<T, 8><<<grid, block, 0, stream>>>(p);
+  }
+  LATTE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace latte::cuda

@@ -1,0 +1,121 @@
+// gemv_quant(): precondition checks and the per-type dispatch. The kernels live in gemv_kernel.cuh and
+// are instantiated per type family in gemv_quant_{float,legacy,kquants}.cu (parallel compilation).
+#include "cuda/gemv_quant.hpp"
+
+#include <latte/error.hpp>
+
+#include <string>
+
+namespace latte::cuda {
+
+bool gemv_supports(GgmlType type) noexcept {
+  switch (type) {
+    case GgmlType::f32:
+    case GgmlType::f16:
+    case GgmlType::bf16:
+    case GgmlType::q4_0:
+    case GgmlType::q4_1:
+    case GgmlType::q5_0:
+    case GgmlType::q5_1:
+    case GgmlType::q8_0:
+    case GgmlType::mxfp4:
+    case GgmlType::q2_k:
+    case GgmlType::q3_k:
+    case GgmlType::q4_k:
+    case GgmlType::q5_k:
+    case GgmlType::q6_k:
+      return true;
+    default:
+      return false;
+  }
+}
+
+namespace {
+
+void require_arg(bool ok, const std::string& what) {
+  if (!ok) throw Error(ErrorCode::invalid_argument, "gemv_quant: " + what);
+}
+
+}  // namespace
+
+void gemv_quant(const GemvParams& p, cudaStream_t stream) {
+  const auto type_name = std::string(type_traits(p.type).name);
+  if (!gemv_supports(p.type)) throw Error(ErrorCode::unsupported, "gemv_quant: no GEMV kernel for type " + type_name);
+  const auto& tr = type_traits(p.type);
+  const bool is_float = p.type == GgmlType::f32 || p.type == GgmlType::f16 || p.type == GgmlType::bf16;
+  const int64_t block_values = is_float ? 32 : tr.block_values;
+  require_arg(p.weight != nullptr && p.x != nullptr && p.y != nullptr, "weight, x and y must be set");
+  require_arg(p.n_rows > 0 && p.k > 0,
+              "n_rows and k must be positive (got " + std::to_string(p.n_rows) + " x " + std::to_string(p.k) + ")");
+  require_arg(p.k % block_values == 0, "k = " + std::to_string(p.k) + " is not a multiple of " +
+                                           std::to_string(block_values) + " for type " + type_name);
+  const int64_t rb = static_cast<int64_t>(row_bytes(p.type, static_cast<uint64_t>(p.k)));
+  require_arg(p.weight_bytes >= rb * p.n_rows, "weight_bytes = " + std::to_string(p.weight_bytes) +
+                                                   " is less than one matrix (" + std::to_string(rb * p.n_rows) +
+                                                   " bytes)");
+  require_arg(reinterpret_cast<uintptr_t>(p.x) % 16 == 0 && p.x_stride % 4 == 0 && p.x_stride >= p.k,
+              "x must be 16-byte aligned with x_stride % 4 == 0 and x_stride >= k");
+  const int64_t out_cols = p.n_rows;
+  require_arg(p.y_stride >= out_cols, "y_stride < n_rows");
+  if (is_float) {
+    require_arg(reinterpret_cast<uintptr_t>(p.weight) % 16 == 0 &&
+                    (p.weight_up == nullptr || reinterpret_cast<uintptr_t>(p.weight_up) % 16 == 0) &&
+                    p.matrix_stride_bytes % 16 == 0,
+                "float weights must be 16-byte aligned (and so must matrix_stride_bytes)");
+  }
+  if (p.groups == nullptr) {
+    require_arg(p.n_tokens >= 1 && p.n_tokens <= gemv_max_tokens,
+                "n_tokens = " + std::to_string(p.n_tokens) + " outside 1..8 (use the GEMM)");
+  } else {
+    require_arg(p.n_groups != nullptr, "gathered mode needs the device group count n_groups");
+    require_arg(p.max_groups >= 1 && p.max_groups <= 65535, "max_groups outside 1..65535");
+    require_arg(p.max_tokens_per_group >= 1 && p.max_tokens_per_group <= gemv_max_tokens,
+                "max_tokens_per_group outside 1..8");
+    require_arg(p.matrix_stride_bytes >= rb * p.n_rows, "matrix_stride_bytes is smaller than one matrix");
+  }
+  switch (p.type) {
+    case GgmlType::f32:
+      return launch_gemv<GgmlType::f32>(p, stream);
+    case GgmlType::f16:
+      return launch_gemv<GgmlType::f16>(p, stream);
+    case GgmlType::bf16:
+      return launch_gemv<GgmlType::bf16>(p, stream);
+    case GgmlType::q4_0:
+      return launch_gemv<GgmlType::q4_0>(p, stream);
+    case GgmlType::q4_1:
+      return launch_gemv<GgmlType::q4_1>(p, stream);
+    case GgmlType::q5_0:
+      return launch_gemv<GgmlType::q5_0>(p, stream);
+    case GgmlType::q5_1:
+      return launch_gemv<GgmlType::q5_1>(p, stream);
+    case GgmlType::q8_0:
+      return launch_gemv<GgmlType::q8_0>(p, stream);
+    case GgmlType::mxfp4:
+      return launch_gemv<GgmlType::mxfp4>(p, stream);
+    case GgmlType::q2_k:
+      return launch_gemv<GgmlType::q2_k>(p, stream);
+    case GgmlType::q3_k:
+      return launch_gemv<GgmlType::q3_k>(p, stream);
+    case GgmlType::q4_k:
+      return launch_gemv<GgmlType::q4_k>(p, stream);
+    case GgmlType::q5_k:
+      return launch_gemv<GgmlType::q5_k>(p, stream);
+    case GgmlType::q6_k:
+      return launch_gemv<GgmlType::q6_k>(p, stream);
+    default:
+      break;
+  }
+  throw Error(ErrorCode::internal, "gemv_quant: dispatch missed type " + type_name);
+}
+
+double gemv_min_bytes(const GemvParams& p) {
+  const double matrices = p.weight_up ? 2.0 : 1.0;
+  const double w = static_cast<double>(row_bytes(p.type, static_cast<uint64_t>(p.k))) * p.n_rows * matrices;
+  return w + 4.0 * p.n_tokens * (static_cast<double>(p.k) + p.n_rows);
+}
+
+double gemv_flops(const GemvParams& p) {
+  return 2.0 * p.n_tokens * static_cast<double>(p.n_rows) * p.k * (p.weight_up ? 2.0 : 1.0);
+}
+
+}  // namespace latte::cuda

@@ -1,0 +1,69 @@
+// Quantized matrix-vector products for decode: y[t] = W x[t] for 1..8 tokens in ONE pass over W, so
+// that batched decode of several sequences reuses each weight load. W is a GGUF tensor in its file
+// layout (rows of ggml blocks, any supported type); x and y are fp32 and the sum is fp32, so the
+// result matches the CPU reference (dequantize_row + fp32 dot) to ~1e-6 relative.
+// Modes: dense (rows 0..n_tokens-1 of x), gathered (per-expert groups built on the device), gated
+// (y = silu(W_gate x) * (W_up x), both stacks read in the same pass) and residual (y = W x + r).
+//
+//   latte::cuda::gemv_quant({.type = GgmlType::q4_k, .weight = w, .weight_bytes = wb, .n_rows = 2048,
+//                            .k = 2048, .x = x, .x_stride = 2048, .y = y, .y_stride = 2048}, stream);
+#pragma once
+
+#include <latte/quant.hpp>
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace latte::cuda {
+
+/// Most tokens one GEMV pass multiplies (more: use the GEMM).
+inline constexpr int gemv_max_tokens = 8;
+
+/// One gathered group (device memory): `count` tokens multiplied by matrix `matrix` of the stack.
+struct GemvGroup {
+  int32_t matrix;                  ///< which matrix of the stacked tensor (the expert id)
+  int32_t count;                   ///< tokens in this group, 0..8 (0: the group does nothing)
+  int32_t x_row[gemv_max_tokens];  ///< row of x read for token i
+  int32_t y_row[gemv_max_tokens];  ///< row of y written for token i
+};
+
+/// Everything one GEMV launch needs. Pointers are device pointers.
+struct GemvParams {
+  GgmlType type = GgmlType::f32;
+  const void* weight = nullptr;       ///< matrix 0 of the stack: n_rows rows of row_bytes(type, k) bytes
+  const void* weight_up = nullptr;    ///< optional: gated mode, y = silu(weight x) * (weight_up x)
+  int64_t weight_bytes = 0;           ///< bytes readable from `weight` (and from `weight_up`): the stack
+  int64_t matrix_stride_bytes = 0;    ///< bytes between matrices of the stack (gathered mode)
+  int n_rows = 0;                     ///< output features per matrix
+  int k = 0;                          ///< input features (a multiple of the block size; of 32 for floats)
+  const float* x = nullptr;           ///< fp32 [rows, x_stride], 16-byte aligned, x_stride % 4 == 0
+  int64_t x_stride = 0;               ///< floats between rows of x
+  float* y = nullptr;                 ///< fp32 [rows, y_stride]
+  int64_t y_stride = 0;               ///< floats between rows of y
+  const float* residual = nullptr;    ///< optional fp32 [rows, y_stride]: y = W x + residual (may be y)
+  int n_tokens = 1;                   ///< dense mode: x rows 0..n-1 -> y rows 0..n-1 (1..8)
+  const GemvGroup* groups = nullptr;  ///< gathered mode: groups[0 .. *n_groups) (device)
+  const int32_t* n_groups = nullptr;  ///< gathered mode: device count of valid groups, <= max_groups
+  int max_groups = 0;                 ///< gathered mode: grid size in groups (host bound)
+  int max_tokens_per_group = 0;       ///< gathered mode: host bound on every groups[i].count (1..8)
+  bool x_row_is_y_row = false;        ///< gathered mode: read x at y_row (MoE down: x is per slot)
+};
+
+/// Launches y = W x (see GemvParams). Throws Error(invalid_argument) on a violated precondition and
+/// Error(unsupported) for a type without a kernel.
+void gemv_quant(const GemvParams& p, cudaStream_t stream);
+
+/// Whether gemv_quant has a kernel for `type` (every type the CPU can dequantize, except Q8_1/Q8_K).
+bool gemv_supports(GgmlType type) noexcept;
+
+/// Bytes the launch must move at least (weights read once, x read, y written); dense mode.
+double gemv_min_bytes(const GemvParams& p);
+/// Floating-point operations of the launch (2 per multiply-add); dense mode.
+double gemv_flops(const GemvParams& p);
+
+/// Per-type kernel launcher (defined in gemv_quant_*.cu); use gemv_quant().
+template <GgmlType T>
+void launch_gemv(const GemvParams& p, cudaStream_t stream);
+
+}  // namespace latte::cuda

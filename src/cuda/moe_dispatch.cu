@@ -1,0 +1,145 @@
+// moe_sort(): grid of n_experts blocks. Every block builds the full histogram in shared memory
+// (order-independent, so deterministic) and the exclusive scan, then block e compacts the pairs of
+// expert e in pair order with a ballot-based block scan. Block 0 writes the offsets, the GEMM tile
+// list and the group count. moe_combine(): one thread per 4 output columns, choices summed in order.
+#include "cuda/moe_dispatch.hpp"
+
+#include <latte/error.hpp>
+
+#include <string>
+
+#include "cuda/check.hpp"
+#include "cuda/moe_router.hpp"
+
+namespace latte::cuda {
+namespace {
+
+constexpr int kSortThreads = 256;
+
+__global__ void __launch_bounds__(kSortThreads) moe_sort_kernel(const MoeSortParams p) {
+  __shared__ int counts[moe_max_experts];
+  __shared__ int offsets[moe_max_experts + 1];
+  __shared__ int warp_totals[kSortThreads / 32];
+  __shared__ int running;
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
+  const int E = p.n_experts, P = p.n_tokens * p.k;
+  const int me = static_cast<int>(blockIdx.x);
+  auto expert_of = [&](int pair) { return min(max(p.ids[pair], 0), E - 1); };
+
+  for (int e = tid; e < E; e += kSortThreads) counts[e] = 0;
+  if (tid == 0) running = 0;
+  __syncthreads();
+  for (int i = tid; i < P; i += kSortThreads) atomicAdd(&counts[expert_of(i)], 1);
+  __syncthreads();
+  if (tid == 0) {
+    offsets[0] = 0;
+    for (int e = 0; e < E; ++e) offsets[e + 1] = offsets[e] + counts[e];
+  }
+  __syncthreads();
+
+  // GEMV group index of this expert: the number of non-empty experts before it
+  int group_index = 0;
+  if (p.groups != nullptr) {
+    for (int e = 0; e < me; ++e) group_index += counts[e] > 0;
+    if (tid == 0 && counts[me] > 0) {
+      p.groups[group_index].matrix = me;
+      p.groups[group_index].count = min(counts[me], gemv_max_tokens);
+    }
+  }
+
+  const int base = offsets[me];
+  for (int start = 0; start < P; start += kSortThreads) {
+    const int i = start + tid;
+    const bool mine = i < P && expert_of(i) == me;
+    const unsigned ballot = __ballot_sync(0xffffffffu, mine);
+    if (lane == 0) warp_totals[warp] = __popc(ballot);
+    __syncthreads();
+    int before = running;
+    for (int w = 0; w < warp; ++w) before += warp_totals[w];
+    if (mine) {
+      const int rank = before + __popc(ballot & ((1u << lane) - 1u));
+      const int slot = base + rank;
+      p.slot_of_pair[i] = slot;
+      p.token_of_slot[slot] = i / p.k;
+      if (p.groups != nullptr && rank < gemv_max_tokens) {
+        p.groups[group_index].x_row[rank] = i / p.k;
+        p.groups[group_index].y_row[rank] = slot;
+      }
+    }
+    __syncthreads();
+    if (tid == 0) {
+      for (int w = 0; w < kSortThreads / 32; ++w) running += warp_totals[w];
+    }
+    __syncthreads();
+  }
+
+  if (me == 0) {
+    for (int e = tid; e <= E; e += kSortThreads) p.expert_offsets[e] = offsets[e];
+    if (tid == 0) {
+      if (p.tiles != nullptr) {
+        int n = 0;
+        for (int e = 0; e < E; ++e) {
+          for (int r = offsets[e]; r < offsets[e + 1]; r += gemm_tile_rows) {
+            p.tiles[n++] = GemmTile{e, r, min(r + gemm_tile_rows, offsets[e + 1])};
+          }
+        }
+        *p.n_tiles = n;
+      }
+      if (p.groups != nullptr) {
+        int n = 0;
+        for (int e = 0; e < E; ++e) n += counts[e] > 0;
+        *p.n_groups = n;
+      }
+    }
+  }
+}
+
+__global__ void moe_combine_kernel(const MoeCombineParams p) {
+  const int t = static_cast<int>(blockIdx.y);
+  const int c = 4 * (static_cast<int>(blockIdx.x) * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x));
+  if (c >= p.hidden) return;
+  float4* out = reinterpret_cast<float4*>(p.out + t * p.out_stride + c);
+  float4 acc = p.accumulate ? *out : make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int j = 0; j < p.k; ++j) {
+    const float w = p.weights[t * p.k + j];
+    const float4 v = *reinterpret_cast<const float4*>(p.expert_out + p.slot_of_pair[t * p.k + j] * p.ld + c);
+    acc.x += w * v.x, acc.y += w * v.y, acc.z += w * v.z, acc.w += w * v.w;
+  }
+  *out = acc;
+}
+
+void require_arg(bool ok, const char* fn, const std::string& what) {
+  if (!ok) throw Error(ErrorCode::invalid_argument, std::string(fn) + ": " + what);
+}
+
+}  // namespace
+
+void moe_sort(const MoeSortParams& p, cudaStream_t stream) {
+  require_arg(p.ids && p.expert_offsets && p.slot_of_pair && p.token_of_slot, "moe_sort", "output arrays must be set");
+  require_arg(p.n_experts >= 1 && p.n_experts <= moe_max_experts, "moe_sort", "n_experts outside 1..256");
+  require_arg(p.k >= 1 && p.k <= moe_max_k && p.n_tokens >= 0, "moe_sort", "k outside 1..8 or n_tokens < 0");
+  require_arg((p.tiles == nullptr) == (p.n_tiles == nullptr), "moe_sort", "tiles and n_tiles go together");
+  require_arg((p.groups == nullptr) == (p.n_groups == nullptr), "moe_sort", "groups and n_groups go together");
+  require_arg(p.groups == nullptr || p.n_tokens <= gemv_max_tokens, "moe_sort",
+              "GEMV groups need n_tokens <= 8 (got " + std::to_string(p.n_tokens) + ")");
+  moe_sort_kernel<<<p.n_experts, kSortThreads, 0, stream>>>(p);
+  LATTE_CUDA_CHECK_LAUNCH();
+}
+
+void moe_combine(const MoeCombineParams& p, cudaStream_t stream) {
+  require_arg(p.expert_out && p.slot_of_pair && p.weights && p.out, "moe_combine", "pointers must be set");
+  require_arg(p.hidden > 0 && p.hidden % 4 == 0 && p.ld % 4 == 0 && p.out_stride % 4 == 0 && p.ld >= p.hidden &&
+                  p.out_stride >= p.hidden,
+              "moe_combine", "hidden, ld and out_stride must be multiples of 4 with ld, out_stride >= hidden");
+  require_arg(reinterpret_cast<uintptr_t>(p.expert_out) % 16 == 0 && reinterpret_cast<uintptr_t>(p.out) % 16 == 0,
+              "moe_combine", "expert_out and out must be 16-byte aligned");
+  require_arg(p.k >= 1 && p.k <= moe_max_k && p.n_tokens >= 0 && p.n_tokens <= 65535, "moe_combine",
+              "k outside 1..8 or n_tokens outside 0..65535");
+  if (p.n_tokens == 0) return;
+  const int threads = 128;
+  const dim3 grid(static_cast<unsigned>((p.hidden / 4 + threads - 1) / threads), static_cast<unsigned>(p.n_tokens));
+  moe_combine_kernel<<<grid, threads, 0, stream>>>(p);
+  LATTE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace latte::cuda

@@ -1,0 +1,60 @@
+// MoE expert dispatch: sorting (token, choice) pairs by expert into "slots", and combining the
+// experts' outputs back per token. Deterministic: slots of one expert are in token order, and the
+// combine sums each token's k outputs in choice order (no atomics).
+//
+//   moe_sort({.ids = ids, .n_tokens = t, .k = 6, .n_experts = 64, ...}, stream);   // pairs -> slots
+//   moe_combine({.expert_out = d, .ld = 2048, .slot_of_pair = sp, .weights = w, ...}, stream);
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/gemm_quant.hpp"
+#include "cuda/gemv_quant.hpp"
+
+namespace latte::cuda {
+
+/// Upper bound on the grouped-GEMM tiles of n_pairs pairs over n_experts experts.
+constexpr int moe_max_tiles(int n_pairs, int n_experts) {
+  return (n_pairs + gemm_tile_rows - 1) / gemm_tile_rows + n_experts;
+}
+/// Upper bound on the GEMV groups (distinct experts) of n_pairs pairs.
+constexpr int moe_max_groups(int n_pairs, int n_experts) { return n_pairs < n_experts ? n_pairs : n_experts; }
+
+/// Pair p = t * k + j is token t's j-th choice. Outputs are device arrays the caller sizes.
+struct MoeSortParams {
+  const int32_t* ids = nullptr;  ///< [n_tokens * k] expert ids (0..n_experts-1; clamped)
+  int n_tokens = 0;
+  int k = 0;
+  int n_experts = 0;                  ///< 1..256
+  int32_t* expert_offsets = nullptr;  ///< [n_experts + 1] first slot of each expert
+  int32_t* slot_of_pair = nullptr;    ///< [n_tokens * k]
+  int32_t* token_of_slot = nullptr;   ///< [n_tokens * k]
+  GemmTile* tiles = nullptr;          ///< optional [moe_max_tiles]: grouped GEMM tiles
+  int32_t* n_tiles = nullptr;         ///< with tiles: [1]
+  GemvGroup* groups = nullptr;        ///< optional [moe_max_groups]: GEMV groups (n_tokens <= 8)
+  int32_t* n_groups = nullptr;        ///< with groups: [1]
+};
+
+/// Sorts pairs by expert (one block per expert). Throws Error(invalid_argument) on bad sizes.
+void moe_sort(const MoeSortParams& p, cudaStream_t stream);
+
+/// out[t] = (accumulate ? out[t] : 0) + sum_j weights[t, j] * expert_out[slot_of_pair[t * k + j]].
+struct MoeCombineParams {
+  const float* expert_out = nullptr;  ///< fp32 [n_tokens * k slots, ld]
+  int64_t ld = 0;
+  const int32_t* slot_of_pair = nullptr;
+  const float* weights = nullptr;  ///< [n_tokens, k]
+  int n_tokens = 0;
+  int k = 0;
+  int hidden = 0;        ///< columns (a multiple of 4)
+  float* out = nullptr;  ///< fp32 [n_tokens, out_stride]
+  int64_t out_stride = 0;
+  bool accumulate = false;
+};
+
+/// Launches the combine. Throws Error(invalid_argument) on bad sizes or misalignment.
+void moe_combine(const MoeCombineParams& p, cudaStream_t stream);
+
+}  // namespace latte::cuda

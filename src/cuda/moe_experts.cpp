@@ -1,0 +1,218 @@
+#include "cuda/moe_experts.hpp"
+
+#include <latte/error.hpp>
+
+#include <algorithm>
+#include <string>
+
+#include "cuda/activations.hpp"
+#include "cuda/moe_dispatch.hpp"
+
+namespace latte::cuda {
+namespace {
+
+size_t slots_of(const MoeWorkspaceShape& s) { return static_cast<size_t>(s.max_tokens) * static_cast<size_t>(s.k); }
+
+void check_call(const MoeExpertWeights& w, const MoeWorkspace& ws, const MoeExpertsCall& c, const char* fn) {
+  const auto& s = ws.shape();
+  auto fail = [&](const std::string& what) { throw Error(ErrorCode::invalid_argument, std::string(fn) + ": " + what); };
+  if (!c.ids || !c.weights || !c.out) fail("ids, weights and out must be set");
+  if (c.n_tokens < 0 || c.n_tokens > s.max_tokens) {
+    fail("n_tokens = " + std::to_string(c.n_tokens) + " exceeds the workspace (" + std::to_string(s.max_tokens) + ")");
+  }
+  if (c.k != s.k || w.n_experts != s.n_experts || w.hidden != s.hidden || w.ffn != s.ffn) {
+    fail("weights / call do not match the workspace shape");
+  }
+  if (!w.gate.data || !w.up.data || !w.down.data) fail("expert stacks must be set");
+}
+
+}  // namespace
+
+MoeWorkspace::MoeWorkspace(const MoeWorkspaceShape& shape) : shape_(shape) {
+  if (shape.max_tokens <= 0 || shape.k <= 0 || shape.n_experts <= 0 || shape.hidden <= 0 || shape.ffn <= 0) {
+    throw Error(ErrorCode::invalid_argument, "MoeWorkspace: every capacity must be positive");
+  }
+  const size_t slots = slots_of(shape);
+  const int pairs = static_cast<int>(slots);
+  expert_offsets = DeviceBuffer<int32_t>(static_cast<size_t>(shape.n_experts) + 1, "MoE expert offsets");
+  slot_of_pair = DeviceBuffer<int32_t>(slots, "MoE slot table");
+  token_of_slot = DeviceBuffer<int32_t>(slots, "MoE token table");
+  tiles = DeviceBuffer<GemmTile>(static_cast<size_t>(moe_max_tiles(pairs, shape.n_experts)), "MoE GEMM tiles");
+  groups = DeviceBuffer<GemvGroup>(static_cast<size_t>(moe_max_groups(gemv_max_tokens * shape.k, shape.n_experts)),
+                                   "MoE GEMV groups");
+  counts = DeviceBuffer<int32_t>(2, "MoE counts");
+  gate_out = DeviceBuffer<float>(slots * static_cast<size_t>(shape.ffn), "MoE gate output");
+  up_out = DeviceBuffer<float>(slots * static_cast<size_t>(shape.ffn), "MoE up output");
+  act_bf16 = DeviceBuffer<__nv_bfloat16>(slots * static_cast<size_t>(shape.ffn), "MoE activations (bf16)");
+  down_out = DeviceBuffer<float>(slots * static_cast<size_t>(shape.hidden), "MoE down output");
+}
+
+void moe_experts_decode(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeExpertsCall& c, cudaStream_t stream) {
+  check_call(w, ws, c, "moe_experts_decode");
+  if (c.n_tokens > gemv_max_tokens) {
+    throw Error(ErrorCode::invalid_argument, "moe_experts_decode: n_tokens > 8, use moe_experts_prefill");
+  }
+  if (!c.x) throw Error(ErrorCode::invalid_argument, "moe_experts_decode: x (fp32) must be set");
+  if (c.n_tokens == 0) return;
+  const int pairs = c.n_tokens * c.k;
+  const int max_groups = moe_max_groups(pairs, w.n_experts);
+  moe_sort({.ids = c.ids,
+            .n_tokens = c.n_tokens,
+            .k = c.k,
+            .n_experts = w.n_experts,
+            .expert_offsets = ws.expert_offsets.data(),
+            .slot_of_pair = ws.slot_of_pair.data(),
+            .token_of_slot = ws.token_of_slot.data(),
+            .groups = ws.groups.data(),
+            .n_groups = ws.counts.data() + 1},
+           stream);
+  GemvParams g{.type = w.gate.type,
+               .weight = w.gate.data,
+               .weight_bytes = w.gate.bytes,
+               .matrix_stride_bytes = w.gate.matrix_stride_bytes,
+               .n_rows = w.ffn,
+               .k = w.hidden,
+               .x = c.x,
+               .x_stride = c.x_stride,
+               .y = ws.gate_out.data(),
+               .y_stride = w.ffn,
+               .groups = ws.groups.data(),
+               .n_groups = ws.counts.data() + 1,
+               .max_groups = max_groups,
+               .max_tokens_per_group = c.n_tokens};
+  const bool fused =
+      w.gate.type == w.up.type && w.gate.matrix_stride_bytes == w.up.matrix_stride_bytes && w.gate.bytes == w.up.bytes;
+  if (fused) {
+    g.weight_up = w.up.data;  // y = silu(gate x) * (up x), both read in one pass
+    gemv_quant(g, stream);
+  } else {
+    gemv_quant(g, stream);
+    GemvParams u = g;
+    u.type = w.up.type;
+    u.weight = w.up.data;
+    u.weight_bytes = w.up.bytes;
+    u.matrix_stride_bytes = w.up.matrix_stride_bytes;
+    u.y = ws.up_out.data();
+    gemv_quant(u, stream);
+    silu_gate({.gate = ws.gate_out.data(),
+               .gate_stride = w.ffn,
+               .up = ws.up_out.data(),
+               .up_stride = w.ffn,
+               .out = ws.gate_out.data(),
+               .out_stride = w.ffn,
+               .rows = pairs,
+               .cols = w.ffn},
+              stream);
+  }
+  // down: group i's x rows are its slots (the gated activations), y rows the same slots
+  GemvParams d{.type = w.down.type,
+               .weight = w.down.data,
+               .weight_bytes = w.down.bytes,
+               .matrix_stride_bytes = w.down.matrix_stride_bytes,
+               .n_rows = w.hidden,
+               .k = w.ffn,
+               .x = ws.gate_out.data(),
+               .x_stride = w.ffn,
+               .y = ws.down_out.data(),
+               .y_stride = w.hidden,
+               .groups = ws.groups.data(),
+               .n_groups = ws.counts.data() + 1,
+               .max_groups = max_groups,
+               .max_tokens_per_group = c.n_tokens};
+  d.x_row_is_y_row = true;  // the groups' x rows are tokens; down reads the slot's activations
+  gemv_quant(d, stream);
+  moe_combine({.expert_out = ws.down_out.data(),
+               .ld = w.hidden,
+               .slot_of_pair = ws.slot_of_pair.data(),
+               .weights = c.weights,
+               .n_tokens = c.n_tokens,
+               .k = c.k,
+               .hidden = w.hidden,
+               .out = c.out,
+               .out_stride = c.out_stride,
+               .accumulate = c.accumulate},
+              stream);
+}
+
+void moe_experts_prefill(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeExpertsCall& c, cudaStream_t stream) {
+  check_call(w, ws, c, "moe_experts_prefill");
+  if (!c.x_bf16) throw Error(ErrorCode::invalid_argument, "moe_experts_prefill: x_bf16 must be set");
+  for (const ExpertStack* s : {&w.gate, &w.up, &w.down}) {
+    if (!gemm_quant_supports(s->type)) {
+      throw Error(ErrorCode::unsupported,
+                  "moe_experts_prefill: no fused GEMM for expert type " + std::string(type_traits(s->type).name));
+    }
+  }
+  if (c.n_tokens == 0) return;
+  const int pairs = c.n_tokens * c.k;
+  const int max_tiles = moe_max_tiles(pairs, w.n_experts);
+  moe_sort({.ids = c.ids,
+            .n_tokens = c.n_tokens,
+            .k = c.k,
+            .n_experts = w.n_experts,
+            .expert_offsets = ws.expert_offsets.data(),
+            .slot_of_pair = ws.slot_of_pair.data(),
+            .token_of_slot = ws.token_of_slot.data(),
+            .tiles = ws.tiles.data(),
+            .n_tiles = ws.counts.data()},
+           stream);
+  QuantGemmParams g{.type = w.gate.type,
+                    .weight = w.gate.data,
+                    .weight_bytes = w.gate.bytes,
+                    .matrix_stride_bytes = w.gate.matrix_stride_bytes,
+                    .n_rows = w.ffn,
+                    .k = w.hidden,
+                    .a = c.x_bf16,
+                    .lda = c.x_stride,
+                    .a_rows = ws.token_of_slot.data(),
+                    .c = ws.gate_out.data(),
+                    .ldc = w.ffn,
+                    .tiles = ws.tiles.data(),
+                    .n_tiles = ws.counts.data(),
+                    .max_tiles = max_tiles};
+  gemm_quant(g, stream);
+  QuantGemmParams u = g;
+  u.type = w.up.type;
+  u.weight = w.up.data;
+  u.weight_bytes = w.up.bytes;
+  u.matrix_stride_bytes = w.up.matrix_stride_bytes;
+  u.c = ws.up_out.data();
+  gemm_quant(u, stream);
+  silu_gate({.gate = ws.gate_out.data(),
+             .gate_stride = w.ffn,
+             .up = ws.up_out.data(),
+             .up_stride = w.ffn,
+             .out = ws.act_bf16.data(),
+             .out_stride = w.ffn,
+             .out_type = ActOut::bf16,
+             .rows = pairs,
+             .cols = w.ffn},
+            stream);
+  gemm_quant({.type = w.down.type,
+              .weight = w.down.data,
+              .weight_bytes = w.down.bytes,
+              .matrix_stride_bytes = w.down.matrix_stride_bytes,
+              .n_rows = w.hidden,
+              .k = w.ffn,
+              .a = ws.act_bf16.data(),
+              .lda = w.ffn,
+              .c = ws.down_out.data(),
+              .ldc = w.hidden,
+              .tiles = ws.tiles.data(),
+              .n_tiles = ws.counts.data(),
+              .max_tiles = max_tiles},
+             stream);
+  moe_combine({.expert_out = ws.down_out.data(),
+               .ld = w.hidden,
+               .slot_of_pair = ws.slot_of_pair.data(),
+               .weights = c.weights,
+               .n_tokens = c.n_tokens,
+               .k = c.k,
+               .hidden = w.hidden,
+               .out = c.out,
+               .out_stride = c.out_stride,
+               .accumulate = c.accumulate},
+              stream);
+}
+
+}  // namespace latte::cuda

@@ -1,0 +1,91 @@
+// The routed-expert FFN of a MoE layer on the GPU, given the router's choices:
+//   out[t] (+)= sum_j w[t, j] * down_e( silu(gate_e x[t]) * up_e x[t] ),  e = ids[t, j]
+// decode (n_tokens <= 8): moe_sort into per-expert GEMV groups; one gated GEMV over gate+up (each
+//   expert's rows read once for all tokens that chose it), one gathered GEMV over down, moe_combine.
+// prefill: moe_sort into GEMM tiles; grouped fused GEMMs for gate and up (A rows gathered by token),
+//   silu_gate to bf16, grouped GEMM for down, moe_combine.
+// Shared experts are a plain dense FFN (gemv_quant / gemm_quant with the *_shexp tensors).
+//
+//   latte::cuda::MoeWorkspace ws({.max_tokens = 512, .k = 6, .n_experts = 64, .hidden = 2048, .ffn = 1408});
+//   latte::cuda::moe_experts_prefill(experts, ws, {.x_bf16 = xb, ...}, stream);
+#pragma once
+
+#include <latte/quant.hpp>
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/device_buffer.hpp"
+#include "cuda/gemm_quant.hpp"
+#include "cuda/gemv_quant.hpp"
+
+namespace latte::cuda {
+
+/// One stacked expert tensor ({in, out, E} in GGUF terms): E matrices of `rows` x `k`.
+struct ExpertStack {
+  GgmlType type = GgmlType::f32;
+  const void* data = nullptr;       ///< device bytes of the whole stack
+  int64_t bytes = 0;                ///< total bytes of the stack
+  int64_t matrix_stride_bytes = 0;  ///< bytes per expert matrix
+};
+
+/// The three stacks of a MoE layer: gate/up {hidden, ffn, E}, down {ffn, hidden, E}.
+struct MoeExpertWeights {
+  ExpertStack gate, up, down;
+  int n_experts = 0;
+  int hidden = 0;  ///< H
+  int ffn = 0;     ///< F, expert_feed_forward_length
+};
+
+/// Capacities a MoeWorkspace is sized for.
+struct MoeWorkspaceShape {
+  int max_tokens = 0;
+  int k = 0;
+  int n_experts = 0;
+  int hidden = 0;
+  int ffn = 0;
+};
+
+/// Device scratch of the expert FFN (sorting tables, per-slot intermediates). Reuse across layers.
+class MoeWorkspace {
+ public:
+  explicit MoeWorkspace(const MoeWorkspaceShape& shape);
+  [[nodiscard]] const MoeWorkspaceShape& shape() const noexcept { return shape_; }
+
+  DeviceBuffer<int32_t> expert_offsets;  ///< [E + 1]
+  DeviceBuffer<int32_t> slot_of_pair;    ///< [T k]
+  DeviceBuffer<int32_t> token_of_slot;   ///< [T k]
+  DeviceBuffer<GemmTile> tiles;          ///< [moe_max_tiles]
+  DeviceBuffer<GemvGroup> groups;        ///< [moe_max_groups(8 k, E)]
+  DeviceBuffer<int32_t> counts;          ///< [2]: n_tiles, n_groups
+  DeviceBuffer<float> gate_out;          ///< fp32 [T k, F] (decode: the gated product)
+  DeviceBuffer<float> up_out;            ///< fp32 [T k, F]
+  DeviceBuffer<__nv_bfloat16> act_bf16;  ///< bf16 [T k, F] prefill input of down
+  DeviceBuffer<float> down_out;          ///< fp32 [T k, H]
+
+ private:
+  MoeWorkspaceShape shape_;
+};
+
+/// Inputs and output of one call. Pointers are device pointers.
+struct MoeExpertsCall {
+  const int32_t* ids = nullptr;    ///< [n_tokens, k] from moe_route
+  const float* weights = nullptr;  ///< [n_tokens, k]
+  int n_tokens = 0;
+  int k = 0;
+  const float* x = nullptr;               ///< decode input: fp32 [n_tokens, x_stride]
+  const __nv_bfloat16* x_bf16 = nullptr;  ///< prefill input: bf16 [n_tokens, x_stride]
+  int64_t x_stride = 0;
+  float* out = nullptr;  ///< fp32 [n_tokens, out_stride]
+  int64_t out_stride = 0;
+  bool accumulate = false;  ///< out += experts (e.g. on top of the shared expert)
+};
+
+/// Decode path (n_tokens <= 8, fp32 x). Throws Error on violated preconditions.
+void moe_experts_decode(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeExpertsCall& call, cudaStream_t stream);
+/// Prefill path (any n_tokens up to the workspace, bf16 x). Expert types need a fused GEMM.
+void moe_experts_prefill(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeExpertsCall& call, cudaStream_t stream);
+
+}  // namespace latte::cuda

@@ -1,0 +1,101 @@
+// rms_norm / layer_norm: a block of 256 threads per row; block sums via warp shuffles + shared memory.
+// Bytes: rms_norm reads x (and h) and writes y (and h): 8-16 bytes per value.
+#include "cuda/norms.hpp"
+
+#include <latte/error.hpp>
+
+#include <cuda_bf16.h>
+
+#include <string>
+
+#include "cuda/check.hpp"
+
+namespace latte::cuda {
+namespace {
+
+constexpr int kNormThreads = 256;
+
+__device__ float block_sum(float v, float* scratch) {
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  __syncthreads();  // scratch may still be read by a previous call
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float total = 0.0f;
+  for (int w = 0; w < kNormThreads / 32; ++w) total += scratch[w];
+  return total;
+}
+
+__global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const RmsNormParams p) {
+  __shared__ float scratch[kNormThreads / 32];
+  const int64_t row = blockIdx.x;
+  const float* x = p.x + row * p.x_stride;
+  float* h = p.residual ? p.residual + row * p.residual_stride : nullptr;
+  float sum_sq = 0.0f;
+  for (int i = static_cast<int>(threadIdx.x); i < p.n; i += kNormThreads) {
+    float v = x[i];
+    if (h) {
+      v += h[i];
+      h[i] = v;
+    }
+    sum_sq += v * v;
+  }
+  const float inv = rsqrtf(block_sum(sum_sq, scratch) / static_cast<float>(p.n) + p.eps);
+  for (int i = static_cast<int>(threadIdx.x); i < p.n; i += kNormThreads) {
+    const float v = (h ? h[i] : x[i]) * inv * p.weight[i];
+    if (p.out_type == ActOut::f32) {
+      static_cast<float*>(p.out)[row * p.out_stride + i] = v;
+    } else {
+      static_cast<__nv_bfloat16*>(p.out)[row * p.out_stride + i] = __float2bfloat16_rn(v);
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kNormThreads) layer_norm_kernel(const LayerNormParams p) {
+  __shared__ float scratch[kNormThreads / 32];
+  const int64_t row = blockIdx.x;
+  const float* x = p.x + row * p.x_stride;
+  float sum = 0.0f;
+  for (int i = static_cast<int>(threadIdx.x); i < p.n; i += kNormThreads) sum += x[i];
+  const float mean = block_sum(sum, scratch) / static_cast<float>(p.n);
+  float sum_sq = 0.0f;
+  for (int i = static_cast<int>(threadIdx.x); i < p.n; i += kNormThreads) {
+    const float d = x[i] - mean;
+    sum_sq += d * d;
+  }
+  const float inv = rsqrtf(block_sum(sum_sq, scratch) / static_cast<float>(p.n) + p.eps);
+  __syncthreads();  // every thread has read x before any output (out may alias x)
+  for (int i = static_cast<int>(threadIdx.x); i < p.n; i += kNormThreads) {
+    p.out[row * p.out_stride + i] = (x[i] - mean) * inv * p.weight[i] + p.bias[i];
+  }
+}
+
+}  // namespace
+
+void rms_norm(const RmsNormParams& p, cudaStream_t stream) {
+  if (!p.x || !p.weight || !p.out || p.n <= 0 || p.rows < 0 || p.x_stride < p.n || p.out_stride < p.n ||
+      (p.residual && p.residual_stride < p.n) || !(p.eps >= 0.0f)) {
+    throw Error(ErrorCode::invalid_argument, "rms_norm: invalid pointers, n = " + std::to_string(p.n) +
+                                                 ", rows = " + std::to_string(p.rows) + ", strides or eps");
+  }
+  if (p.out_type == ActOut::bf16 && static_cast<const void*>(p.x) == p.out) {
+    throw Error(ErrorCode::invalid_argument, "rms_norm: a bf16 output cannot overwrite the fp32 input");
+  }
+  if (p.rows == 0) return;
+  rms_norm_kernel<<<p.rows, kNormThreads, 0, stream>>>(p);
+  LATTE_CUDA_CHECK_LAUNCH();
+}
+
+void layer_norm(const LayerNormParams& p, cudaStream_t stream) {
+  if (!p.x || !p.weight || !p.bias || !p.out || p.n <= 0 || p.rows < 0 || p.x_stride < p.n || p.out_stride < p.n ||
+      !(p.eps >= 0.0f)) {
+    throw Error(ErrorCode::invalid_argument, "layer_norm: invalid pointers, n = " + std::to_string(p.n) +
+                                                 ", rows = " + std::to_string(p.rows) + ", strides or eps");
+  }
+  if (p.rows == 0) return;
+  layer_norm_kernel<<<p.rows, kNormThreads, 0, stream>>>(p);
+  LATTE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace latte::cuda

@@ -1,0 +1,46 @@
+// Row normalisations:
+//   rms_norm:   [h += x;] y = h / sqrt(mean(h^2) + eps) * w        (fused residual add when h is given)
+//   layer_norm: y = (x - mean) / sqrt(var + eps) * w + b            (the GLM-5 indexer key norm)
+// One block per row; sums in fp32 (two-pass for the layer norm's variance). Output fp32 or bf16.
+//
+//   latte::cuda::rms_norm({.x = attn_out, .residual = h, .weight = w, .n = 2048, .rows = t, .eps = 1e-6f,
+//                          .out = x_norm, .out_stride = 2048}, stream);
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/activations.hpp"
+
+namespace latte::cuda {
+
+struct RmsNormParams {
+  const float* x = nullptr;  ///< fp32 [rows, x_stride]
+  int64_t x_stride = 0;
+  float* residual = nullptr;  ///< optional fp32 [rows, residual_stride]: h += x, then normalise h
+  int64_t residual_stride = 0;
+  const float* weight = nullptr;  ///< fp32 [n]
+  int n = 0;                      ///< values per row
+  int rows = 0;
+  float eps = 1e-6f;
+  void* out = nullptr;  ///< fp32 or bf16 [rows, out_stride] (may equal x for fp32)
+  int64_t out_stride = 0;
+  ActOut out_type = ActOut::f32;
+};
+void rms_norm(const RmsNormParams& p, cudaStream_t stream);
+
+struct LayerNormParams {
+  const float* x = nullptr;  ///< fp32 [rows, x_stride]
+  int64_t x_stride = 0;
+  const float* weight = nullptr;  ///< fp32 [n]
+  const float* bias = nullptr;    ///< fp32 [n]
+  int n = 0;
+  int rows = 0;
+  float eps = 1e-5f;
+  float* out = nullptr;  ///< fp32 [rows, out_stride] (may equal x)
+  int64_t out_stride = 0;
+};
+void layer_norm(const LayerNormParams& p, cudaStream_t stream);
+
+}  // namespace latte::cuda

@@ -1,0 +1,49 @@
+// Rotary position embedding, interleaved pairing ((0,1), (2,3), ... as DeepSeek GGUFs and GLM-5 use),
+// with YaRN frequency correction as ggml computes it:
+//   theta_extrap = pos * base^(-2i / n_rot),  theta_interp = freq_scale * theta_extrap
+//   ramp(i) = 1 - clamp((i - corr_low) / max(0.001, corr_high - corr_low), 0, 1)
+//   theta = theta_interp * (1 - ramp * ext) + theta_extrap * ramp * ext
+// cos/sin are NOT scaled (YaRN's magnitude factor goes into the attention scale). Applied in place to
+// n_rot dims starting at rot_offset of each head: q's last R dims, k_pe, or the indexer's first 64.
+// Angles are computed in double, so positions up to millions keep full fp32 accuracy.
+//
+//   auto corr = latte::cuda::yarn_corr_dims(64, 4096, 10000.f, 32.f, 1.f);
+//   latte::cuda::rope_yarn({.data = q, .token_stride = 3072, .n_heads = 16, .head_stride = 192,
+//                           .rot_offset = 128, .n_rot = 64, .positions = pos, .n_tokens = t, ...}, stream);
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace latte::cuda {
+
+/// ggml's YaRN correction range [low, high] in rotary pair indices.
+struct YarnCorrDims {
+  float low = 0.0f;
+  float high = 0.0f;
+};
+
+/// ggml_rope_yarn_corr_dims: floor/ceil of the dims where the wavelength crosses beta_fast / beta_slow
+/// rotations over the original context, clamped to [0, n_rot - 1].
+YarnCorrDims yarn_corr_dims(int n_rot, int n_ctx_orig, float freq_base, float beta_fast, float beta_slow);
+
+struct RopeYarnParams {
+  float* data = nullptr;  ///< fp32, token t head h dim d at data[t*token_stride + h*head_stride + d]
+  int64_t token_stride = 0;
+  int n_heads = 1;
+  int64_t head_stride = 0;
+  int rot_offset = 0;                  ///< first rotated dim within a head
+  int n_rot = 0;                       ///< rotated dims (even)
+  const int32_t* positions = nullptr;  ///< [n_tokens] device positions
+  int n_tokens = 0;
+  float freq_base = 10000.0f;
+  float freq_scale = 1.0f;  ///< 1 / rope.scaling.factor
+  float ext_factor = 0.0f;  ///< 1 under YaRN, 0 without
+  YarnCorrDims corr{};
+};
+
+/// Launches the rotation (one block per token). Throws Error(invalid_argument) on bad shapes.
+void rope_yarn(const RopeYarnParams& p, cudaStream_t stream);
+
+}  // namespace latte::cuda

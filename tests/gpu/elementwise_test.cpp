@@ -1,0 +1,215 @@
+// Norms, RoPE (interleaved, YaRN), SiLU gate and bf16 conversion against float64 references.
+#include <doctest/doctest.h>
+#include <latte/error.hpp>
+
+#include <cmath>
+
+#include "cuda/activations.hpp"
+#include "cuda/norms.hpp"
+#include "cuda/rope_yarn.hpp"
+#include "gpu_test_support.hpp"
+
+using namespace latte;
+using namespace latte::test::gpu;
+using cuda::DeviceBuffer;
+
+TEST_CASE("rms_norm with and without the fused residual add, fp32 and bf16 outputs") {
+  auto rng = make_rng("rms_norm");
+  for (int n : {2048, 512, 1000}) {
+    const int rows = 17;
+    const auto x = random_floats(static_cast<size_t>(rows * n), rng);
+    const auto h = random_floats(static_cast<size_t>(rows * n), rng, 3.0f);
+    const auto w = random_floats(static_cast<size_t>(n), rng);
+    const float eps = 1e-6f;
+    for (bool fused : {false, true}) {
+      for (auto out_type : {cuda::ActOut::f32, cuda::ActOut::bf16}) {
+        const auto dx = upload(x);
+        auto dh = upload(h);
+        const auto dw = upload(w);
+        DeviceBuffer<float> out(static_cast<size_t>(rows * n));
+        poison(out.data(), out.bytes());
+        cuda::rms_norm({.x = dx.data(),
+                        .x_stride = n,
+                        .residual = fused ? dh.data() : nullptr,
+                        .residual_stride = n,
+                        .weight = dw.data(),
+                        .n = n,
+                        .rows = rows,
+                        .eps = eps,
+                        .out = out.data(),
+                        .out_stride = n,
+                        .out_type = out_type},
+                       nullptr);
+        std::vector<double> want(static_cast<size_t>(rows * n)), want_h(want.size());
+        for (int r = 0; r < rows; ++r) {
+          double ss = 0;
+          for (int i = 0; i < n; ++i) {
+            const double v = x[r * n + i] + (fused ? static_cast<double>(h[r * n + i]) : 0.0);
+            want_h[r * n + i] = v;
+            ss += v * v;
+          }
+          const double inv = 1.0 / std::sqrt(ss / n + eps);
+          for (int i = 0; i < n; ++i) want[r * n + i] = want_h[r * n + i] * inv * w[i];
+        }
+        std::vector<float> got;
+        if (out_type == cuda::ActOut::f32) {
+          got = download(out.data(), out.size());
+        } else {
+          const auto bits = download(reinterpret_cast<const uint16_t*>(out.data()), static_cast<size_t>(rows * n));
+          for (auto b : bits) got.push_back(bf16_to_float(b));
+        }
+        const std::string shape =
+            "n " + std::to_string(n) + (fused ? " fused" : "") + (out_type == cuda::ActOut::bf16 ? " bf16" : " f32");
+        check_close("rms_norm", shape, compare(got, want), out_type == cuda::ActOut::bf16 ? 5e-3 : 1e-6);
+        if (fused)
+          check_close("rms_norm residual h += x", shape, compare(download(dh.data(), dh.size()), want_h), 1e-7);
+      }
+    }
+  }
+}
+
+TEST_CASE("layer_norm with weight and bias (the indexer key norm)") {
+  auto rng = make_rng("layer_norm");
+  const int n = 128, rows = 33;
+  auto x = random_floats(static_cast<size_t>(rows * n), rng, 2.0f);
+  for (auto& v : x) v += 3.0f;  // a mean far from 0 exercises the two-pass variance
+  const auto w = random_floats(n, rng), b = random_floats(n, rng);
+  const auto dx = upload(x), dw = upload(w), db = upload(b);
+  DeviceBuffer<float> out(x.size());
+  poison(out.data(), out.bytes());
+  cuda::layer_norm({.x = dx.data(),
+                    .x_stride = n,
+                    .weight = dw.data(),
+                    .bias = db.data(),
+                    .n = n,
+                    .rows = rows,
+                    .eps = 1e-5f,
+                    .out = out.data(),
+                    .out_stride = n},
+                   nullptr);
+  std::vector<double> want(x.size());
+  for (int r = 0; r < rows; ++r) {
+    double mean = 0, var = 0;
+    for (int i = 0; i < n; ++i) mean += x[r * n + i];
+    mean /= n;
+    for (int i = 0; i < n; ++i) var += (x[r * n + i] - mean) * (x[r * n + i] - mean);
+    var /= n;
+    for (int i = 0; i < n; ++i) want[r * n + i] = (x[r * n + i] - mean) / std::sqrt(var + 1e-5) * w[i] + b[i];
+  }
+  check_close("layer_norm", "128 x 33", compare(download(out.data(), out.size()), want), 1e-6);
+}
+
+namespace {
+
+/// Interleaved YaRN RoPE in float64 (DESIGN.md / ggml's rope_yarn with mscale 1).
+void reference_rope(std::vector<double>& d, int64_t token_stride, int heads, int64_t head_stride, int offset, int n_rot,
+                    const std::vector<int32_t>& pos, const cuda::RopeYarnParams& p) {
+  for (size_t t = 0; t < pos.size(); ++t)
+    for (int i = 0; i < n_rot / 2; ++i) {
+      const double extrap = pos[t] * std::pow(static_cast<double>(p.freq_base), -2.0 * i / n_rot);
+      const double interp = p.freq_scale * extrap;
+      double theta = interp;
+      if (p.ext_factor != 0.0f) {
+        const double y = (i - p.corr.low) / std::max(0.001, static_cast<double>(p.corr.high - p.corr.low));
+        const double mix = (1.0 - std::min(1.0, std::max(0.0, y))) * p.ext_factor;
+        theta = interp * (1 - mix) + extrap * mix;
+      }
+      for (int h = 0; h < heads; ++h) {
+        double* v = d.data() + t * token_stride + h * head_stride + offset + 2 * i;
+        const double x0 = v[0], x1 = v[1];
+        v[0] = x0 * std::cos(theta) - x1 * std::sin(theta);
+        v[1] = x0 * std::sin(theta) + x1 * std::cos(theta);
+      }
+    }
+}
+
+}  // namespace
+
+TEST_CASE("rope_yarn rotates adjacent pairs of the last R dims of each head (V2-Lite YaRN) and k_pe") {
+  auto rng = make_rng("rope_yarn");
+  const auto corr = cuda::yarn_corr_dims(64, 4096, 10000.0f, 32.0f, 1.0f);
+  // ggml's numbers for these parameters: dims [12, 28]... computed independently below
+  const double low = std::floor(64 * std::log(4096 / (32 * 2 * M_PI)) / (2 * std::log(10000.0)));
+  const double high = std::ceil(64 * std::log(4096 / (1 * 2 * M_PI)) / (2 * std::log(10000.0)));
+  CHECK(corr.low == doctest::Approx(std::max(0.0, low)));
+  CHECK(corr.high == doctest::Approx(std::min(63.0, high)));
+  struct Layout {
+    const char* name;
+    int heads, head_stride, offset, n_rot, token_stride;
+  };
+  for (const Layout& l : {Layout{"q (16 heads, rope after 128 nope dims)", 16, 192, 128, 64, 3072},
+                          Layout{"k_pe (after the 512-dim latent)", 1, 576, 512, 64, 576},
+                          Layout{"indexer (first 64 of 128)", 32, 128, 0, 64, 4096}}) {
+    for (float ext : {0.0f, 1.0f}) {
+      const std::vector<int32_t> pos = {0, 1, 7, 4095, 4096, 32767, 163839};
+      const auto data = random_floats(pos.size() * l.token_stride, rng);
+      auto d = upload(data);
+      const auto dpos = upload(pos);
+      const cuda::RopeYarnParams p{.data = d.data(),
+                                   .token_stride = l.token_stride,
+                                   .n_heads = l.heads,
+                                   .head_stride = l.head_stride,
+                                   .rot_offset = l.offset,
+                                   .n_rot = l.n_rot,
+                                   .positions = dpos.data(),
+                                   .n_tokens = static_cast<int>(pos.size()),
+                                   .freq_base = 10000.0f,
+                                   .freq_scale = 1.0f / 40.0f,
+                                   .ext_factor = ext,
+                                   .corr = corr};
+      cuda::rope_yarn(p, nullptr);
+      std::vector<double> want(data.begin(), data.end());
+      reference_rope(want, l.token_stride, l.heads, l.head_stride, l.offset, l.n_rot, pos, p);
+      check_close("rope_yarn", std::string(l.name) + (ext != 0 ? " yarn" : " plain"),
+                  compare(download(d.data(), d.size()), want), 1e-6);
+    }
+  }
+}
+
+TEST_CASE("silu_gate and convert_to_bf16") {
+  auto rng = make_rng("silu_gate");
+  const int rows = 13, cols = 1408;
+  const auto g = random_floats(static_cast<size_t>(rows * cols), rng, 3.0f);
+  const auto u = random_floats(static_cast<size_t>(rows * cols), rng);
+  const auto dg = upload(g), du = upload(u);
+  DeviceBuffer<float> out(g.size());
+  poison(out.data(), out.bytes());
+  cuda::silu_gate({.gate = dg.data(),
+                   .gate_stride = cols,
+                   .up = du.data(),
+                   .up_stride = cols,
+                   .out = out.data(),
+                   .out_stride = cols,
+                   .rows = rows,
+                   .cols = cols},
+                  nullptr);
+  std::vector<double> want(g.size());
+  for (size_t i = 0; i < g.size(); ++i) want[i] = g[i] / (1.0 + std::exp(-static_cast<double>(g[i]))) * u[i];
+  check_close("silu_gate", "13 x 1408", compare(download(out.data(), out.size()), want), 1e-6);
+
+  DeviceBuffer<uint16_t> bf(g.size());
+  poison(bf.data(), bf.bytes());
+  cuda::convert_to_bf16(dg.data(), cols, bf.data(), cols, rows, cols, nullptr);
+  const auto bits = download(bf.data(), bf.size());
+  int64_t mismatches = 0;
+  for (size_t i = 0; i < g.size(); ++i) mismatches += bits[i] != fp32_to_bf16(g[i]);
+  CHECK_MESSAGE(mismatches == 0, "convert_to_bf16: " << mismatches << " values differ from fp32_to_bf16");
+}
+
+TEST_CASE("norm and rope launchers reject invalid shapes with latte::Error") {
+  DeviceBuffer<float> buf(256);
+  CHECK_THROWS_AS(cuda::rms_norm({.x = buf.data(),
+                                  .x_stride = 64,
+                                  .weight = buf.data(),
+                                  .n = 128,
+                                  .rows = 1,
+                                  .out = buf.data(),
+                                  .out_stride = 128},
+                                 nullptr),
+                  Error);
+  DeviceBuffer<int32_t> pos(1);
+  CHECK_THROWS_AS(
+      cuda::rope_yarn({.data = buf.data(), .token_stride = 64, .n_rot = 63, .positions = pos.data(), .n_tokens = 1},
+                      nullptr),
+      Error);
+}

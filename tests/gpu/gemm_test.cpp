@@ -1,0 +1,203 @@
+// Prefill GEMMs: the fused dequantize + mma.sync kernel (dense, gathered A rows, grouped tiles,
+// residual) and the dequantize + cuBLAS fallback, against float64 references on the same
+// bf16-rounded operands (tight) and on the unrounded fp32 operands (the bf16 precision contract).
+#include <doctest/doctest.h>
+#include <latte/error.hpp>
+
+#include <cuda_bf16.h>
+
+#include "cuda/gemm_bf16.hpp"
+#include "cuda/gemm_quant.hpp"
+#include "gpu_test_support.hpp"
+
+using namespace latte;
+using namespace latte::test::gpu;
+using cuda::DeviceBuffer;
+
+namespace {
+
+std::vector<uint16_t> to_bf16_bits(const std::vector<float>& v) {
+  std::vector<uint16_t> b(v.size());
+  for (size_t i = 0; i < v.size(); ++i) b[i] = fp32_to_bf16(v[i]);
+  return b;
+}
+
+/// C[m][n] = sum_k A[a_row(m)][k] W[n][k] in float64, optionally on bf16-rounded operands.
+std::vector<double> reference_gemm(const std::vector<float>& a, const std::vector<float>& w, int64_t m, int64_t n,
+                                   int64_t k, bool round_operands, const std::vector<int32_t>& a_rows = {}) {
+  std::vector<double> c(static_cast<size_t>(m * n));
+  for (int64_t i = 0; i < m; ++i) {
+    const int64_t ar = a_rows.empty() ? i : a_rows[i];
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0;
+      for (int64_t x = 0; x < k; ++x) {
+        const float av = a[ar * k + x], wv = w[j * k + x];
+        s += round_operands ? static_cast<double>(round_bf16(av)) * round_bf16(wv) : static_cast<double>(av) * wv;
+      }
+      c[i * n + j] = s;
+    }
+  }
+  return c;
+}
+
+int64_t gemm_k(GgmlType type) { return type_traits(type).block_values == 256 ? 768 : 1056; }
+
+}  // namespace
+
+TEST_CASE("gemm_quant (fused dequantize + mma.sync) matches float64 for every fused type, m = 1, 17, 130") {
+  auto rng = make_rng("gemm_quant");
+  for (GgmlType type : {GgmlType::q4_0, GgmlType::q4_1, GgmlType::q5_0, GgmlType::q5_1, GgmlType::q8_0, GgmlType::q2_k,
+                        GgmlType::q3_k, GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k, GgmlType::bf16}) {
+    REQUIRE(cuda::gemm_quant_supports(type));
+    const int64_t n = 200, k = gemm_k(type);
+    const auto host = random_rows(type, n, k, rng);
+    const auto wf = dequantize_reference(type, host, n, k);
+    const auto dw = upload(host);
+    for (int64_t m : {1, 17, 130}) {
+      const auto a = random_floats(static_cast<size_t>(m * k), rng);
+      const auto da = upload(to_bf16_bits(a));
+      DeviceBuffer<float> c(static_cast<size_t>(m * n));
+      poison(c.data(), c.bytes());
+      cuda::gemm_quant({.type = type,
+                        .weight = dw.data(),
+                        .weight_bytes = static_cast<int64_t>(host.size()),
+                        .n_rows = static_cast<int>(n),
+                        .k = static_cast<int>(k),
+                        .a = reinterpret_cast<const __nv_bfloat16*>(da.data()),
+                        .lda = k,
+                        .c = c.data(),
+                        .ldc = n,
+                        .m = static_cast<int>(m)},
+                       nullptr);
+      const auto got = download(c.data(), c.size());
+      const std::string shape =
+          type_label(type) + " m " + std::to_string(m) + " n " + std::to_string(n) + " k " + std::to_string(k);
+      check_close("gemm_quant vs bf16-rounded operands", shape, compare(got, reference_gemm(a, wf, m, n, k, true)),
+                  1e-5);
+      check_close("gemm_quant vs fp32 operands", shape, compare(got, reference_gemm(a, wf, m, n, k, false)), 1e-2);
+    }
+  }
+}
+
+TEST_CASE("gemm_quant grouped tiles with gathered A rows and a residual") {
+  auto rng = make_rng("gemm_quant grouped");
+  for (GgmlType type : {GgmlType::q4_k, GgmlType::q8_0, GgmlType::q6_k}) {
+    const int64_t n = 96, k = gemm_k(type), groups = 3, tokens = 50;
+    const int64_t matrix_bytes = static_cast<int64_t>(row_bytes(type, k)) * n;
+    const auto host = random_rows(type, n * groups, k, rng);
+    const auto wf = dequantize_reference(type, host, n * groups, k);
+    const auto dw = upload(host);
+    const auto a = random_floats(static_cast<size_t>(tokens * k), rng);
+    const auto da = upload(to_bf16_bits(a));
+    // 100 slots: group 0 = slots [0, 70) (two tiles), group 2 = [70, 100); group 1 empty
+    std::vector<int32_t> a_rows(100);
+    std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(tokens - 1));
+    for (auto& r : a_rows) r = tok(rng);
+    const std::vector<cuda::GemmTile> tiles = {{0, 0, 64}, {0, 64, 70}, {2, 70, 100}};
+    const auto d_rows = upload(a_rows);
+    const auto d_tiles = upload(tiles);
+    const auto d_count = upload(std::vector<int32_t>{3});
+    const auto residual = random_floats(static_cast<size_t>(100 * n), rng);
+    auto c = upload(residual);
+    cuda::gemm_quant({.type = type,
+                      .weight = dw.data(),
+                      .weight_bytes = static_cast<int64_t>(host.size()),
+                      .matrix_stride_bytes = matrix_bytes,
+                      .n_rows = static_cast<int>(n),
+                      .k = static_cast<int>(k),
+                      .a = reinterpret_cast<const __nv_bfloat16*>(da.data()),
+                      .lda = k,
+                      .a_rows = d_rows.data(),
+                      .c = c.data(),
+                      .ldc = n,
+                      .residual = c.data(),
+                      .tiles = d_tiles.data(),
+                      .n_tiles = d_count.data(),
+                      .max_tiles = 5},
+                     nullptr);
+    std::vector<double> want(static_cast<size_t>(100 * n));
+    for (int64_t s = 0; s < 100; ++s) {
+      const int64_t g = s < 70 ? 0 : 2;
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = 0;
+        for (int64_t x = 0; x < k; ++x) {
+          acc += static_cast<double>(round_bf16(a[a_rows[s] * k + x])) * round_bf16(wf[(g * n + j) * k + x]);
+        }
+        want[s * n + j] = acc + residual[s * n + j];
+      }
+    }
+    check_close("gemm_quant grouped", type_label(type), compare(download(c.data(), c.size()), want), 1e-5);
+  }
+}
+
+TEST_CASE("gemm_quant_via_bf16 (dequantize + cuBLAS) matches float64, including types without a fused kernel") {
+  auto rng = make_rng("gemm_quant_via_bf16");
+  cuda::BlasHandle blas;
+  for (GgmlType type : {GgmlType::q4_k, GgmlType::mxfp4, GgmlType::f16, GgmlType::f32}) {
+    const int64_t n = 200, m = 130, k = gemm_k(type);
+    const auto host = random_rows(type, n, k, rng);
+    const auto wf = dequantize_reference(type, host, n, k);
+    const auto dw = upload(host);
+    const auto a = random_floats(static_cast<size_t>(m * k), rng);
+    const auto da = upload(to_bf16_bits(a));
+    DeviceBuffer<__nv_bfloat16> scratch(static_cast<size_t>(n * k));
+    DeviceBuffer<float> c(static_cast<size_t>(m * n));
+    poison(c.data(), c.bytes());
+    cuda::gemm_quant_via_bf16(blas,
+                              {.type = type,
+                               .weight = dw.data(),
+                               .weight_bytes = static_cast<int64_t>(host.size()),
+                               .n_rows = static_cast<int>(n),
+                               .k = static_cast<int>(k),
+                               .a = reinterpret_cast<const __nv_bfloat16*>(da.data()),
+                               .lda = k,
+                               .c = c.data(),
+                               .ldc = n,
+                               .m = static_cast<int>(m)},
+                              scratch.data(), scratch.size(), nullptr);
+    check_close("gemm_quant_via_bf16", type_label(type),
+                compare(download(c.data(), c.size()), reference_gemm(a, wf, m, n, k, true)), 1e-5);
+  }
+}
+
+TEST_CASE("gemm_quant rejects violated preconditions with latte::Error") {
+  DeviceBuffer<uint8_t> buf(1 << 16);
+  const auto* a = reinterpret_cast<const __nv_bfloat16*>(buf.data());
+  auto* c = reinterpret_cast<float*>(buf.data());
+  CHECK_THROWS_AS(cuda::gemm_quant({.type = GgmlType::mxfp4,
+                                    .weight = buf.data(),
+                                    .weight_bytes = 1 << 16,
+                                    .n_rows = 4,
+                                    .k = 64,
+                                    .a = a,
+                                    .lda = 64,
+                                    .c = c,
+                                    .ldc = 4,
+                                    .m = 4},
+                                   nullptr),
+                  Error);
+  CHECK_THROWS_AS(cuda::gemm_quant({.type = GgmlType::q4_k,
+                                    .weight = buf.data(),
+                                    .weight_bytes = 1 << 16,
+                                    .n_rows = 4,
+                                    .k = 128,
+                                    .a = a,
+                                    .lda = 128,
+                                    .c = c,
+                                    .ldc = 4,
+                                    .m = 4},
+                                   nullptr),
+                  Error);
+  CHECK_THROWS_AS(cuda::gemm_quant({.type = GgmlType::q8_0,
+                                    .weight = buf.data() + 2,
+                                    .weight_bytes = 1 << 15,
+                                    .n_rows = 4,
+                                    .k = 64,
+                                    .a = a,
+                                    .lda = 64,
+                                    .c = c,
+                                    .ldc = 4,
+                                    .m = 4},
+                                   nullptr),
+                  Error);
+}

@@ -1,0 +1,151 @@
+#include "gpu_test_support.hpp"
+
+#include <doctest/doctest.h>
+#include <latte/quant_blocks.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+namespace latte::test::gpu {
+
+Rng make_rng(const std::string& label) {
+  const uint64_t seed = std::random_device{}();
+  MESSAGE(label << ": seed " << seed);
+  return Rng(seed);
+}
+
+namespace {
+
+void put_half(std::vector<uint8_t>& b, size_t at, float v) {
+  const uint16_t h = fp32_to_fp16(v);
+  std::memcpy(b.data() + at, &h, 2);
+}
+
+}  // namespace
+
+std::vector<uint8_t> random_rows(GgmlType type, int64_t rows, int64_t k, Rng& rng) {
+  const size_t bytes = static_cast<size_t>(row_bytes(type, static_cast<uint64_t>(k))) * static_cast<size_t>(rows);
+  std::vector<uint8_t> b(bytes);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> mag(0.5f, 1.5f);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto sign = [&] { return byte(rng) & 1 ? -1.0f : 1.0f; };
+  if (type == GgmlType::f32 || type == GgmlType::f16 || type == GgmlType::bf16) {
+    const size_t n = static_cast<size_t>(rows * k);
+    for (size_t i = 0; i < n; ++i) {
+      const float v = normal(rng);
+      if (type == GgmlType::f32) {
+        std::memcpy(b.data() + 4 * i, &v, 4);
+      } else {
+        const uint16_t h = type == GgmlType::f16 ? fp32_to_fp16(v) : fp32_to_bf16(v);
+        std::memcpy(b.data() + 2 * i, &h, 2);
+      }
+    }
+    return b;
+  }
+  for (auto& x : b) x = static_cast<uint8_t>(byte(rng));
+  const auto& tr = type_traits(type);
+  const size_t n_blocks = bytes / tr.block_bytes;
+  for (size_t blk = 0; blk < n_blocks; ++blk) {
+    const size_t o = blk * tr.block_bytes;
+    switch (type) {
+      case GgmlType::q4_0:
+        put_half(b, o, sign() * 0.1f * mag(rng));
+        break;
+      case GgmlType::q5_0:
+        put_half(b, o, sign() * 0.05f * mag(rng));
+        break;
+      case GgmlType::q8_0:
+        put_half(b, o, sign() * 0.01f * mag(rng));
+        break;
+      case GgmlType::q4_1:
+      case GgmlType::q5_1:
+        put_half(b, o, 0.1f * mag(rng));
+        put_half(b, o + 2, -0.8f * mag(rng));
+        break;
+      case GgmlType::q2_k:
+        put_half(b, o + 80, 0.05f * mag(rng)), put_half(b, o + 82, 0.02f * mag(rng));
+        break;
+      case GgmlType::q3_k:
+        put_half(b, o + 108, 0.01f * mag(rng));
+        break;
+      case GgmlType::q4_k:
+      case GgmlType::q5_k:
+        put_half(b, o, 0.005f * mag(rng));
+        put_half(b, o + 2, 0.01f * mag(rng));
+        break;
+      case GgmlType::q6_k:
+        put_half(b, o + 208, 0.002f * mag(rng));
+        break;
+      case GgmlType::mxfp4:
+        b[o] = static_cast<uint8_t>(120 + byte(rng) % 10);
+        break;
+      default:
+        FAIL("random_rows: no generator for " << type_label(type));
+    }
+  }
+  return b;
+}
+
+std::vector<float> dequantize_reference(GgmlType type, const std::vector<uint8_t>& bytes, int64_t rows, int64_t k) {
+  std::vector<float> out(static_cast<size_t>(rows * k));
+  const size_t rb = row_bytes(type, static_cast<uint64_t>(k));
+  for (int64_t r = 0; r < rows; ++r) dequantize_row(type, bytes.data() + r * rb, out.data() + r * k, k);
+  return out;
+}
+
+std::vector<float> random_floats(size_t n, Rng& rng, float sigma) {
+  std::normal_distribution<float> d(0.0f, sigma);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+float round_bf16(float x) { return bf16_to_fp32(fp32_to_bf16(x)); }
+float bf16_to_float(uint16_t bits) { return bf16_to_fp32(bits); }
+
+const std::vector<GgmlType>& gpu_types() {
+  static const std::vector<GgmlType> types = {
+      GgmlType::f32,  GgmlType::f16,   GgmlType::bf16, GgmlType::q4_0, GgmlType::q4_1, GgmlType::q5_0, GgmlType::q5_1,
+      GgmlType::q8_0, GgmlType::mxfp4, GgmlType::q2_k, GgmlType::q3_k, GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k};
+  return types;
+}
+
+std::string type_label(GgmlType type) { return std::string(type_traits(type).name); }
+
+void poison(void* device, size_t bytes) { LATTE_CUDA_CHECK(cudaMemset(device, 0xFF, bytes)); }
+
+Comparison compare(const std::vector<float>& out, const std::vector<double>& ref) {
+  Comparison c;
+  double err2 = 0, ref2 = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (!std::isfinite(out[i])) {
+      if (c.first_nan < 0) c.first_nan = static_cast<int64_t>(i);
+      ++c.nan_count;
+      continue;
+    }
+    const double e = std::abs(static_cast<double>(out[i]) - ref[i]);
+    err2 += e * e;
+    ref2 += ref[i] * ref[i];
+    if (e > c.max_abs_err) c.max_abs_err = e, c.max_err_index = static_cast<int64_t>(i);
+  }
+  c.rel_err = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
+  return c;
+}
+
+bool check_close(const std::string& kernel, const std::string& shape, const Comparison& cmp, double tol) {
+  std::ostringstream m;
+  m << kernel << " [" << shape << "]: rel err " << cmp.rel_err << " (tol " << tol << "), max abs err "
+    << cmp.max_abs_err << " at " << cmp.max_err_index << ", NaN/unwritten " << cmp.nan_count;
+  if (cmp.first_nan >= 0) m << " (first at " << cmp.first_nan << ")";
+  const bool ok = cmp.nan_count == 0 && cmp.rel_err <= tol;
+  if (!ok) {
+    FAIL_CHECK(m.str());
+  } else {
+    CHECK(ok);
+  }
+  return ok;
+}
+
+}  // namespace latte::test::gpu

@@ -1,0 +1,70 @@
+// Helpers of the GPU tests: random valid GGUF rows of every type, uploads/downloads, poisoned
+// outputs, and comparisons that print which kernel, which shape, the error and the first bad index.
+#pragma once
+
+#include <latte/quant.hpp>
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda/device_buffer.hpp"
+
+namespace latte::test::gpu {
+
+using Rng = std::mt19937_64;
+
+/// A fresh generator seeded from the test's name plus a random device (printed on failure).
+Rng make_rng(const std::string& label);
+
+/// `rows` random rows of `k` values of `type`: random bytes with sane scale fields (no NaN/Inf).
+std::vector<uint8_t> random_rows(GgmlType type, int64_t rows, int64_t k, Rng& rng);
+/// CPU reference: dequantize_row on every row -> [rows, k] floats.
+std::vector<float> dequantize_reference(GgmlType type, const std::vector<uint8_t>& bytes, int64_t rows, int64_t k);
+/// Normal(0, sigma) floats.
+std::vector<float> random_floats(size_t n, Rng& rng, float sigma = 1.0f);
+/// Round to bf16 and back (round to nearest even), the CPU twin of __float2bfloat16_rn.
+float round_bf16(float x);
+
+/// Every GPU-supported type, and the names used in messages.
+const std::vector<GgmlType>& gpu_types();
+std::string type_label(GgmlType type);
+
+template <class T>
+cuda::DeviceBuffer<T> upload(const std::vector<T>& host) {
+  cuda::DeviceBuffer<T> d(host.size(), "test upload");
+  if (!host.empty())
+    LATTE_CUDA_CHECK(cudaMemcpy(d.data(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+template <class T>
+std::vector<T> download(const T* device, size_t n) {
+  std::vector<T> host(n);
+  LATTE_CUDA_CHECK(cudaDeviceSynchronize());
+  if (n) LATTE_CUDA_CHECK(cudaMemcpy(host.data(), device, n * sizeof(T), cudaMemcpyDeviceToHost));
+  return host;
+}
+/// Fills `bytes` at `device` with 0xFF (a NaN in fp32 and bf16): unwritten outputs show up as NaN.
+void poison(void* device, size_t bytes);
+
+/// Result of comparing an output against a reference.
+struct Comparison {
+  double rel_err = 0;  ///< ||out - ref|| / ||ref||
+  double max_abs_err = 0;
+  int64_t max_err_index = -1;
+  int64_t nan_count = 0;  ///< NaN or Inf outputs (poisoned = never written)
+  int64_t first_nan = -1;
+};
+Comparison compare(const std::vector<float>& out, const std::vector<double>& ref);
+
+/// Checks cmp against tol with a message naming kernel and shape; returns whether it passed.
+/// Non-fatal (doctest CHECK), so the test continues to the next case.
+bool check_close(const std::string& kernel, const std::string& shape, const Comparison& cmp, double tol);
+
+/// bf16 bits -> float.
+float bf16_to_float(uint16_t bits);
+
+}  // namespace latte::test::gpu

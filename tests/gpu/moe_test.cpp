@@ -1,0 +1,330 @@
+// MoE: the router's selections must equal a CPU reference exactly (random logits without near-ties,
+// plus hand-built ties), the sort must be a stable per-expert permutation, and the whole expert FFN
+// (decode GEMV path and prefill GEMM path) must match a float64 reference.
+#include <doctest/doctest.h>
+#include <latte/error.hpp>
+
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "cuda/moe_dispatch.hpp"
+#include "cuda/moe_experts.hpp"
+#include "cuda/moe_router.hpp"
+#include "gpu_test_support.hpp"
+
+using namespace latte;
+using namespace latte::test::gpu;
+using cuda::DeviceBuffer;
+
+namespace {
+
+struct RouterCase {
+  int n_experts, k, n_groups, groups_used;
+  cuda::MoeGating gating;
+  bool bias, normalize;
+  float scale;
+};
+
+/// The router's math in float64, straight from DESIGN.md.
+void reference_route(const RouterCase& rc, const float* logits, const std::vector<float>& bias, int32_t* ids,
+                     double* weights) {
+  const int E = rc.n_experts;
+  std::vector<double> score(E), select(E);
+  if (rc.gating == cuda::MoeGating::softmax) {
+    const double mx = *std::max_element(logits, logits + E);
+    double sum = 0;
+    for (int e = 0; e < E; ++e) sum += score[e] = std::exp(logits[e] - mx);
+    for (auto& s : score) s /= sum;
+  } else {
+    for (int e = 0; e < E; ++e) score[e] = 1.0 / (1.0 + std::exp(-static_cast<double>(logits[e])));
+  }
+  for (int e = 0; e < E; ++e) select[e] = score[e] + (rc.bias ? bias[e] : 0.0);
+  std::vector<bool> allowed(E, true);
+  if (rc.n_groups > 1) {
+    const int gs = E / rc.n_groups;
+    std::vector<std::pair<double, int>> groups;
+    for (int g = 0; g < rc.n_groups; ++g) {
+      std::vector<double> v(select.begin() + g * gs, select.begin() + (g + 1) * gs);
+      std::sort(v.rbegin(), v.rend());
+      groups.push_back({-(v[0] + (gs > 1 ? v[1] : 0.0)), g});
+    }
+    std::sort(groups.begin(), groups.end());  // larger score first, then lower index
+    std::fill(allowed.begin(), allowed.end(), false);
+    for (int r = 0; r < rc.groups_used; ++r)
+      for (int e = groups[r].second * gs; e < (groups[r].second + 1) * gs; ++e) allowed[e] = true;
+  }
+  std::vector<std::pair<double, int>> order;
+  for (int e = 0; e < E; ++e)
+    if (allowed[e]) order.push_back({-select[e], e});
+  std::sort(order.begin(), order.end());
+  double sum = 0;
+  for (int j = 0; j < rc.k; ++j) ids[j] = order[j].second, sum += score[order[j].second];
+  for (int j = 0; j < rc.k; ++j) weights[j] = score[ids[j]] / (rc.normalize ? sum : 1.0) * rc.scale;
+}
+
+void run_router_case(const RouterCase& rc, const std::vector<float>& logits, const std::vector<float>& bias, int tokens,
+                     const std::string& label) {
+  const auto dl = upload(logits);
+  const auto db = upload(bias.empty() ? std::vector<float>(1) : bias);
+  DeviceBuffer<int32_t> ids(static_cast<size_t>(tokens * rc.k));
+  DeviceBuffer<float> w(static_cast<size_t>(tokens * rc.k));
+  poison(ids.data(), ids.bytes());
+  poison(w.data(), w.bytes());
+  cuda::moe_route({.logits = dl.data(),
+                   .logits_stride = rc.n_experts,
+                   .n_tokens = tokens,
+                   .n_experts = rc.n_experts,
+                   .selection_bias = rc.bias ? db.data() : nullptr,
+                   .gating = rc.gating,
+                   .k = rc.k,
+                   .n_groups = rc.n_groups,
+                   .groups_used = rc.groups_used,
+                   .normalize = rc.normalize,
+                   .scale = rc.scale,
+                   .ids = ids.data(),
+                   .weights = w.data()},
+                  nullptr);
+  const auto got_ids = download(ids.data(), ids.size());
+  const auto got_w = download(w.data(), w.size());
+  std::vector<int32_t> want_ids(got_ids.size());
+  std::vector<double> want_w(got_w.size());
+  int mismatches = 0;
+  for (int t = 0; t < tokens; ++t) {
+    reference_route(rc, logits.data() + t * rc.n_experts, bias, want_ids.data() + t * rc.k, want_w.data() + t * rc.k);
+    for (int j = 0; j < rc.k; ++j) {
+      if (got_ids[t * rc.k + j] != want_ids[t * rc.k + j] && mismatches++ < 3) {
+        FAIL_CHECK(label << ": token " << t << " choice " << j << " got expert " << got_ids[t * rc.k + j] << ", want "
+                         << want_ids[t * rc.k + j]);
+      }
+    }
+  }
+  CHECK_MESSAGE(mismatches == 0, label << ": " << mismatches << " id mismatches");
+  check_close("moe_route weights", label, compare(got_w, want_w), 1e-5);
+}
+
+}  // namespace
+
+TEST_CASE("moe_route selects exactly the CPU reference's experts (softmax, sigmoid+bias, group-limited)") {
+  auto rng = make_rng("moe_route");
+  const std::vector<RouterCase> cases = {
+      {64, 6, 1, 1, cuda::MoeGating::softmax, false, false, 1.0f},    // DeepSeek-V2-Lite
+      {160, 6, 8, 3, cuda::MoeGating::softmax, false, false, 16.0f},  // DeepSeek-V2
+      {256, 8, 8, 4, cuda::MoeGating::sigmoid, true, true, 2.5f},     // DeepSeek-V3
+      {64, 4, 1, 1, cuda::MoeGating::sigmoid, true, true, 1.8f},      // GLM-4.7-Flash-like
+      {32, 8, 4, 2, cuda::MoeGating::softmax, false, true, 1.0f},
+  };
+  const int tokens = 130;
+  for (const auto& rc : cases) {
+    // distinct logits: a random permutation of a grid with spacing 0.02 plus tiny jitter
+    std::vector<float> logits(static_cast<size_t>(tokens * rc.n_experts));
+    std::vector<int> perm(rc.n_experts);
+    for (int t = 0; t < tokens; ++t) {
+      std::iota(perm.begin(), perm.end(), 0);
+      std::shuffle(perm.begin(), perm.end(), rng);
+      for (int e = 0; e < rc.n_experts; ++e) logits[t * rc.n_experts + e] = -2.0f + 0.02f * static_cast<float>(perm[e]);
+    }
+    std::vector<float> bias;
+    if (rc.bias) {
+      // bias on a coarser grid keeps the biased scores apart too
+      for (int e = 0; e < rc.n_experts; ++e) bias.push_back(0.0005f * static_cast<float>((e * 7) % 13));
+    }
+    run_router_case(rc, logits, bias, tokens,
+                    "E=" + std::to_string(rc.n_experts) + " k=" + std::to_string(rc.k) +
+                        " groups=" + std::to_string(rc.n_groups) + "/" + std::to_string(rc.groups_used));
+  }
+}
+
+TEST_CASE("moe_route breaks ties toward the lower expert and group index") {
+  // all logits equal: experts 0..k-1 in order; groups all tie: groups 0..used-1
+  const RouterCase flat{64, 6, 1, 1, cuda::MoeGating::softmax, false, true, 1.0f};
+  run_router_case(flat, std::vector<float>(64, 0.25f), {}, 3, "all equal");
+  const RouterCase grouped{64, 4, 8, 2, cuda::MoeGating::sigmoid, false, false, 1.0f};
+  std::vector<float> logits(64, 0.0f);
+  logits[63] = 0.5f;  // group 7 wins outright, then groups 0..6 tie: group 0 must be taken
+  run_router_case(grouped, logits, {}, 1, "group tie");
+}
+
+TEST_CASE("moe_sort is a stable per-expert permutation and moe_combine sums each token's choices") {
+  auto rng = make_rng("moe_sort");
+  const int tokens = 37, k = 6, E = 64, hidden = 128;
+  // each token picks k distinct experts among the first 12: many tokens per expert, most experts empty
+  std::vector<int32_t> ids(tokens * k);
+  for (int t = 0; t < tokens; ++t) {
+    std::vector<int> perm(12);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    for (int j = 0; j < k; ++j) ids[t * k + j] = perm[j];
+  }
+  const auto d_ids = upload(ids);
+  DeviceBuffer<int32_t> offsets(E + 1), slot_of_pair(tokens * k), token_of_slot(tokens * k), counts(1);
+  DeviceBuffer<cuda::GemmTile> tiles(cuda::moe_max_tiles(tokens * k, E));
+  cuda::moe_sort({.ids = d_ids.data(),
+                  .n_tokens = tokens,
+                  .k = k,
+                  .n_experts = E,
+                  .expert_offsets = offsets.data(),
+                  .slot_of_pair = slot_of_pair.data(),
+                  .token_of_slot = token_of_slot.data(),
+                  .tiles = tiles.data(),
+                  .n_tiles = counts.data()},
+                 nullptr);
+  const auto off = download(offsets.data(), offsets.size());
+  const auto sop = download(slot_of_pair.data(), slot_of_pair.size());
+  const auto tos = download(token_of_slot.data(), token_of_slot.size());
+  // expected: slots ordered by (expert, pair index)
+  std::vector<int> pairs(tokens * k);
+  std::iota(pairs.begin(), pairs.end(), 0);
+  std::stable_sort(pairs.begin(), pairs.end(), [&](int a, int b) { return ids[a] < ids[b]; });
+  int bad = 0;
+  for (int s = 0; s < tokens * k; ++s) {
+    bad += sop[pairs[s]] != s || tos[s] != pairs[s] / k;
+  }
+  CHECK_MESSAGE(bad == 0, "moe_sort: " << bad << " slots differ from the stable order");
+  for (int e = 0; e <= E; ++e) {
+    const int want = static_cast<int>(std::count_if(ids.begin(), ids.end(), [&](int x) { return x < e; }));
+    CHECK_MESSAGE(off[e] == want, "expert_offsets[" << e << "] = " << off[e] << ", want " << want);
+  }
+  const auto n_tiles = download(counts.data(), 1)[0];
+  const auto tl = download(tiles.data(), static_cast<size_t>(n_tiles));
+  int covered = 0;
+  for (const auto& t : tl) {
+    CHECK(t.row_end - t.row_begin <= cuda::gemm_tile_rows);
+    CHECK((t.row_begin >= off[t.group] && t.row_end <= off[t.group + 1]));
+    covered += t.row_end - t.row_begin;
+  }
+  CHECK(covered == tokens * k);
+
+  const auto expert_out = random_floats(static_cast<size_t>(tokens * k * hidden), rng);
+  const auto weights = random_floats(static_cast<size_t>(tokens * k), rng);
+  const auto base = random_floats(static_cast<size_t>(tokens * hidden), rng);
+  const auto d_eo = upload(expert_out);
+  const auto d_w = upload(weights);
+  auto d_out = upload(base);
+  cuda::moe_combine({.expert_out = d_eo.data(),
+                     .ld = hidden,
+                     .slot_of_pair = slot_of_pair.data(),
+                     .weights = d_w.data(),
+                     .n_tokens = tokens,
+                     .k = k,
+                     .hidden = hidden,
+                     .out = d_out.data(),
+                     .out_stride = hidden,
+                     .accumulate = true},
+                    nullptr);
+  std::vector<double> want(base.begin(), base.end());
+  for (int t = 0; t < tokens; ++t)
+    for (int j = 0; j < k; ++j)
+      for (int c = 0; c < hidden; ++c)
+        want[t * hidden + c] += static_cast<double>(weights[t * k + j]) * expert_out[sop[t * k + j] * hidden + c];
+  check_close("moe_combine", "37 tokens k 6", compare(download(d_out.data(), d_out.size()), want), 1e-6);
+}
+
+TEST_CASE("moe_experts_decode and moe_experts_prefill match a float64 expert FFN") {
+  auto rng = make_rng("moe_experts");
+  const int E = 8, H = 512, F = 160, k = 3;
+  const auto gate_h = random_rows(GgmlType::q4_k, int64_t{E} * F, H, rng);
+  const auto up_h = random_rows(GgmlType::q4_k, int64_t{E} * F, H, rng);
+  const auto down_h = random_rows(GgmlType::q8_0, int64_t{E} * H, F, rng);
+  const auto gate = dequantize_reference(GgmlType::q4_k, gate_h, int64_t{E} * F, H);
+  const auto up = dequantize_reference(GgmlType::q4_k, up_h, int64_t{E} * F, H);
+  const auto down = dequantize_reference(GgmlType::q8_0, down_h, int64_t{E} * H, F);
+  const auto dg = upload(gate_h), du = upload(up_h), dd = upload(down_h);
+  auto stack = [](const DeviceBuffer<uint8_t>& b, int64_t rows_per_expert, int64_t bytes_per_row) {
+    return cuda::ExpertStack{.type = GgmlType::f32,
+                             .data = b.data(),
+                             .bytes = static_cast<int64_t>(b.size()),
+                             .matrix_stride_bytes = rows_per_expert * bytes_per_row};
+  };
+  cuda::MoeExpertWeights w{.gate = stack(dg, F, row_bytes(GgmlType::q4_k, H)),
+                           .up = stack(du, F, row_bytes(GgmlType::q4_k, H)),
+                           .down = stack(dd, H, row_bytes(GgmlType::q8_0, F)),
+                           .n_experts = E,
+                           .hidden = H,
+                           .ffn = F};
+  w.gate.type = w.up.type = GgmlType::q4_k;
+  w.down.type = GgmlType::q8_0;
+  cuda::MoeWorkspace ws({.max_tokens = 130, .k = k, .n_experts = E, .hidden = H, .ffn = F});
+  for (int tokens : {1, 3, 8, 130}) {
+    const bool decode = tokens <= 8;
+    std::vector<int32_t> ids(tokens * k);
+    for (int t = 0; t < tokens; ++t) {
+      std::vector<int> perm(E);
+      std::iota(perm.begin(), perm.end(), 0);
+      std::shuffle(perm.begin(), perm.end(), rng);
+      for (int j = 0; j < k; ++j) ids[t * k + j] = perm[j];
+    }
+    const auto weights = random_floats(static_cast<size_t>(tokens * k), rng, 0.5f);
+    const auto x = random_floats(static_cast<size_t>(tokens * H), rng);
+    std::vector<uint16_t> xb(x.size());
+    for (size_t i = 0; i < x.size(); ++i) xb[i] = fp32_to_bf16(x[i]);
+    const auto d_ids = upload(ids);
+    const auto d_xb = upload(xb);
+    const auto d_w = upload(weights);
+    const auto d_x = upload(x);
+    DeviceBuffer<float> out(static_cast<size_t>(tokens * H));
+    poison(out.data(), out.bytes());
+    const cuda::MoeExpertsCall call{.ids = d_ids.data(),
+                                    .weights = d_w.data(),
+                                    .n_tokens = tokens,
+                                    .k = k,
+                                    .x = d_x.data(),
+                                    .x_bf16 = reinterpret_cast<const __nv_bfloat16*>(d_xb.data()),
+                                    .x_stride = H,
+                                    .out = out.data(),
+                                    .out_stride = H};
+    if (decode) {
+      cuda::moe_experts_decode(w, ws, call, nullptr);
+    } else {
+      cuda::moe_experts_prefill(w, ws, call, nullptr);
+    }
+    // float64 reference; prefill rounds its GEMM operands (x, weights, activations) to bf16
+    std::vector<double> want(static_cast<size_t>(tokens * H), 0.0);
+    auto r = [&](float v) { return decode ? static_cast<double>(v) : static_cast<double>(round_bf16(v)); };
+    for (int t = 0; t < tokens; ++t)
+      for (int j = 0; j < k; ++j) {
+        const int e = ids[t * k + j];
+        std::vector<double> act(F);
+        for (int f = 0; f < F; ++f) {
+          double g = 0, u = 0;
+          for (int h = 0; h < H; ++h) {
+            g += r(gate[(int64_t{e} * F + f) * H + h]) * r(x[t * H + h]);
+            u += r(up[(int64_t{e} * F + f) * H + h]) * r(x[t * H + h]);
+          }
+          act[f] = g / (1.0 + std::exp(-g)) * u;
+          if (!decode) act[f] = round_bf16(static_cast<float>(act[f]));
+        }
+        for (int h = 0; h < H; ++h) {
+          double s = 0;
+          for (int f = 0; f < F; ++f) s += r(down[(int64_t{e} * H + h) * F + f]) * act[f];
+          want[t * H + h] += weights[t * k + j] * s;
+        }
+      }
+    check_close(decode ? "moe_experts_decode" : "moe_experts_prefill", std::to_string(tokens) + " tokens",
+                compare(download(out.data(), out.size()), want), decode ? 1e-5 : 1e-3);
+  }
+}
+
+TEST_CASE("moe_route rejects invalid configurations with latte::Error") {
+  DeviceBuffer<float> buf(1024);
+  DeviceBuffer<int32_t> ids(64);
+  const cuda::MoeRouterParams ok{.logits = buf.data(),
+                                 .logits_stride = 64,
+                                 .n_tokens = 1,
+                                 .n_experts = 64,
+                                 .k = 6,
+                                 .ids = ids.data(),
+                                 .weights = buf.data()};
+  auto with = [&](auto change) {
+    cuda::MoeRouterParams p = ok;
+    change(p);
+    return p;
+  };
+  CHECK_THROWS_AS(cuda::moe_route(with([](auto& p) { p.k = 9; }), nullptr), Error);
+  CHECK_THROWS_AS(cuda::moe_route(with([](auto& p) { p.n_experts = 300; }), nullptr), Error);
+  CHECK_THROWS_AS(cuda::moe_route(with([](auto& p) { p.n_groups = 7; }), nullptr), Error);
+  CHECK_THROWS_AS(cuda::moe_route(with([](auto& p) { p.n_groups = 8, p.groups_used = 0; }), nullptr), Error);
+  CHECK_THROWS_AS(cuda::moe_route(with([](auto& p) { p.n_groups = 8, p.groups_used = 1, p.k = 9; }), nullptr), Error);
+}

@@ -1,0 +1,143 @@
+// `latte kernel-bench`: measures the device's copy bandwidth and bf16 matrix rate once, then times
+// every registered kernel case (kernel_bench.hpp) with CUDA events: warm-up, then the median of
+// batches of launches over rotating inputs larger than L2. Prints kernel, shape, time, GB/s,
+// TFLOP/s and the fraction of the measured ceiling (max of bytes / bandwidth, flops / rate).
+#ifdef LATTE_WITH_CUDA
+
+#include <latte/error.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "command.hpp"
+#include "cuda/device_buffer.hpp"
+#include "cuda/device_caps.hpp"
+#include "cuda/gemm_bf16.hpp"
+#include "kernel_bench.hpp"
+
+namespace latte::cli {
+
+std::vector<KernelBenchCase>& kernel_bench_cases() {
+  static std::vector<KernelBenchCase> cases;
+  return cases;
+}
+
+KernelBenchRegistration::KernelBenchRegistration(std::vector<KernelBenchCase> cases) {
+  auto& all = kernel_bench_cases();
+  for (auto& c : cases) all.push_back(std::move(c));
+}
+
+namespace {
+
+struct Timing {
+  double median_us = 0;
+  double spread = 0;  ///< (max - min) / median over the batches
+};
+
+/// Median over `batches` of the mean time of `per_batch` launches, after one warm-up batch.
+Timing time_launches(const BenchLauncher& launch, int batches, int per_batch, cudaStream_t stream) {
+  cuda::Event start, stop;
+  int rep = 0;
+  for (int i = 0; i < per_batch; ++i) launch(stream, rep++);
+  LATTE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<double> us;
+  for (int b = 0; b < batches; ++b) {
+    start.record(stream);
+    for (int i = 0; i < per_batch; ++i) launch(stream, rep++);
+    stop.record(stream);
+    LATTE_CUDA_CHECK(cudaEventSynchronize(stop.get()));
+    us.push_back(1000.0 * stop.elapsed_ms_since(start) / per_batch);
+  }
+  std::sort(us.begin(), us.end());
+  const double median = us[us.size() / 2];
+  return {median, (us.back() - us.front()) / median};
+}
+
+int run_kernel_bench(std::span<const std::string> args) {
+  Args a(args);
+  if (a.flag({"--help", "-h"})) {
+    std::printf(
+        "usage: latte kernel-bench [--filter TEXT] [--batches N] [--per-batch N] [--device N]\n"
+        "Times the CUDA kernels at DeepSeek-V2-Lite shapes against the measured copy bandwidth and\n"
+        "bf16 matrix rate of the device.\n");
+    return 0;
+  }
+  const std::string filter = a.take({"--filter"}).value_or("");
+  const int batches = std::stoi(a.take({"--batches"}).value_or("11"));
+  const int per_batch = std::stoi(a.take({"--per-batch"}).value_or("20"));
+  const int device = std::stoi(a.take({"--device"}).value_or("0"));
+  a.positionals();
+  if (batches < 1 || per_batch < 1) throw Error(ErrorCode::invalid_argument, "--batches and --per-batch must be >= 1");
+  LATTE_CUDA_CHECK(cudaSetDevice(device));
+  const auto& caps = cuda::device_caps(device);
+  std::printf("device %d: %s, sm_%d%d, %d SMs, L2 %.0f MiB, kernel path %s\n", device, caps.name.c_str(), caps.cc_major,
+              caps.cc_minor, caps.sm_count, static_cast<double>(caps.l2_bytes) / (1 << 20),
+              cuda::kernel_path_name(cuda::select_kernel_path(device)));
+  cuda::Stream stream;
+
+  // ---- ceilings ----
+  double copy_gbs = 0, mma_tflops = 0;
+  {
+    const size_t bytes = size_t{1} << 30;
+    BenchContext ctx;
+    ctx.l2_bytes = caps.l2_bytes;
+    void* src = ctx.random_device(bytes);
+    void* dst = ctx.device_alloc(bytes);
+    const BenchLauncher copy = [&](cudaStream_t s, int) {
+      LATTE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s));
+    };
+    const Timing t = time_launches(copy, 7, 3, stream.get());
+    copy_gbs = 2.0 * bytes / (t.median_us * 1e3);  // read + write
+  }
+  {
+    const int n = 8192;
+    BenchContext ctx;
+    ctx.l2_bytes = caps.l2_bytes;
+    auto* a16 = static_cast<__nv_bfloat16*>(ctx.random_device(size_t{2} * n * n, 30));
+    auto* b16 = static_cast<__nv_bfloat16*>(ctx.random_device(size_t{2} * n * n, 30));
+    auto* c = static_cast<float*>(ctx.device_alloc(size_t{4} * n * n));
+    cuda::BlasHandle blas;
+    const BenchLauncher gemm = [&](cudaStream_t s, int) {
+      cuda::gemm_bf16(blas, {.a = a16, .lda = n, .w = b16, .ldw = n, .c = c, .ldc = n, .m = n, .n = n, .k = n}, s);
+    };
+    const Timing t = time_launches(gemm, 5, 3, stream.get());
+    mma_tflops = 2.0 * n * static_cast<double>(n) * n / (t.median_us * 1e6);
+  }
+  std::printf("ceilings: device-to-device copy %.0f GB/s (read + write), cuBLAS bf16 8192^3 %.0f TFLOP/s\n\n", copy_gbs,
+              mma_tflops);
+
+  std::printf("%-34s %-28s %10s %9s %9s %8s %7s\n", "kernel", "shape", "time us", "GB/s", "TFLOP/s", "ceiling",
+              "spread");
+  int failures = 0;
+  for (const auto& c : kernel_bench_cases()) {
+    if (!filter.empty() && (c.kernel + " " + c.shape).find(filter) == std::string::npos) continue;
+    try {
+      BenchContext ctx;
+      ctx.l2_bytes = caps.l2_bytes;
+      const BenchLauncher launch = c.prepare(ctx);
+      const Timing t = time_launches(launch, batches, per_batch, stream.get());
+      const double gbs = c.bytes / (t.median_us * 1e3);
+      const double tflops = c.flops / (t.median_us * 1e6);
+      const double floor_us = std::max(c.bytes / (copy_gbs * 1e3), c.flops / (mma_tflops * 1e6));
+      std::printf("%-34s %-28s %10.2f %9.0f %9.1f %7.0f%% %6.0f%%\n", c.kernel.c_str(), c.shape.c_str(), t.median_us,
+                  gbs, tflops, 100.0 * floor_us / t.median_us, 100.0 * t.spread);
+    } catch (const Error& e) {
+      ++failures;
+      std::printf("%-34s %-28s FAILED: %s\n", c.kernel.c_str(), c.shape.c_str(), e.what());
+    }
+    std::fflush(stdout);
+  }
+  return failures ? 1 : 0;
+}
+
+const Registration reg{
+    {"kernel-bench", "time the CUDA kernels against the device's measured ceilings", run_kernel_bench}};
+
+}  // namespace
+}  // namespace latte::cli
+
+#endif  // LATTE_WITH_CUDA

@@ -1,0 +1,153 @@
+// kernel-bench cases of the linear layers at DeepSeek-V2-Lite shapes (hidden 2048, q 3072, kv_a 576,
+// o 2048x2048, dense FFN 10944, vocab 129280): decode GEMV (1 and 4 tokens), prefill GEMM (512
+// tokens, fused vs dequantize + cuBLAS), dequantize to bf16.
+#ifdef LATTE_WITH_CUDA
+
+#include <latte/quant.hpp>
+
+#include <cuda_bf16.h>
+
+#include <memory>
+#include <string>
+
+#include "cuda/dequantize.hpp"
+#include "cuda/gemm_bf16.hpp"
+#include "cuda/gemm_quant.hpp"
+#include "cuda/gemv_quant.hpp"
+#include "kernel_bench.hpp"
+
+namespace latte::cli {
+namespace {
+
+struct Linear {
+  const char* name;
+  int rows, k;
+  GgmlType type;
+};
+
+// Q4_K_M-like choices: K-quants where k % 256 == 0, Q5_0/Q8_0 otherwise (what llama.cpp falls back to).
+const Linear kLinears[] = {
+    {"attn_q", 3072, 2048, GgmlType::q4_k},      {"attn_kv_a_mqa", 576, 2048, GgmlType::q4_k},
+    {"attn_output", 2048, 2048, GgmlType::q4_k}, {"attn_output", 2048, 2048, GgmlType::q5_k},
+    {"attn_output", 2048, 2048, GgmlType::q6_k}, {"attn_output", 2048, 2048, GgmlType::q8_0},
+    {"ffn_up", 10944, 2048, GgmlType::q4_k},     {"ffn_down", 2048, 10944, GgmlType::q5_0},
+    {"ffn_down", 2048, 10944, GgmlType::q8_0},   {"output", 129280, 2048, GgmlType::q6_k},
+};
+
+std::string shape_of(const Linear& l, int tokens) {
+  return std::string(l.name) + " " + std::to_string(l.rows) + "x" + std::to_string(l.k) +
+         " t=" + std::to_string(tokens);
+}
+
+/// Rotating copies of one weight matrix; returns the base pointers.
+std::vector<const void*> weight_copies(BenchContext& ctx, const Linear& l, int64_t& bytes) {
+  bytes = static_cast<int64_t>(row_bytes(l.type, static_cast<uint64_t>(l.k))) * l.rows;
+  std::vector<const void*> copies;
+  const int n = ctx.rotating_copies(bytes);
+  for (int i = 0; i < n; ++i) copies.push_back(ctx.random_device(static_cast<size_t>(bytes), static_cast<int>(l.type)));
+  return copies;
+}
+
+std::vector<KernelBenchCase> linear_cases() {
+  std::vector<KernelBenchCase> cases;
+  for (const Linear& l : kLinears) {
+    for (int tokens : {1, 4}) {
+      cuda::GemvParams shape{.type = l.type, .n_rows = l.rows, .k = l.k, .n_tokens = tokens};
+      cases.push_back({.kernel = "gemv " + std::string(type_name(l.type)),
+                       .shape = shape_of(l, tokens),
+                       .bytes = cuda::gemv_min_bytes(shape),
+                       .flops = cuda::gemv_flops(shape),
+                       .prepare = [l, tokens](BenchContext& ctx) -> BenchLauncher {
+                         int64_t bytes = 0;
+                         auto w = weight_copies(ctx, l, bytes);
+                         auto* x = static_cast<const float*>(ctx.random_device(size_t{4} * tokens * l.k, 0));
+                         auto* y = static_cast<float*>(ctx.device_alloc(size_t{4} * tokens * l.rows));
+                         return [=](cudaStream_t s, int rep) {
+                           cuda::gemv_quant({.type = l.type,
+                                             .weight = w[rep % w.size()],
+                                             .weight_bytes = bytes,
+                                             .n_rows = l.rows,
+                                             .k = l.k,
+                                             .x = x,
+                                             .x_stride = l.k,
+                                             .y = y,
+                                             .y_stride = l.rows,
+                                             .n_tokens = tokens},
+                                            s);
+                         };
+                       }});
+    }
+  }
+  for (const Linear& l : kLinears) {
+    const int m = 512;
+    cuda::QuantGemmParams shape{.type = l.type, .n_rows = l.rows, .k = l.k, .m = m};
+    auto prepare = [l, m](BenchContext& ctx, bool fused) -> BenchLauncher {
+      int64_t bytes = 0;
+      auto w = weight_copies(ctx, l, bytes);
+      auto* a = static_cast<const __nv_bfloat16*>(ctx.random_device(size_t{2} * m * l.k, 30));
+      auto* c = static_cast<float*>(ctx.device_alloc(size_t{4} * m * l.rows));
+      auto* scratch = fused ? nullptr : static_cast<__nv_bfloat16*>(ctx.device_alloc(size_t{2} * l.rows * l.k));
+      auto blas = fused ? nullptr : std::make_shared<cuda::BlasHandle>();
+      return [=](cudaStream_t s, int rep) {
+        const cuda::QuantGemmParams p{.type = l.type,
+                                      .weight = w[rep % w.size()],
+                                      .weight_bytes = bytes,
+                                      .n_rows = l.rows,
+                                      .k = l.k,
+                                      .a = a,
+                                      .lda = l.k,
+                                      .c = c,
+                                      .ldc = l.rows,
+                                      .m = m};
+        if (fused) {
+          cuda::gemm_quant(p, s);
+        } else {
+          cuda::gemm_quant_via_bf16(*blas, p, scratch, size_t(l.rows) * l.k, s);
+        }
+      };
+    };
+    if (cuda::gemm_quant_supports(l.type)) {
+      cases.push_back({.kernel = "gemm fused " + std::string(type_name(l.type)),
+                       .shape = shape_of(l, m),
+                       .bytes = cuda::gemm_min_bytes(shape),
+                       .flops = cuda::gemm_flops(shape),
+                       .prepare = [prepare](BenchContext& ctx) { return prepare(ctx, true); }});
+    }
+    cases.push_back({.kernel = "gemm dequant+cublas " + std::string(type_name(l.type)),
+                     .shape = shape_of(l, m),
+                     .bytes = cuda::gemm_min_bytes(shape),
+                     .flops = cuda::gemm_flops(shape),
+                     .prepare = [prepare](BenchContext& ctx) { return prepare(ctx, false); }});
+  }
+  for (const Linear& l : {kLinears[6], kLinears[9]}) {
+    const cuda::DequantizeParams shape{.type = l.type, .n_rows = l.rows, .k = l.k};
+    cases.push_back({.kernel = "dequantize->bf16 " + std::string(type_name(l.type)),
+                     .shape = std::string(l.name) + " " + std::to_string(l.rows) + "x" + std::to_string(l.k),
+                     .bytes = cuda::dequantize_min_bytes(shape),
+                     .flops = 0,
+                     .prepare = [l](BenchContext& ctx) -> BenchLauncher {
+                       int64_t bytes = 0;
+                       auto w = weight_copies(ctx, l, bytes);
+                       auto* out = ctx.device_alloc(size_t{2} * l.rows * l.k);
+                       return [=](cudaStream_t s, int rep) {
+                         cuda::dequantize_rows({.type = l.type,
+                                                .weight = w[rep % w.size()],
+                                                .weight_bytes = bytes,
+                                                .n_source_rows = l.rows,
+                                                .n_rows = l.rows,
+                                                .k = l.k,
+                                                .out = out,
+                                                .out_stride = l.k},
+                                               s);
+                       };
+                     }});
+  }
+  return cases;
+}
+
+const KernelBenchRegistration reg{linear_cases()};
+
+}  // namespace
+}  // namespace latte::cli
+
+#endif  // LATTE_WITH_CUDA

@@ -1,0 +1,167 @@
+// kernel-bench cases of the MoE layer and the small per-token kernels at DeepSeek-V2-Lite shapes:
+// 64 experts of 1408 (gate/up Q4_K, down Q5_0 since 1408 % 256 != 0), 6 active; router; RMSNorm;
+// RoPE on 16 heads. MoE bytes count the weights of the experts actually touched.
+#ifdef LATTE_WITH_CUDA
+
+#include <latte/quant.hpp>
+
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <memory>
+#include <numeric>
+#include <string>
+
+#include "cuda/moe_experts.hpp"
+#include "cuda/moe_router.hpp"
+#include "cuda/norms.hpp"
+#include "cuda/rope_yarn.hpp"
+#include "kernel_bench.hpp"
+
+namespace latte::cli {
+namespace {
+
+constexpr int kExperts = 64, kUsed = 6, kHidden = 2048, kFfn = 1408;
+
+int64_t touched_experts(int tokens) {
+  // expected distinct experts when each token draws 6 of 64 uniformly
+  const double miss = std::pow(1.0 - static_cast<double>(kUsed) / kExperts, tokens);
+  return static_cast<int64_t>(std::ceil(kExperts * (1.0 - miss)));
+}
+
+KernelBenchCase moe_case(int tokens) {
+  const int64_t gate_bytes = static_cast<int64_t>(row_bytes(GgmlType::q4_k, kHidden)) * kFfn;
+  const int64_t down_bytes = static_cast<int64_t>(row_bytes(GgmlType::q5_0, kFfn)) * kHidden;
+  const double bytes =
+      static_cast<double>(touched_experts(tokens)) * (2.0 * gate_bytes + down_bytes) + 8.0 * tokens * kHidden;
+  const double flops = 2.0 * tokens * kUsed * 3.0 * kHidden * kFfn;
+  return {.kernel = tokens <= 8 ? "moe experts decode" : "moe experts prefill",
+          .shape = "E64x1408 k6 t=" + std::to_string(tokens),
+          .bytes = bytes,
+          .flops = flops,
+          .prepare = [=](BenchContext& ctx) -> BenchLauncher {
+            // one stack (64 experts) per copy: 3 x ~100 MB already exceeds L2
+            auto* gate = ctx.random_device(static_cast<size_t>(gate_bytes * kExperts), int(GgmlType::q4_k));
+            auto* up = ctx.random_device(static_cast<size_t>(gate_bytes * kExperts), int(GgmlType::q4_k));
+            auto* down = ctx.random_device(static_cast<size_t>(down_bytes * kExperts), int(GgmlType::q5_0));
+            cuda::MoeExpertWeights w{.gate = {GgmlType::q4_k, gate, gate_bytes * kExperts, gate_bytes},
+                                     .up = {GgmlType::q4_k, up, gate_bytes * kExperts, gate_bytes},
+                                     .down = {GgmlType::q5_0, down, down_bytes * kExperts, down_bytes},
+                                     .n_experts = kExperts,
+                                     .hidden = kHidden,
+                                     .ffn = kFfn};
+            std::vector<int32_t> ids(static_cast<size_t>(tokens) * kUsed);
+            std::vector<int> perm(kExperts);
+            for (int t = 0; t < tokens; ++t) {
+              std::iota(perm.begin(), perm.end(), 0);
+              std::shuffle(perm.begin(), perm.end(), ctx.rng);
+              for (int j = 0; j < kUsed; ++j) ids[static_cast<size_t>(t) * kUsed + j] = perm[j];
+            }
+            auto* d_ids = static_cast<int32_t*>(ctx.device_alloc(ids.size() * 4));
+            LATTE_CUDA_CHECK(cudaMemcpy(d_ids, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+            auto* weights = static_cast<const float*>(ctx.random_device(ids.size() * 4, 0));
+            auto* x = static_cast<const float*>(ctx.random_device(size_t{4} * tokens * kHidden, 0));
+            auto* xb = static_cast<const __nv_bfloat16*>(ctx.random_device(size_t{2} * tokens * kHidden, 30));
+            auto* out = static_cast<float*>(ctx.device_alloc(size_t{4} * tokens * kHidden));
+            auto ws = std::make_shared<cuda::MoeWorkspace>(cuda::MoeWorkspaceShape{
+                .max_tokens = tokens, .k = kUsed, .n_experts = kExperts, .hidden = kHidden, .ffn = kFfn});
+            ctx.keep_alive.push_back(ws);
+            return [=](cudaStream_t s, int) {
+              const cuda::MoeExpertsCall call{.ids = d_ids,
+                                              .weights = weights,
+                                              .n_tokens = tokens,
+                                              .k = kUsed,
+                                              .x = x,
+                                              .x_bf16 = xb,
+                                              .x_stride = kHidden,
+                                              .out = out,
+                                              .out_stride = kHidden};
+              if (tokens <= 8) {
+                cuda::moe_experts_decode(w, *ws, call, s);
+              } else {
+                cuda::moe_experts_prefill(w, *ws, call, s);
+              }
+            };
+          }};
+}
+
+std::vector<KernelBenchCase> moe_cases() {
+  std::vector<KernelBenchCase> cases = {moe_case(1), moe_case(4), moe_case(512)};
+  for (int tokens : {1, 512}) {
+    cases.push_back({.kernel = "moe router softmax",
+                     .shape = "E64 k6 t=" + std::to_string(tokens),
+                     .bytes = 4.0 * tokens * kExperts + 8.0 * tokens * kUsed,
+                     .flops = 0,
+                     .prepare = [tokens](BenchContext& ctx) -> BenchLauncher {
+                       auto* logits = static_cast<const float*>(ctx.random_device(size_t{4} * tokens * kExperts, 0));
+                       auto* ids = static_cast<int32_t*>(ctx.device_alloc(size_t{4} * tokens * kUsed));
+                       auto* w = static_cast<float*>(ctx.device_alloc(size_t{4} * tokens * kUsed));
+                       return [=](cudaStream_t s, int) {
+                         cuda::moe_route({.logits = logits,
+                                          .logits_stride = kExperts,
+                                          .n_tokens = tokens,
+                                          .n_experts = kExperts,
+                                          .k = kUsed,
+                                          .ids = ids,
+                                          .weights = w},
+                                         s);
+                       };
+                     }});
+    cases.push_back({.kernel = "rms_norm + residual",
+                     .shape = "2048 t=" + std::to_string(tokens),
+                     .bytes = 16.0 * tokens * kHidden,
+                     .flops = 0,
+                     .prepare = [tokens](BenchContext& ctx) -> BenchLauncher {
+                       auto* x = static_cast<const float*>(ctx.random_device(size_t{4} * tokens * kHidden, 0));
+                       auto* h = static_cast<float*>(ctx.random_device(size_t{4} * tokens * kHidden, 0));
+                       auto* w = static_cast<const float*>(ctx.random_device(size_t{4} * kHidden, 0));
+                       auto* y = static_cast<float*>(ctx.device_alloc(size_t{4} * tokens * kHidden));
+                       return [=](cudaStream_t s, int) {
+                         cuda::rms_norm({.x = x,
+                                         .x_stride = kHidden,
+                                         .residual = h,
+                                         .residual_stride = kHidden,
+                                         .weight = w,
+                                         .n = kHidden,
+                                         .rows = tokens,
+                                         .out = y,
+                                         .out_stride = kHidden},
+                                        s);
+                       };
+                     }});
+    cases.push_back({.kernel = "rope_yarn q",
+                     .shape = "16 heads x 64 t=" + std::to_string(tokens),
+                     .bytes = 8.0 * tokens * 16 * 64,
+                     .flops = 0,
+                     .prepare = [tokens](BenchContext& ctx) -> BenchLauncher {
+                       auto* q = static_cast<float*>(ctx.random_device(size_t{4} * tokens * 3072, 0));
+                       std::vector<int32_t> pos(static_cast<size_t>(tokens));
+                       std::iota(pos.begin(), pos.end(), 1000);
+                       auto* d_pos = static_cast<int32_t*>(ctx.device_alloc(pos.size() * 4));
+                       LATTE_CUDA_CHECK(cudaMemcpy(d_pos, pos.data(), pos.size() * 4, cudaMemcpyHostToDevice));
+                       const auto corr = cuda::yarn_corr_dims(64, 4096, 10000.0f, 32.0f, 1.0f);
+                       return [=](cudaStream_t s, int) {
+                         cuda::rope_yarn({.data = q,
+                                          .token_stride = 3072,
+                                          .n_heads = 16,
+                                          .head_stride = 192,
+                                          .rot_offset = 128,
+                                          .n_rot = 64,
+                                          .positions = d_pos,
+                                          .n_tokens = tokens,
+                                          .freq_scale = 1.0f / 40.0f,
+                                          .ext_factor = 1.0f,
+                                          .corr = corr},
+                                         s);
+                       };
+                     }});
+  }
+  return cases;
+}
+
+const KernelBenchRegistration reg{moe_cases()};
+
+}  // namespace
+}  // namespace latte::cli
+
+#endif  // LATTE_WITH_CUDA
