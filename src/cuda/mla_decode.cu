@@ -432,13 +432,18 @@ MlaDecodePlan plan_mla_decode(const MlaDecodeParams& p, int force_splits) {
   if (force_splits > 0) {
     best_splits = std::min(force_splits, tiles);
   } else {
-    // Cost in tile-times: waves * (tiles per split + ~2 tiles of per-CTA start-up) + 1 for a combine.
-    int64_t best_cost = INT64_MAX;
+    // Cost in tile-times (one tile load per SM): waves * (tiles per split + ~2 tiles of per-CTA
+    // start-up), plus, with several splits, a launch (~1) and the partial results written and read
+    // again (4 bytes per value, twice) spread over the SMs.
+    const double tile_bytes = static_cast<double>(info.tile_tokens) * kMlaCacheRow * 2;
+    const double partial_bytes_per_split = static_cast<double>(p.batch) * rows_total * kMlaLatentDim * 4 * 2;
+    double best_cost = 1e300;
     for (int s = 1; s <= std::min(tiles, kMaxSplits); ++s) {
       const int tiles_per_split = (tiles + s - 1) / s;
       if ((tiles + tiles_per_split - 1) / tiles_per_split != s) continue;  // would leave splits empty
       const int64_t waves = (base_ctas * s + ctas_per_wave - 1) / ctas_per_wave;
-      const int64_t cost = waves * (tiles_per_split + 2) + (s > 1 ? 1 : 0);
+      const double combine = s > 1 ? 1.0 + s * partial_bytes_per_split / (tile_bytes * ctas_per_wave) : 0.0;
+      const double cost = static_cast<double>(waves * (tiles_per_split + 2)) + combine;
       if (cost < best_cost) {
         best_cost = cost;
         best_splits = s;
