@@ -1,27 +1,29 @@
-// MLA decode kernel (see mla_decode.hpp for the contract).
+// MLA decode: plan, launcher and the 16-row kernel (see mla_decode.hpp for the contract; the 64-row
+// kernel for many heads is in mla_decode_wide.cu, the shared device pieces in mla_decode_tiles.cuh).
 //
 // Work decomposition: one CTA per (row group, KV split, sequence). The rows of a sequence are its
 // (query token, head) pairs, r = t * n_heads + h; all of them share the same latent cache, so one CTA
-// takes kRows = 16 * kHeadBlocks of them and reads each cache tile once for all of them.
-// Per tile of kTileTokens positions (kStages-deep cp.async ring in shared memory):
-//   1. S = Q K^T with mma.m16n8k16 (bf16 -> fp32): warp (row block rb, slice) computes 16 rows x 16
-//      positions over the 576 dims; scaled by scale*log2(e), masked, stored to shared memory.
-//   2. Online softmax + O += P V: warp (rb, slice) reads all kTileTokens scores of its 16 rows, updates
-//      the running max/sum, and accumulates its 512/kSlices columns of O in registers (V = the first
-//      512 values of the same cache rows: ldmatrix.trans).
+// takes 16 (or 64) of them and reads each cache tile once for all of them. Row groups of one
+// (sequence, split) are adjacent in the grid, so they run side by side and share the tiles in L2.
+// Per tile of kTileTokens positions (kStages-deep cp.async ring in shared memory), 16-row kernel:
+//   1. S = Q K^T with mma.m16n8k16 (bf16 -> fp32): warp `slice` computes 16 rows x 16 positions over
+//      the 576 dims; scaled by scale*log2(e), masked, stored to shared memory.
+//   2. Online softmax + O += P V: every warp reads all kTileTokens scores of the 16 rows, updates the
+//      running max/sum, and accumulates its 512/kSlices columns of O in registers (V = the first 512
+//      values of the same cache rows: ldmatrix.trans).
 // Partial results of a split (normalised O and LSE) go to the workspace; split_kv_combine merges them.
 // With one split the kernel writes the final output directly.
 //
-// Back-of-envelope (H200, 4.28 TB/s copy, ~990 TFLOP/s dense bf16 datasheet, mma.sync ~2/3 of that):
-//   bytes  = B * ctx * 1152 (latent cache, read once per head group)
-//   FLOPs  = 2 * B * N * q_len * ctx * (576 + 512)
+// Back-of-envelope (H200: 4.28 TB/s measured copy, ~990 TFLOP/s dense bf16 datasheet, of which
+// mma.sync reaches roughly two thirds):
+//   bytes  = B * ctx * 1152 (latent cache, read once per row group), FLOPs = 2 * B * N * q_len * ctx * 1088
 //   16 heads, B=64, ctx=8192: 604 MB -> 141 us at copy speed; 18 GFLOP (memory-bound, 30 FLOP/B).
-//   128 heads: 146 GFLOP -> >= 147 us even at the datasheet tensor peak: compute-bound (242 FLOP/B).
+//   128 heads: 146 GFLOP -> >= 147 us even at the datasheet tensor peak: compute-bound (242 FLOP/B),
+//   so 3.6 TB/s of effective cache bandwidth is out of reach there for any kernel on this chip.
 #include "cuda/mla_decode.hpp"
 
-#include "cuda/bf16_mma.cuh"
 #include "cuda/check.hpp"
-#include "cuda/kv_cache_layout.cuh"
+#include "cuda/mla_decode_tiles.cuh"
 #include "cuda/split_kv_combine.hpp"
 
 #include <algorithm>
@@ -30,10 +32,7 @@
 namespace latte::cuda {
 namespace {
 
-using bf16 = __nv_bfloat16;
-
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
+using namespace mla_decode_detail;
 
 template <int kHeadBlocks_, int kTileTokens_, int kStages_>
 struct MlaDecodeTraits {
@@ -47,154 +46,78 @@ struct MlaDecodeTraits {
   static constexpr int kColsPerWarp = kMlaLatentDim / kSlices;  // O columns per warp
   static constexpr int kOutTiles = kColsPerWarp / 8;            // n8 accumulator tiles per warp
   static constexpr int kQkSteps = kMlaCacheRow / 16;            // 36 k-steps of Q K^T
-  static constexpr int kRowElems = kMlaCacheRow + 8;            // padded smem row, 1168 B: conflict-free ldmatrix
-  static constexpr int kChunksPerRow = kMlaCacheRow / 8;        // 72 16-byte chunks per cache row
   static constexpr int kScoreStride = kTileTokens + 8;          // floats; = 8 mod 32: conflict-free float2
-  static constexpr int kMetaSlots = kStages + 1;                // tile metadata ring (one tile ahead)
-  static constexpr size_t kQBytes = size_t{kRows} * kRowElems * sizeof(bf16);
-  static constexpr size_t kKvBytes = size_t{kStages} * kTileTokens * kRowElems * sizeof(bf16);
+  static constexpr size_t kQBytes = size_t{kRows} * kSmemRowElems * sizeof(bf16);
+  static constexpr size_t kKvBytes = size_t{kStages} * kTileTokens * kSmemRowElems * sizeof(bf16);
   static constexpr size_t kScoreBytes = size_t{kRows} * kScoreStride * sizeof(float);
-  static constexpr size_t kMetaOffsetBytes = size_t{kMetaSlots} * kTileTokens * sizeof(int64_t);
-  static constexpr size_t kMetaPosBytes = size_t{kMetaSlots} * kTileTokens * sizeof(int32_t);
-  static constexpr size_t kSmemBytes = kQBytes + kKvBytes + kScoreBytes + kMetaOffsetBytes + kMetaPosBytes;
+  using Ring = TileRowRing<kTileTokens, kStages>;
+  static constexpr size_t kSmemBytes = kQBytes + kKvBytes + kScoreBytes + Ring::kBytes;
   static_assert(kTileTokens % 16 == 0 && kMlaLatentDim % kSlices == 0 && kColsPerWarp % 16 == 0);
   static_assert(kThreads >= kTileTokens, "one thread per tile row resolves the row addresses");
-  static_assert((kRowElems * sizeof(bf16)) % 16 == 0 && kScoreStride % 32 == 8);
+  static_assert(kScoreStride % 32 == 8);
 };
 
-// Configurations compiled (keep this list short: every entry is compiled for every architecture).
-using MlaDecodeFewRows = MlaDecodeTraits<1, 64, 2>;    // <= 32 rows: memory-bound, 4 warps, 171 KB smem
-using MlaDecodeManyRows = MlaDecodeTraits<4, 32, 3>;   // > 32 rows: 64 rows per CTA, 8 warps, 194 KB smem
-using MlaDecodeSmallSmem = MlaDecodeTraits<1, 32, 2>;  // devices with ~100 KB per block (sm_120), 2 warps
-
-/// Kernel arguments: the caller's params plus the plan.
-struct MlaDecodeLaunch {
-  MlaDecodeParams p;
-  int rows_total;  // q_len * n_heads
-  int splits;
-  int chunk;           // slots per split
-  float score_scale;   // scale * log2(e): scores are kept in the log2 domain
-  float* partial_out;  // [batch * rows_total, splits, 512] (splits > 1)
-  float* partial_lse;  // [batch * rows_total, splits]
-};
+// Configurations of this kernel (keep the list short: each is compiled for every architecture). More
+// than 32 rows go to the 64-row kernel of mla_decode_wide.cu.
+using MlaDecodeNarrow = MlaDecodeTraits<1, 64, 2>;     // 16 rows, 4 warps, 171 KB smem: memory-bound
+using MlaDecodeSmallSmem = MlaDecodeTraits<1, 32, 2>;  // 16 rows, 2 warps, 95 KB: sm_120 (~100 KB per block)
 
 template <class Tr>
-__global__ void __launch_bounds__(Tr::kThreads, 1) mla_decode_kernel(const MlaDecodeLaunch L) {
+__global__ void __launch_bounds__(Tr::kThreads, 1) mla_decode_kernel(const Launch L) {
   constexpr int T = Tr::kTileTokens;
   extern __shared__ __align__(16) unsigned char smem[];
-  bf16* q_s = reinterpret_cast<bf16*>(smem);                                     // [kRows][kRowElems]
-  bf16* kv_s = reinterpret_cast<bf16*>(smem + Tr::kQBytes);                      // [kStages][T][kRowElems]
+  bf16* q_s = reinterpret_cast<bf16*>(smem);                                     // [kRows][kSmemRowElems]
+  bf16* kv_s = reinterpret_cast<bf16*>(smem + Tr::kQBytes);                      // [kStages][T][kSmemRowElems]
   float* score_s = reinterpret_cast<float*>(smem + Tr::kQBytes + Tr::kKvBytes);  // [kRows][kScoreStride]
-  int64_t* meta_offset = reinterpret_cast<int64_t*>(smem + Tr::kQBytes + Tr::kKvBytes + Tr::kScoreBytes);
-  int32_t* meta_pos = reinterpret_cast<int32_t*>(meta_offset + Tr::kMetaSlots * T);  // [kMetaSlots][T]
+  typename Tr::Ring ring(smem + Tr::kQBytes + Tr::kKvBytes + Tr::kScoreBytes);
 
-  const MlaDecodeParams& p = L.p;
   const int row_group = blockIdx.x;  // fastest-varying: row groups of one (sequence, split) share L2
   const int split = blockIdx.y;
-  const int b = blockIdx.z;
-  const int tid = threadIdx.x;
-  const int warp = tid / 32;
-  const int lane = tid % 32;
+  const CtaRange range(L, split, blockIdx.z, T);
+  const int b = range.b;
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
   const int g = lane / 4;                // fragment row
   const int tq = lane % 4;               // fragment column pair
   const int rb = warp / Tr::kSlices;     // row block of this warp
   const int slice = warp % Tr::kSlices;  // position slice (scores) and column slice (P V)
   const int row0 = row_group * Tr::kRows;
-
-  const int kv_len = max(0, p.kv_lens[b]);
-  const bool sparse = p.indices != nullptr;
-  const int n_slots = sparse ? p.top_k : kv_len;
-  const int begin = split * L.chunk;
-  const int end = min(n_slots, begin + L.chunk);
-  const int n_tiles = end > begin ? (end - begin + T - 1) / T : 0;
-
-  // Slot `r` of tile `tile` -> the raw position (dense) or index entry (sparse); -1 past the range.
-  auto raw_position = [&](int tile, int r) -> int {
-    const int slot = begin + tile * T + r;
-    if (slot >= end) return -1;
-    return sparse ? __ldg(&p.indices[static_cast<int64_t>(b) * p.index_stride + slot]) : slot;
-  };
-  auto valid_position = [&](int raw) { return raw >= 0 && raw < kv_len ? raw : -1; };
-
-  // Causal limit (number of visible positions) of this thread's two fragment rows.
-  int row_limit[2];
-  for (int half = 0; half < 2; ++half) {
-    const int row = min(row0 + rb * 16 + g + 8 * half, L.rows_total - 1);
-    row_limit[half] = sparse ? kv_len : kv_len - p.q_len + 1 + row / p.n_heads;
-  }
+  const int row_limit[2] = {range.visible_limit(L, row0 + rb * 16 + g), range.visible_limit(L, row0 + rb * 16 + g + 8)};
 
   float o[Tr::kOutTiles][4];
   for (int n = 0; n < Tr::kOutTiles; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
   float m_run[2] = {-INFINITY, -INFINITY};  // running max (log2 domain) of rows g and g+8
   float l_run[2] = {0.0f, 0.0f};            // this thread's part of the running sum
 
-  if (n_tiles > 0) {
-    // Row metadata of the first kStages tiles, resolved before any copy is issued.
-    int next_pos = -1;  // thread r < T: position of row r of the tile kStages ahead of the current one
-    if (tid < T) {
-      for (int j = 0; j < Tr::kStages; ++j) {
-        const int pos = valid_position(raw_position(j, tid));
-        meta_pos[j * T + tid] = pos;
-        meta_offset[j * T + tid] = pos >= 0 ? paged_rows_offset(p.cache, b, pos) : -1;
-      }
-      next_pos = valid_position(raw_position(Tr::kStages, tid));
-    }
+  if (range.n_tiles > 0) {
+    ring.resolve_first(L, range);
     __syncthreads();
-
-    // Queries: rows past rows_total are zero.
-    for (int c = tid; c < Tr::kRows * Tr::kChunksPerRow; c += Tr::kThreads) {
-      const int r = c / Tr::kChunksPerRow;
-      const int col = c % Tr::kChunksPerRow;
-      const int row = row0 + r;
-      const bool valid = row < L.rows_total;
-      const int t = valid ? row / p.n_heads : 0;
-      const int h = valid ? row % p.n_heads : 0;
-      const int64_t token = static_cast<int64_t>(b) * p.q_len + t;
-      const bf16* src =
-          col < kMlaLatentDim / 8
-              ? p.q_latent + token * p.q_latent_token_stride + h * p.q_latent_head_stride + col * 8
-              : p.q_rope + token * p.q_rope_token_stride + h * p.q_rope_head_stride + (col - kMlaLatentDim / 8) * 8;
-      mma::cp_async_16(q_s + r * Tr::kRowElems + col * 8, valid ? src : p.q_latent, valid);
-    }
-
+    load_query_rows<Tr::kRows, Tr::kThreads>(q_s, L, b, row0);
     auto load_tile = [&](int tile) {
-      bf16* dst = kv_s + (tile % Tr::kStages) * T * Tr::kRowElems;
-      const int64_t* offsets = meta_offset + (tile % Tr::kMetaSlots) * T;
-      for (int c = tid; c < T * Tr::kChunksPerRow; c += Tr::kThreads) {
-        const int r = c / Tr::kChunksPerRow;
-        const int col = c % Tr::kChunksPerRow;
-        const int64_t offset = offsets[r];
-        mma::cp_async_16(dst + r * Tr::kRowElems + col * 8, p.cache.data + (offset >= 0 ? offset : 0) + col * 8,
-                         offset >= 0);
-      }
+      load_kv_tile<T, Tr::kThreads>(kv_s + (tile % Tr::kStages) * T * kSmemRowElems, ring.tile_offsets(tile),
+                                    L.p.cache.data);
     };
     for (int j = 0; j < Tr::kStages - 1; ++j) {
-      if (j < n_tiles) load_tile(j);
+      if (j < range.n_tiles) load_tile(j);
       mma::cp_async_commit();  // group j holds tile j (group 0 also the queries)
     }
 
-    for (int tile = 0; tile < n_tiles; ++tile) {
-      if (tile + Tr::kStages - 1 < n_tiles) load_tile(tile + Tr::kStages - 1);
+    for (int tile = 0; tile < range.n_tiles; ++tile) {
+      if (tile + Tr::kStages - 1 < range.n_tiles) load_tile(tile + Tr::kStages - 1);
       mma::cp_async_commit();
-      // Start the metadata loads of tile + kStages now; they are consumed at the end of the iteration.
-      int64_t next_page = 0;
-      int next_raw = -1;
-      if (tid < T) {
-        if (next_pos >= 0) next_page = paged_rows_page(p.cache, b, next_pos);
-        next_raw = raw_position(tile + Tr::kStages + 1, tid);
-      }
+      const typename Tr::Ring::Pending pending = ring.start(L, range, tile);
       mma::cp_async_wait<Tr::kStages - 1>();  // this thread's copies of `tile` have landed
       __syncthreads();                        // ... and everybody's
 
-      const bf16* kv_tile = kv_s + (tile % Tr::kStages) * T * Tr::kRowElems;
-      const int32_t* positions = meta_pos + (tile % Tr::kMetaSlots) * T;
+      const bf16* kv_tile = kv_s + (tile % Tr::kStages) * T * kSmemRowElems;
+      const int32_t* positions = ring.tile_positions(tile);
 
       // 1. Scores of 16 rows x 16 positions.
       {
         float acc[2][4] = {};
-        const bf16* a_base = q_s + (rb * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * Tr::kRowElems + (lane / 16) * 8;
+        const bf16* a_base = q_s + (rb * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * kSmemRowElems + (lane / 16) * 8;
         const bf16* b_base =
-            kv_tile + (slice * 16 + (lane / 16) * 8 + (lane % 8)) * Tr::kRowElems + ((lane / 8) % 2) * 8;
+            kv_tile + (slice * 16 + (lane / 16) * 8 + (lane % 8)) * kSmemRowElems + ((lane / 8) % 2) * 8;
 #pragma unroll 12
         for (int kk = 0; kk < Tr::kQkSteps; ++kk) {
           uint32_t a[4], bk[4];
@@ -271,86 +194,53 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) mla_decode_kernel(const MlaDe
           o[n][3] *= alpha[1];
         }
         const bf16* v_base =
-            kv_tile + (((lane / 8) % 2) * 8 + (lane % 8)) * Tr::kRowElems + slice * Tr::kColsPerWarp + (lane / 16) * 8;
+            kv_tile + (((lane / 8) % 2) * 8 + (lane % 8)) * kSmemRowElems + slice * Tr::kColsPerWarp + (lane / 16) * 8;
 #pragma unroll
         for (int kk = 0; kk < Tr::kSlices; ++kk) {
 #pragma unroll
           for (int np = 0; np < Tr::kOutTiles / 2; ++np) {
             uint32_t bv[4];
-            mma::ldmatrix_x4_trans(bv, v_base + kk * 16 * Tr::kRowElems + np * 16);
+            mma::ldmatrix_x4_trans(bv, v_base + kk * 16 * kSmemRowElems + np * 16);
             mma::mma_bf16_16816(o[2 * np], pa[kk], bv[0], bv[1]);
             mma::mma_bf16_16816(o[2 * np + 1], pa[kk], bv[2], bv[3]);
           }
         }
       }
-
-      // Metadata of tile + kStages (its loads were started above), for the copy issued next iteration.
-      if (tid < T) {
-        const int slot = (tile + Tr::kStages) % Tr::kMetaSlots;
-        meta_pos[slot * T + tid] = next_pos;
-        meta_offset[slot * T + tid] = next_pos >= 0 ? paged_rows_offset_in_page(p.cache, next_page, next_pos) : -1;
-        next_pos = valid_position(next_raw);
-      }
-      __syncthreads();  // the stage and the scores are free for the next iteration
+      ring.finish(L, range, tile, pending);
+      __syncthreads();  // the stage, the scores and the new metadata are settled for the next iteration
     }
   }
 
   // Epilogue: normalise and write rows g and g+8 of this warp's row block.
-  const int64_t first_row = static_cast<int64_t>(b) * L.rows_total;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const float l = mma::quad_sum(l_run[half]);
     const int row = row0 + rb * 16 + g + 8 * half;
     if (row >= L.rows_total) continue;
     const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
-    const float lse = l > 0.0f ? (m_run[half] + log2f(l)) * kLn2 : -INFINITY;
-    const int64_t out_row = first_row + row;  // = (b * q_len + t) * n_heads + h
-    if (L.splits == 1) {
 #pragma unroll
-      for (int n = 0; n < Tr::kOutTiles; ++n) {
-        const int col = slice * Tr::kColsPerWarp + n * 8 + 2 * tq;
-        const int64_t index = out_row * kMlaLatentDim + col;
-        const float x = o[n][2 * half] * inv_l;
-        const float y = o[n][2 * half + 1] * inv_l;
-        if (p.out_type == AttnOutputType::f32) {
-          *reinterpret_cast<float2*>(static_cast<float*>(p.out) + index) = make_float2(x, y);
-        } else {
-          *reinterpret_cast<__nv_bfloat162*>(static_cast<bf16*>(p.out) + index) = __floats2bfloat162_rn(x, y);
-        }
-      }
-      if (p.lse != nullptr && slice == 0 && tq == 0) p.lse[out_row] = lse;
-    } else {
-      const int64_t part_row = out_row * L.splits + split;
-#pragma unroll
-      for (int n = 0; n < Tr::kOutTiles; ++n) {
-        const int col = slice * Tr::kColsPerWarp + n * 8 + 2 * tq;
-        *reinterpret_cast<float2*>(L.partial_out + part_row * kMlaLatentDim + col) =
-            make_float2(o[n][2 * half] * inv_l, o[n][2 * half + 1] * inv_l);
-      }
-      if (slice == 0 && tq == 0) L.partial_lse[part_row] = lse;
+    for (int n = 0; n < Tr::kOutTiles; ++n) {
+      store_output_pair(L, b, split, row, slice * Tr::kColsPerWarp + n * 8 + 2 * tq, o[n][2 * half] * inv_l,
+                        o[n][2 * half + 1] * inv_l);
     }
+    if (slice == 0 && tq == 0) store_lse(L, b, split, row, m_run[half], l);
   }
 }
 
-struct ConfigInfo {
-  void (*kernel)(MlaDecodeLaunch);
-  int rows, tile_tokens, threads;
-  size_t smem_bytes;
-};
-
 template <class Tr>
-ConfigInfo config_info() {
+KernelInfo narrow_kernel_info() {
   return {&mla_decode_kernel<Tr>, Tr::kRows, Tr::kTileTokens, Tr::kThreads, Tr::kSmemBytes};
 }
 
-ConfigInfo config_by_id(int id) {
+/// Compiled configurations: 0 narrow (16 rows), 1 wide (64 rows), 2 narrow for ~100 KB of shared memory.
+KernelInfo config_by_id(int id) {
   switch (id) {
     case 0:
-      return config_info<MlaDecodeFewRows>();
+      return narrow_kernel_info<MlaDecodeNarrow>();
     case 1:
-      return config_info<MlaDecodeManyRows>();
+      return wide_kernel_info();
     case 2:
-      return config_info<MlaDecodeSmallSmem>();
+      return narrow_kernel_info<MlaDecodeSmallSmem>();
     default:
       throw Error(ErrorCode::internal, "mla_decode: unknown tile configuration " + std::to_string(id));
   }
@@ -411,7 +301,7 @@ MlaDecodePlan plan_mla_decode(const MlaDecodeParams& p, int force_splits) {
   const int rows_total = p.q_len * p.n_heads;
   int config = rows_total <= 32 ? 0 : 1;
   if (config_by_id(config).smem_bytes > static_cast<size_t>(device.max_smem_optin)) config = 2;
-  const ConfigInfo info = config_by_id(config);
+  const KernelInfo info = config_by_id(config);
   require(info.smem_bytes <= static_cast<size_t>(device.max_smem_optin), ErrorCode::unsupported,
           describe(p) + ": the device allows " + std::to_string(device.max_smem_optin) +
               " bytes of shared memory per block, the kernel needs " + std::to_string(info.smem_bytes));
@@ -462,7 +352,7 @@ MlaDecodePlan plan_mla_decode(const MlaDecodeParams& p, int force_splits) {
 void run_mla_decode(const MlaDecodeParams& p, const MlaDecodePlan& plan, void* workspace, size_t workspace_bytes,
                     cudaStream_t stream) {
   check_params(p);
-  const ConfigInfo info = config_by_id(plan.config);
+  const KernelInfo info = config_by_id(plan.config);
   const int rows_total = p.q_len * p.n_heads;
   const int64_t out_rows = static_cast<int64_t>(p.batch) * rows_total;
   const std::string what = describe(p);
@@ -483,7 +373,7 @@ void run_mla_decode(const MlaDecodeParams& p, const MlaDecodePlan& plan, void* w
                 std::to_string(workspace_bytes));
   }
 
-  MlaDecodeLaunch launch{};
+  Launch launch{};
   launch.p = p;
   launch.rows_total = rows_total;
   launch.splits = plan.splits;

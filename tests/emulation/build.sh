@@ -14,7 +14,7 @@ flags=(-std=c++20 -O2 -g -fno-strict-aliasing -Wall -Wextra -Wno-unused-paramete
        -I"$here/include" -I"$root/src" -I"$root/include" -I"$root/tests" -I"$cuda/include"
        -include "$here/emulation.hpp" "$@")
 sources=("$here/emulation.cpp" "$here/main.cpp" "$root/src/cuda/check.cpp" "$root/src/cuda/device_buffer.cpp")
-kernels=(split_kv_combine mla_decode standard_decode flash_prefill dsa_index_scores dsa_top_k kv_cache_append)
+kernels=(split_kv_combine mla_decode mla_decode_wide standard_decode flash_prefill dsa_index_scores dsa_top_k kv_cache_append)
 for name in "${kernels[@]}"; do
   cu="$root/src/cuda/$name.cu"
   cpp="$out/src/$(basename "$cu" .cu).cpp"
