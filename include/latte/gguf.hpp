@@ -16,6 +16,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <variant>
 #include <vector>
 
@@ -41,15 +42,57 @@ enum class ValueType : uint32_t {
 /// Name of a value type ("u32", "string", ...).
 std::string_view value_type_name(ValueType type) noexcept;
 
+/// The ValueType that stores a C++ type T (u32 for uint32_t, string for std::string, ...).
+template <class T>
+constexpr ValueType value_type_of() noexcept {
+  if constexpr (std::is_same_v<T, uint8_t>)
+    return ValueType::u8;
+  else if constexpr (std::is_same_v<T, int8_t>)
+    return ValueType::i8;
+  else if constexpr (std::is_same_v<T, uint16_t>)
+    return ValueType::u16;
+  else if constexpr (std::is_same_v<T, int16_t>)
+    return ValueType::i16;
+  else if constexpr (std::is_same_v<T, uint32_t>)
+    return ValueType::u32;
+  else if constexpr (std::is_same_v<T, int32_t>)
+    return ValueType::i32;
+  else if constexpr (std::is_same_v<T, float>)
+    return ValueType::f32;
+  else if constexpr (std::is_same_v<T, bool>)
+    return ValueType::boolean;
+  else if constexpr (std::is_same_v<T, std::string>)
+    return ValueType::string;
+  else if constexpr (std::is_same_v<T, uint64_t>)
+    return ValueType::u64;
+  else if constexpr (std::is_same_v<T, int64_t>)
+    return ValueType::i64;
+  else if constexpr (std::is_same_v<T, double>)
+    return ValueType::f64;
+  else
+    static_assert(sizeof(T) == 0, "not a GGUF value type");
+}
+
 /// A homogeneous metadata array. Arrays of arrays are not part of GGUF and are rejected.
+///
+///   latte::gguf::Array tokens(std::vector<std::string>{"<s>", "</s>"});   // element_type string
 struct Array {
+  using Values =
+      std::variant<std::vector<uint8_t>, std::vector<int8_t>, std::vector<uint16_t>, std::vector<int16_t>,
+                   std::vector<uint32_t>, std::vector<int32_t>, std::vector<float>, std::vector<bool>,
+                   std::vector<std::string>, std::vector<uint64_t>, std::vector<int64_t>, std::vector<double>>;
+  /// Must name the type held by `values` (the writer checks; the reader guarantees it).
   ValueType element_type = ValueType::u8;
-  std::variant<std::vector<uint8_t>, std::vector<int8_t>, std::vector<uint16_t>, std::vector<int16_t>,
-               std::vector<uint32_t>, std::vector<int32_t>, std::vector<float>, std::vector<bool>,
-               std::vector<std::string>, std::vector<uint64_t>, std::vector<int64_t>, std::vector<double>>
-      values;
+  Values values;
+
+  Array() = default;
+  /// An array of the elements of `v`, with the matching element_type.
+  template <class T>
+  explicit Array(std::vector<T> v) : element_type(value_type_of<T>()), values(std::move(v)) {}
   /// Number of elements.
   [[nodiscard]] size_t size() const noexcept;
+  /// Same element type and elements (floats compare as floats: NaN != NaN).
+  bool operator==(const Array&) const = default;
 };
 
 /// One metadata value.
@@ -58,8 +101,11 @@ class Value {
   using Storage = std::variant<uint8_t, int8_t, uint16_t, int16_t, uint32_t, int32_t, float, bool, std::string, Array,
                                uint64_t, int64_t, double>;
   Value() = default;
+  /// A value of the type that stores T (uint32_t -> u32, std::string -> string, Array -> array).
   template <class T>
   explicit Value(T v) : storage_(std::move(v)) {}
+  /// A string value.
+  explicit Value(const char* s) : storage_(std::string(s)) {}
   /// The stored type.
   [[nodiscard]] ValueType type() const noexcept;
   [[nodiscard]] const Storage& storage() const noexcept { return storage_; }
@@ -72,6 +118,8 @@ class Value {
   [[nodiscard]] std::optional<int64_t> as_int() const noexcept;
   /// Any integer or float type as double; nullopt otherwise.
   [[nodiscard]] std::optional<double> as_number() const noexcept;
+  /// Same type and value.
+  bool operator==(const Value&) const = default;
 
  private:
   Storage storage_;
@@ -103,11 +151,15 @@ struct TensorInfo {
   [[nodiscard]] std::string shape_string() const;
 };
 
-/// A parsed GGUF file. Move-only; the mapping lives as long as the File (or its shared owner).
+/// A parsed GGUF file. Move-only; the mapping lives as long as the File. References and spans it
+/// hands out (metadata, get_strings, tensor_data) stay valid while the File lives, moves included.
+/// Tensor data is read through the mapping: shrinking the file on disk while it is open makes the
+/// system raise SIGBUS on access, as with any mapped file.
 class File {
  public:
-  /// Maps and parses `path`. Throws Error(io) if the file cannot be opened or mapped and
-  /// Error(invalid_file) naming the field and byte offset when the content is malformed.
+  /// Maps and parses `path`. Throws Error(not_found) when it does not exist, Error(io) when it cannot
+  /// be opened or mapped, Error(invalid_file) naming the field (key or tensor) and byte offset when the
+  /// content is malformed, and Error(unsupported) for GGUF v1 and big-endian files.
   static File open(const std::string& path);
   /// Parses a copy of an in-memory image (tests, fuzzing). `name` is used in error messages.
   static File from_bytes(std::span<const std::byte> bytes, std::string name = "<memory>");
@@ -127,7 +179,8 @@ class File {
   /// The value for `key`, or nullptr.
   [[nodiscard]] const Value* find(std::string_view key) const noexcept;
   /// Typed lookup. Throws Error(not_found) when absent and Error(invalid_file) naming the key and
-  /// both types when the stored type is not T. Integer T accept any integer type whose value fits.
+  /// both types when the stored type is not T. Integer T accept any integer type whose value fits;
+  /// float and double accept f32 and f64.
   template <class T>
   [[nodiscard]] T get(std::string_view key) const;
   /// Like get, but returns `fallback` when the key is absent (a wrong type still throws).
@@ -135,8 +188,15 @@ class File {
   [[nodiscard]] T get_or(std::string_view key, T fallback) const {
     return find(key) ? get<T>(key) : fallback;
   }
-  /// String array lookup (tokenizer.ggml.tokens, merges). Throws like get.
+  /// String array lookup (tokenizer.ggml.tokens, merges): a reference to the stored vector, no copy.
+  /// Throws Error(not_found) when absent, Error(invalid_file) when not an array of strings.
   [[nodiscard]] const std::vector<std::string>& get_strings(std::string_view key) const;
+  /// Numeric array lookup (tokenizer.ggml.scores as float, token_type as int32_t), no copy. The
+  /// element type must be exactly T. Throws like get_strings. Not for bool (use get_array_value).
+  template <class T>
+  [[nodiscard]] std::span<const T> get_array(std::string_view key) const;
+  /// The array stored under `key`. Throws like get_strings.
+  [[nodiscard]] const Array& get_array_value(std::string_view key) const;
 
   // ---- tensors ----
   [[nodiscard]] std::span<const TensorInfo> tensors() const noexcept;
@@ -151,8 +211,9 @@ class File {
   std::unique_ptr<Impl> impl_;
 };
 
-// Explicit instantiations live in src/gguf/reader.cpp for: uint8_t int8_t uint16_t int16_t uint32_t
-// int32_t uint64_t int64_t float double bool std::string.
+// Explicit instantiations live in src/gguf/reader.cpp: get for uint8_t int8_t uint16_t int16_t uint32_t
+// int32_t uint64_t int64_t float double bool std::string; get_array for the same types minus bool and
+// std::string.
 
 /// Writes GGUF v3 files. Describe all metadata and tensors first, then write; tensor data can be
 /// supplied in any order and from several threads (each tensor's offset is fixed before writing).
@@ -166,7 +227,9 @@ class Writer {
   Writer(Writer&&) noexcept;
   Writer& operator=(Writer&&) noexcept;
 
-  /// Sets (or replaces) a metadata key. Order of first insertion is kept.
+  /// Sets (or replaces) a metadata key. Order of first insertion is kept. Throws
+  /// Error(invalid_argument) for an empty key, an Array whose element_type does not name the vector it
+  /// holds, or a general.alignment that is not a u32 power of two (setting it changes the alignment).
   void set(std::string key, Value value);
   template <class T>
   void set(std::string key, T v) {
@@ -174,7 +237,9 @@ class Writer {
   }
   /// Data alignment (a power of two); also written as general.alignment when not 32.
   void set_alignment(uint32_t alignment);
-  /// Declares a tensor; `ne` has 1..4 dims, ne[0] innermost. Throws on duplicates or bad shapes.
+  /// Declares a tensor; `ne` has 1..4 non-zero dims, ne[0] innermost and a whole number of the type's
+  /// blocks. Tensors are laid out in declaration order. Throws Error(invalid_argument) on duplicates,
+  /// names longer than 63 bytes (ggml's limit, so llama.cpp can load the file), or bad shapes/types.
   void add_tensor(std::string name, GgmlType type, std::span<const uint64_t> ne);
   void add_tensor(std::string name, GgmlType type, std::initializer_list<uint64_t> ne) {
     add_tensor(std::move(name), type, std::span<const uint64_t>(ne.begin(), ne.size()));
@@ -186,7 +251,9 @@ class Writer {
   using Fill = std::function<void(size_t index, std::span<std::byte> dst)>;
   /// Writes the whole file: header, then every tensor's data through `fill`, using up to
   /// `n_threads` threads (each calls fill for different tensors; memory stays ~ one tensor per
-  /// thread). Writes to `path + ".partial"` and renames on success.
+  /// thread). Writes to `path + ".partial"` and renames on success; on failure the partial file is
+  /// removed and an existing `path` is left untouched. An exception thrown by `fill` stops the write
+  /// and is rethrown as is. Throws Error(io) when the system refuses a create, write or rename.
   void write(const std::string& path, const Fill& fill, unsigned n_threads = 1) const;
   /// Serialises the whole file into memory (tests; small files only).
   [[nodiscard]] std::vector<std::byte> write_to_memory(const Fill& fill) const;

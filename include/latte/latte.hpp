@@ -5,10 +5,14 @@
 //   latte::Session session(model, {.n_ctx = 4096});
 #pragma once
 
+#include <latte/chat.hpp>
 #include <latte/device.hpp>
 #include <latte/error.hpp>
 #include <latte/gguf.hpp>
 #include <latte/quant.hpp>
 #include <latte/quant_blocks.hpp>
+#include <latte/sampler.hpp>
+#include <latte/stop_condition.hpp>
 #include <latte/token.hpp>
+#include <latte/tokenizer.hpp>
 #include <latte/version.hpp>

@@ -75,7 +75,7 @@ std::optional<TypeTraits> find_type_traits(uint32_t raw_type_id) noexcept;
 /// Parses a ggml type name ("q4_K", "Q4_K", "q8_0", "bf16"). Throws Error(invalid_argument).
 GgmlType parse_type_name(std::string_view name);
 
-/// ggml's lower-case name of a type ("q4_K"); "unknown" for ids type_traits would reject. Never throws.
+/// ggml's name of a type ("q4_K"); "unknown" for ids type_traits would reject. Never throws.
 std::string_view type_name(GgmlType type) noexcept;
 
 /// Bytes taken by `n_values` consecutive values of `type`. Throws Error(invalid_argument) when

@@ -15,6 +15,9 @@
 
 #include <cuda_bf16.h>
 
+#include <mutex>
+#include <set>
+
 #include "cuda/check.hpp"
 #include "cuda/gemm_quant.hpp"
 #include "cuda/quant_decode.cuh"
@@ -252,10 +255,25 @@ __global__ void __launch_bounds__(128) gemm_kernel(const QuantGemmParams p) {
   }
 }
 
+/// Raises gemm_kernel<T>'s dynamic shared memory limit once per device, so that later launches make
+/// no runtime call besides the launch itself (CUDA-graph capture friendly).
+template <GgmlType T>
+void allow_gemm_shared_memory() {
+  static std::mutex mutex;
+  static std::set<int> devices;
+  int device = 0;
+  LATTE_CUDA_CHECK(cudaGetDevice(&device));
+  std::lock_guard lock(mutex);
+  if (devices.count(device)) return;
+  LATTE_CUDA_CHECK(
+      cudaFuncSetAttribute(gemm_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, GemmTraits<T>::smem_bytes));
+  devices.insert(device);
+}
+
 template <GgmlType T>
 void launch_gemm(const QuantGemmParams& p, cudaStream_t stream) {
   using Tr = GemmTraits<T>;
-  LATTE_CUDA_CHECK(cudaFuncSetAttribute(gemm_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, Tr::smem_bytes));
+  allow_gemm_shared_memory<T>();
   const int m_tiles = p.tiles ? p.max_tiles : (p.m + Tr::bm - 1) / Tr::bm;
   const dim3 grid(static_cast<unsigned>(m_tiles), static_cast<unsigned>((p.n_rows + Tr::bn - 1) / Tr::bn));
   gemm_kernel<T><<<grid, Tr::threads, Tr::smem_bytes, stream>>>(p);

@@ -21,8 +21,12 @@ struct StagedRange {
 
 /// Loads the aligned 16-byte chunk at `p`; when the chunk sticks out of [lo, hi) only the bytes
 /// inside are read (the others are zero). [lo, hi) is the whole allocation the row lives in.
-__device__ __forceinline__ uint4 load_chunk_guarded(const uint8_t* p, const uint8_t* lo, const uint8_t* hi) {
+__host__ __device__ __forceinline__ uint4 load_chunk_guarded(const uint8_t* p, const uint8_t* lo, const uint8_t* hi) {
+#if defined(__CUDA_ARCH__)
   if (p >= lo && p + 16 <= hi) return __ldg(reinterpret_cast<const uint4*>(p));
+#else
+  if (p >= lo && p + 16 <= hi) return *reinterpret_cast<const uint4*>(p);
+#endif
   uint32_t w[4] = {0, 0, 0, 0};
   for (int i = 0; i < 16; ++i) {
     if (p + i >= lo && p + i < hi) w[i / 4] |= uint32_t{p[i]} << (8 * (i % 4));
@@ -33,8 +37,8 @@ __device__ __forceinline__ uint4 load_chunk_guarded(const uint8_t* p, const uint
 /// Issues the global loads for bytes [src, src + n_bytes): lane l loads chunks l*CPL .. l*CPL+CPL-1
 /// of the aligned chunk sequence. Requires (src % 16 + n_bytes + 15) / 16 <= 32 * CPL.
 template <int CPL>
-__device__ __forceinline__ StagedRange stage_begin(const uint8_t* src, int n_bytes, const uint8_t* lo,
-                                                   const uint8_t* hi, int lane, uint4 (&regs)[CPL]) {
+__host__ __device__ __forceinline__ StagedRange stage_begin(const uint8_t* src, int n_bytes, const uint8_t* lo,
+                                                            const uint8_t* hi, int lane, uint4 (&regs)[CPL]) {
   const int misalign = static_cast<int>(reinterpret_cast<uintptr_t>(src) & 15);
   const uint8_t* base = src - misalign;
   const int chunks = (misalign + n_bytes + 15) / 16;
@@ -77,11 +81,11 @@ __host__ __device__ __forceinline__ uint4 shift_chunk_pair(uint4 a, uint4 b, int
                     funnel_shift_right(s[2], s[3], r), funnel_shift_right(s[3], s[4], r));
 }
 
-/// Writes the staged bytes to `dst` (16-byte aligned shared memory, at least 16 * 32 * CPL bytes)
-/// so that dst[i] = src[i]. All 32 lanes must call it (it shuffles).
+/// Writes lane `lane`'s share of the staged bytes to `dst` (16-byte aligned shared memory, at least
+/// 16 * 32 * CPL bytes) so that dst[i] = src[i]. `next` is lane + 1's regs[0] (stage_neighbor).
 template <int CPL>
-__device__ __forceinline__ void stage_finish(const StagedRange& range, const uint4 (&regs)[CPL], uint8_t* dst,
-                                             int lane) {
+__host__ __device__ __forceinline__ void stage_write(const StagedRange& range, const uint4 (&regs)[CPL], uint4 next,
+                                                     uint8_t* dst, int lane) {
   uint4* out = reinterpret_cast<uint4*>(dst);
   if (range.misalign == 0) {
 #pragma unroll
@@ -90,12 +94,6 @@ __device__ __forceinline__ void stage_finish(const StagedRange& range, const uin
     }
     return;
   }
-  // The chunk after this lane's last one is the next lane's first.
-  uint4 next;
-  next.x = __shfl_down_sync(0xffffffffu, regs[0].x, 1);
-  next.y = __shfl_down_sync(0xffffffffu, regs[0].y, 1);
-  next.z = __shfl_down_sync(0xffffffffu, regs[0].z, 1);
-  next.w = __shfl_down_sync(0xffffffffu, regs[0].w, 1);
   // Output chunk o needs raw chunks o and o + 1 (zero past the last; lane 31's neighbour is never
   // needed because misalign + n_bytes <= 16 * 32 * CPL).
 #pragma unroll
@@ -104,6 +102,25 @@ __device__ __forceinline__ void stage_finish(const StagedRange& range, const uin
     const uint4 following = j + 1 < CPL ? regs[j + 1 < CPL ? j + 1 : 0] : next;
     if (o < range.out_chunks) out[o] = shift_chunk_pair(regs[j], following, range.misalign);
   }
+}
+
+/// The first chunk of the next lane (the chunk after this lane's last one). All lanes must call it.
+template <int CPL>
+__device__ __forceinline__ uint4 stage_neighbor(const uint4 (&regs)[CPL]) {
+  uint4 next;
+  next.x = __shfl_down_sync(0xffffffffu, regs[0].x, 1);
+  next.y = __shfl_down_sync(0xffffffffu, regs[0].y, 1);
+  next.z = __shfl_down_sync(0xffffffffu, regs[0].z, 1);
+  next.w = __shfl_down_sync(0xffffffffu, regs[0].w, 1);
+  return next;
+}
+
+/// stage_neighbor + stage_write. All 32 lanes must call it (it shuffles).
+template <int CPL>
+__device__ __forceinline__ void stage_finish(const StagedRange& range, const uint4 (&regs)[CPL], uint8_t* dst,
+                                             int lane) {
+  const uint4 next = stage_neighbor<CPL>(regs);
+  stage_write<CPL>(range, regs, next, dst, lane);
 }
 
 }  // namespace latte::cuda

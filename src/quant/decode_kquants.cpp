@@ -12,7 +12,9 @@
 
 namespace latte::quant {
 
-LATTE_DECODER_CLONES void decode_q2_k(const uint8_t* src, float* dst, int64_t n_blocks) {
+// Portable only: GCC 12 vectorizes this loop nest worse for AVX2 than for SSE2 (measured 1.7 vs
+// 3.5 Gvalues/s).
+void decode_q2_k(const uint8_t* src, float* dst, int64_t n_blocks) {
   for (int64_t b = 0; b < n_blocks; ++b) {
     const uint8_t* block = src + b * static_cast<int64_t>(sizeof(BlockQ2K));  // scales[16] | qs[64] | d | dmin
     const float d = half_to_float(load_u16(block + offsetof(BlockQ2K, d)));
@@ -22,13 +24,14 @@ LATTE_DECODER_CLONES void decode_q2_k(const uint8_t* src, float* dst, int64_t n_
     for (int h = 0; h < 2; ++h) {  // two halves of 128 values, 32 bytes of qs each
       const uint8_t* q = block + offsetof(BlockQ2K, qs) + 32 * h;
       for (int j = 0; j < 4; ++j) {  // bit pair j of each byte; 16-value sub-blocks 8h+2j, 8h+2j+1
+        uint8_t level[32];
+        for (int l = 0; l < 32; ++l) level[l] = static_cast<uint8_t>((q[l] >> (2 * j)) & 3);
         for (int half = 0; half < 2; ++half) {
           const uint8_t sc = scales[8 * h + 2 * j + half];
           const float dl = d * static_cast<float>(sc & 0x0f);
           const float ml = dmin * static_cast<float>(sc >> 4);
-          const uint8_t* qq = q + 16 * half;
           float* out = y + 128 * h + 32 * j + 16 * half;
-          for (int l = 0; l < 16; ++l) out[l] = dl * static_cast<float>((qq[l] >> (2 * j)) & 3) - ml;
+          for (int l = 0; l < 16; ++l) out[l] = dl * static_cast<float>(level[16 * half + l]) - ml;
         }
       }
     }
@@ -48,16 +51,14 @@ LATTE_DECODER_CLONES void decode_q3_k(const uint8_t* src, float* dst, int64_t n_
       const uint8_t* q = block + offsetof(BlockQ3K, qs) + 32 * h;
       for (int j = 0; j < 4; ++j) {
         const int high_bit = 4 * h + j;  // bit of hmask[l] holding the third bit of these values
+        int8_t level[32];                // low two bits, minus 4 unless the third bit is set
+        for (int l = 0; l < 32; ++l) {
+          level[l] = static_cast<int8_t>(((q[l] >> (2 * j)) & 3) - 4 + 4 * ((hmask[l] >> high_bit) & 1));
+        }
         for (int half = 0; half < 2; ++half) {
           const float dl = d_all * static_cast<float>(scales[8 * h + 2 * j + half] - 32);
-          const uint8_t* qq = q + 16 * half;
-          const uint8_t* hm = hmask + 16 * half;
           float* out = y + 128 * h + 32 * j + 16 * half;
-          for (int l = 0; l < 16; ++l) {
-            const int low = (qq[l] >> (2 * j)) & 3;
-            const int minus_four = 4 - 4 * ((hm[l] >> high_bit) & 1);  // 0 when the bit is set
-            out[l] = dl * static_cast<float>(low - minus_four);
-          }
+          for (int l = 0; l < 16; ++l) out[l] = dl * static_cast<float>(level[16 * half + l]);
         }
       }
     }
@@ -103,13 +104,14 @@ LATTE_DECODER_CLONES void decode_q5_k(const uint8_t* src, float* dst, int64_t n_
       const float m1 = dmin * static_cast<float>(lo.min);
       const float d2 = d * static_cast<float>(hi.scale);
       const float m2 = dmin * static_cast<float>(hi.min);
+      uint8_t level[64];
+      for (int l = 0; l < 32; ++l) {
+        level[l] = static_cast<uint8_t>((q[l] & 0x0f) | (((qh[l] >> (2 * c)) & 1) << 4));
+        level[32 + l] = static_cast<uint8_t>((q[l] >> 4) | (((qh[l] >> (2 * c + 1)) & 1) << 4));
+      }
       float* out = y + 64 * c;
-      for (int l = 0; l < 32; ++l) {
-        out[l] = d1 * static_cast<float>((q[l] & 0x0f) + 16 * ((qh[l] >> (2 * c)) & 1)) - m1;
-      }
-      for (int l = 0; l < 32; ++l) {
-        out[32 + l] = d2 * static_cast<float>((q[l] >> 4) + 16 * ((qh[l] >> (2 * c + 1)) & 1)) - m2;
-      }
+      for (int l = 0; l < 32; ++l) out[l] = d1 * static_cast<float>(level[l]) - m1;
+      for (int l = 0; l < 32; ++l) out[32 + l] = d2 * static_cast<float>(level[32 + l]) - m2;
     }
   }
 }

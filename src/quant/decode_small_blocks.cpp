@@ -7,66 +7,68 @@
 #include "quant/half_float.hpp"
 #include "quant/row_codecs.hpp"
 
+#include <bit>
 #include <cstddef>
 
 namespace latte::quant {
 namespace {
 
-// ggml's MXFP4/NVFP4 value table is twice the E2M1 value: {0, 1, 2, 3, 4, 6, 8, 12} then the same
-// negated (nibble 8 is +0, not -0). Computed instead of looked up so the loops vectorize:
-// magnitude m < 2 is m itself, otherwise (2 + (m & 1)) << ((m >> 1) - 1).
-inline int e2m1_doubled(uint32_t nibble) {
-  const uint32_t m = nibble & 7u;
-  const int magnitude = m < 2 ? static_cast<int>(m) : static_cast<int>((2u + (m & 1u)) << ((m >> 1) - 1u));
-  return (nibble & 8u) ? -magnitude : magnitude;
-}
+// ggml's MXFP4/NVFP4 value table: twice the E2M1 value (nibble 8 is +0, not -0).
+constexpr int8_t k_e2m1_doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+inline int e2m1_doubled(uint32_t nibble) { return k_e2m1_doubled[nibble & 15u]; }
 
 }  // namespace
 
-LATTE_DECODER_CLONES void decode_q4_0(const uint8_t* src, float* dst, int64_t n_blocks) {
+// Q4_0, Q4_1, Q5_0, Q5_1, MXFP4 and NVFP4 stay portable: GCC 12 vectorizes them worse for AVX2 than
+// for SSE2 (measured 1.2 vs 7.2 Gvalues/s for Q4_0).
+void decode_q4_0(const uint8_t* src, float* dst, int64_t n_blocks) {
   for (int64_t b = 0; b < n_blocks; ++b) {
     const uint8_t* block = src + b * static_cast<int64_t>(sizeof(BlockQ4_0));  // d | qs[16]
     const float d = half_to_float(load_u16(block + offsetof(BlockQ4_0, d)));
     const uint8_t* qs = block + offsetof(BlockQ4_0, qs);
     float* y = dst + b * qk4_0;
+    int8_t q[qk4_0];  // levels first, then one multiply loop: the shape compilers vectorize best
     for (int j = 0; j < qk4_0 / 2; ++j) {
-      y[j] = static_cast<float>((qs[j] & 0x0f) - 8) * d;
-      y[j + qk4_0 / 2] = static_cast<float>((qs[j] >> 4) - 8) * d;
+      q[j] = static_cast<int8_t>((qs[j] & 0x0f) - 8);
+      q[j + qk4_0 / 2] = static_cast<int8_t>((qs[j] >> 4) - 8);
     }
+    for (int j = 0; j < qk4_0; ++j) y[j] = static_cast<float>(q[j]) * d;
   }
 }
 
-LATTE_DECODER_CLONES void decode_q4_1(const uint8_t* src, float* dst, int64_t n_blocks) {
+void decode_q4_1(const uint8_t* src, float* dst, int64_t n_blocks) {
   for (int64_t b = 0; b < n_blocks; ++b) {
     const uint8_t* block = src + b * static_cast<int64_t>(sizeof(BlockQ4_1));  // d | m | qs[16]
     const float d = half_to_float(load_u16(block + offsetof(BlockQ4_1, d)));
     const float m = half_to_float(load_u16(block + offsetof(BlockQ4_1, m)));
     const uint8_t* qs = block + offsetof(BlockQ4_1, qs);
     float* y = dst + b * qk4_0;
+    uint8_t q[qk4_0];
     for (int j = 0; j < qk4_0 / 2; ++j) {
-      y[j] = static_cast<float>(qs[j] & 0x0f) * d + m;
-      y[j + qk4_0 / 2] = static_cast<float>(qs[j] >> 4) * d + m;
+      q[j] = static_cast<uint8_t>(qs[j] & 0x0f);
+      q[j + qk4_0 / 2] = static_cast<uint8_t>(qs[j] >> 4);
     }
+    for (int j = 0; j < qk4_0; ++j) y[j] = static_cast<float>(q[j]) * d + m;
   }
 }
 
-LATTE_DECODER_CLONES void decode_q5_0(const uint8_t* src, float* dst, int64_t n_blocks) {
+void decode_q5_0(const uint8_t* src, float* dst, int64_t n_blocks) {
   for (int64_t b = 0; b < n_blocks; ++b) {
     const uint8_t* block = src + b * static_cast<int64_t>(sizeof(BlockQ5_0));  // d | qh (u32) | qs[16]
     const float d = half_to_float(load_u16(block + offsetof(BlockQ5_0, d)));
     const uint32_t qh = load_u32(block + offsetof(BlockQ5_0, qh));
     const uint8_t* qs = block + offsetof(BlockQ5_0, qs);
     float* y = dst + b * qk5_0;
+    int8_t q[qk5_0];
     for (int j = 0; j < qk5_0 / 2; ++j) {
-      const int high0 = static_cast<int>((qh >> j) & 1u) << 4;
-      const int high1 = static_cast<int>((qh >> (j + 16)) & 1u) << 4;
-      y[j] = static_cast<float>(((qs[j] & 0x0f) | high0) - 16) * d;
-      y[j + qk5_0 / 2] = static_cast<float>(((qs[j] >> 4) | high1) - 16) * d;
+      q[j] = static_cast<int8_t>(((qs[j] & 0x0f) | static_cast<int>(((qh >> j) & 1u) << 4)) - 16);
+      q[j + qk5_0 / 2] = static_cast<int8_t>(((qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1u) << 4)) - 16);
     }
+    for (int j = 0; j < qk5_0; ++j) y[j] = static_cast<float>(q[j]) * d;
   }
 }
 
-LATTE_DECODER_CLONES void decode_q5_1(const uint8_t* src, float* dst, int64_t n_blocks) {
+void decode_q5_1(const uint8_t* src, float* dst, int64_t n_blocks) {
   for (int64_t b = 0; b < n_blocks; ++b) {
     const uint8_t* block = src + b * static_cast<int64_t>(sizeof(BlockQ5_1));  // d | m | qh (u32) | qs[16]
     const float d = half_to_float(load_u16(block + offsetof(BlockQ5_1, d)));
@@ -74,12 +76,12 @@ LATTE_DECODER_CLONES void decode_q5_1(const uint8_t* src, float* dst, int64_t n_
     const uint32_t qh = load_u32(block + offsetof(BlockQ5_1, qh));
     const uint8_t* qs = block + offsetof(BlockQ5_1, qs);
     float* y = dst + b * qk5_0;
+    uint8_t q[qk5_0];
     for (int j = 0; j < qk5_0 / 2; ++j) {
-      const int high0 = static_cast<int>((qh >> j) & 1u) << 4;
-      const int high1 = static_cast<int>((qh >> (j + 16)) & 1u) << 4;
-      y[j] = static_cast<float>((qs[j] & 0x0f) | high0) * d + m;
-      y[j + qk5_0 / 2] = static_cast<float>((qs[j] >> 4) | high1) * d + m;
+      q[j] = static_cast<uint8_t>((qs[j] & 0x0f) | (((qh >> j) & 1u) << 4));
+      q[j + qk5_0 / 2] = static_cast<uint8_t>((qs[j] >> 4) | (((qh >> (j + 16)) & 1u) << 4));
     }
+    for (int j = 0; j < qk5_0; ++j) y[j] = static_cast<float>(q[j]) * d + m;
   }
 }
 
@@ -103,20 +105,22 @@ LATTE_DECODER_CLONES void decode_q8_1(const uint8_t* src, float* dst, int64_t n_
   }
 }
 
-LATTE_DECODER_CLONES void decode_mxfp4(const uint8_t* src, float* dst, int64_t n_blocks) {
+void decode_mxfp4(const uint8_t* src, float* dst, int64_t n_blocks) {
   for (int64_t b = 0; b < n_blocks; ++b) {
     const uint8_t* block = src + b * static_cast<int64_t>(sizeof(BlockMxfp4));  // e | qs[16]
     const float d = e8m0_to_float_half(block[offsetof(BlockMxfp4, e)]);
     const uint8_t* qs = block + offsetof(BlockMxfp4, qs);
     float* y = dst + b * qk_mxfp4;
+    int8_t q[qk_mxfp4];
     for (int j = 0; j < qk_mxfp4 / 2; ++j) {
-      y[j] = static_cast<float>(e2m1_doubled(qs[j] & 0x0fu)) * d;
-      y[j + qk_mxfp4 / 2] = static_cast<float>(e2m1_doubled(qs[j] >> 4)) * d;
+      q[j] = static_cast<int8_t>(e2m1_doubled(qs[j] & 0x0fu));
+      q[j + qk_mxfp4 / 2] = static_cast<int8_t>(e2m1_doubled(qs[j] >> 4u));
     }
+    for (int j = 0; j < qk_mxfp4; ++j) y[j] = static_cast<float>(q[j]) * d;
   }
 }
 
-LATTE_DECODER_CLONES void decode_nvfp4(const uint8_t* src, float* dst, int64_t n_blocks) {
+void decode_nvfp4(const uint8_t* src, float* dst, int64_t n_blocks) {
   constexpr int sub_blocks = qk_nvfp4 / qk_nvfp4_sub;
   for (int64_t b = 0; b < n_blocks; ++b) {
     const uint8_t* block = src + b * static_cast<int64_t>(sizeof(BlockNvfp4));  // d[4] | qs[32]
@@ -124,10 +128,12 @@ LATTE_DECODER_CLONES void decode_nvfp4(const uint8_t* src, float* dst, int64_t n
       const float d = ue4m3_to_float_half(block[offsetof(BlockNvfp4, d) + s]);
       const uint8_t* qs = block + offsetof(BlockNvfp4, qs) + s * (qk_nvfp4_sub / 2);
       float* y = dst + b * qk_nvfp4 + s * qk_nvfp4_sub;
+      int8_t q[qk_nvfp4_sub];
       for (int j = 0; j < qk_nvfp4_sub / 2; ++j) {
-        y[j] = static_cast<float>(e2m1_doubled(qs[j] & 0x0fu)) * d;
-        y[j + qk_nvfp4_sub / 2] = static_cast<float>(e2m1_doubled(qs[j] >> 4)) * d;
+        q[j] = static_cast<int8_t>(e2m1_doubled(qs[j] & 0x0fu));
+        q[j + qk_nvfp4_sub / 2] = static_cast<int8_t>(e2m1_doubled(qs[j] >> 4u));
       }
+      for (int j = 0; j < qk_nvfp4_sub; ++j) y[j] = static_cast<float>(q[j]) * d;
     }
   }
 }
@@ -135,11 +141,16 @@ LATTE_DECODER_CLONES void decode_nvfp4(const uint8_t* src, float* dst, int64_t n
 LATTE_DECODER_CLONES void decode_q1_0(const uint8_t* src, float* dst, int64_t n_blocks) {
   for (int64_t b = 0; b < n_blocks; ++b) {
     const uint8_t* block = src + b * static_cast<int64_t>(sizeof(BlockQ1_0));  // d | qs[16] (sign bits)
-    const float d = half_to_float(load_u16(block + offsetof(BlockQ1_0, d)));
-    const float minus_d = -d;
+    // x = bit ? d : -d, done as a sign flip of d's bits when the bit is clear.
+    const uint32_t d_float = std::bit_cast<uint32_t>(half_to_float(load_u16(block + offsetof(BlockQ1_0, d))));
     const uint8_t* qs = block + offsetof(BlockQ1_0, qs);
     float* y = dst + b * qk1_0;
-    for (int j = 0; j < qk1_0; ++j) y[j] = ((qs[j / 8] >> (j % 8)) & 1) ? d : minus_d;
+    for (int byte = 0; byte < qk1_0 / 8; ++byte) {
+      for (int bit = 0; bit < 8; ++bit) {
+        const uint32_t clear = ((static_cast<uint32_t>(qs[byte]) >> bit) & 1u) ^ 1u;
+        y[8 * byte + bit] = std::bit_cast<float>(d_float ^ (clear << 31));
+      }
+    }
   }
 }
 
@@ -149,7 +160,9 @@ LATTE_DECODER_CLONES void decode_q2_0(const uint8_t* src, float* dst, int64_t n_
     const float d = half_to_float(load_u16(block + offsetof(BlockQ2_0, d)));
     const uint8_t* qs = block + offsetof(BlockQ2_0, qs);
     float* y = dst + b * qk2_0;
-    for (int j = 0; j < qk2_0; ++j) y[j] = static_cast<float>(((qs[j / 4] >> (2 * (j % 4))) & 3) - 1) * d;
+    for (int byte = 0; byte < qk2_0 / 4; ++byte) {
+      for (int k = 0; k < 4; ++k) y[4 * byte + k] = static_cast<float>(((qs[byte] >> (2 * k)) & 3) - 1) * d;
+    }
   }
 }
 

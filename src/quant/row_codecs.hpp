@@ -10,13 +10,14 @@
 
 #include <cstdint>
 
-// Decoders are compiled for the baseline ISA and again for AVX2 / AVX-512 (picked once at load time
-// through an ifunc) so the same portable loops run with wide vectors where the CPU has them. None of
+// Decoders are compiled for the baseline ISA and again for AVX2 (picked once at load time through an
+// ifunc) so the same portable loops run with wide vectors where the CPU has them (an AVX-512 clone
+// measured no faster). None of
 // these targets enables FMA (and quant sources build with -ffp-contract=off), so every clone does the
 // same float operations and produces the same bits.
 #if defined(__x86_64__) && defined(__ELF__) && (defined(__GNUC__) || defined(__clang__)) && \
     !defined(LATTE_NO_TARGET_CLONES)
-#define LATTE_DECODER_CLONES [[gnu::target_clones("avx512f", "avx2", "default")]]
+#define LATTE_DECODER_CLONES [[gnu::target_clones("avx2", "default")]]
 #else
 #define LATTE_DECODER_CLONES
 #endif
@@ -36,6 +37,12 @@ struct RowCodec {
 
 /// The codec of `type` (both members null for types latte cannot handle).
 const RowCodec& row_codec(GgmlType type) noexcept;
+
+/// Lanes of dot_row's float accumulator.
+inline constexpr int k_accumulator_lanes = 16;
+
+/// partial[i % 16] += a[i] * b[i] for i < n, in index order within each lane.
+void multiply_accumulate(const float* a, const float* b, int64_t n, float partial[k_accumulator_lanes]);
 
 // Plain element types (block = one value). decode_float.cpp / encode_float.cpp
 void decode_f32(const uint8_t* src, float* dst, int64_t n);

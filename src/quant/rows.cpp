@@ -46,6 +46,18 @@ constexpr std::array<RowCodec, k_codec_count> k_codecs = [] {
 
 }  // namespace
 
+LATTE_DECODER_CLONES void multiply_accumulate(const float* a, const float* b, int64_t n,
+                                              float partial[k_accumulator_lanes]) {
+  float acc[k_accumulator_lanes];  // a local copy: `partial` might alias a or b, acc stays in registers
+  for (int l = 0; l < k_accumulator_lanes; ++l) acc[l] = partial[l];
+  int64_t i = 0;
+  for (; i + k_accumulator_lanes <= n; i += k_accumulator_lanes) {
+    for (int l = 0; l < k_accumulator_lanes; ++l) acc[l] += a[i + l] * b[i + l];
+  }
+  for (; i < n; ++i) acc[i % k_accumulator_lanes] += a[i] * b[i];
+  for (int l = 0; l < k_accumulator_lanes; ++l) partial[l] = acc[l];
+}
+
 const RowCodec& row_codec(GgmlType type) noexcept {
   static constexpr RowCodec none{};
   const auto id = static_cast<size_t>(type);
@@ -108,24 +120,18 @@ float dot_row(GgmlType type, const void* row, const float* x, int64_t n) {
   const TypeTraits& t = type_traits(type);
   const quant::DecodeBlocks decode = decoder_for("dot_row", type, t);
   const int64_t blocks = block_count("dot_row", type, t, n);
-  // Decode a chunk of whole blocks into a buffer that stays in L1, then multiply-accumulate it
-  // with 16 independent partial sums (vectorizable without reassociation flags).
+  // Decode a chunk of whole blocks into a buffer that stays in L1, then multiply-accumulate it into
+  // 16 independent partial sums (vectorizable without reassociation flags).
   constexpr int64_t k_chunk_values = 1024;  // floats; a multiple of every block size (1..256)
   alignas(64) float chunk[k_chunk_values];
-  constexpr int k_lanes = 16;
-  float partial[k_lanes] = {};
+  float partial[quant::k_accumulator_lanes] = {};
   const int64_t blocks_per_chunk = k_chunk_values / t.block_values;
   const auto* bytes = static_cast<const uint8_t*>(row);
   for (int64_t b = 0; b < blocks; b += blocks_per_chunk) {
     const int64_t nb = blocks - b < blocks_per_chunk ? blocks - b : blocks_per_chunk;
     decode(bytes + b * static_cast<int64_t>(t.block_bytes), chunk, nb);
     const int64_t values = nb * t.block_values;
-    const float* xs = x + b * t.block_values;
-    int64_t i = 0;
-    for (; i + k_lanes <= values; i += k_lanes) {
-      for (int l = 0; l < k_lanes; ++l) partial[l] += chunk[i + l] * xs[i + l];
-    }
-    for (; i < values; ++i) partial[i % k_lanes] += chunk[i] * xs[i];
+    quant::multiply_accumulate(chunk, x + b * t.block_values, values, partial);
   }
   float sum = 0.0f;
   for (float p : partial) sum += p;

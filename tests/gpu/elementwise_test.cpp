@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "cuda/activations.hpp"
+#include "cuda/logits_transfer.hpp"
 #include "cuda/norms.hpp"
 #include "cuda/rope_yarn.hpp"
 #include "gpu_test_support.hpp"
@@ -212,4 +213,21 @@ TEST_CASE("norm and rope launchers reject invalid shapes with latte::Error") {
       cuda::rope_yarn({.data = buf.data(), .token_stride = 64, .n_rot = 63, .positions = pos.data(), .n_tokens = 1},
                       nullptr),
       Error);
+}
+
+TEST_CASE("copy_logits_to_host copies strided device logits densely into pinned memory") {
+  auto rng = make_rng("copy_logits_to_host");
+  const int64_t rows = 3, vocab = 1000, stride = 1024;
+  const auto logits = random_floats(static_cast<size_t>(rows * stride), rng);
+  const auto d = upload(logits);
+  cuda::PinnedBuffer<float> host(static_cast<size_t>(rows * vocab));
+  cuda::Stream stream;
+  cuda::copy_logits_to_host(d.data(), rows, vocab, stride, host, stream.get());
+  stream.synchronize();
+  int64_t bad = 0;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t v = 0; v < vocab; ++v) bad += host.data()[r * vocab + v] != logits[r * stride + v];
+  CHECK_MESSAGE(bad == 0, "copy_logits_to_host: " << bad << " values differ");
+  cuda::PinnedBuffer<float> small(10);
+  CHECK_THROWS_AS(cuda::copy_logits_to_host(d.data(), rows, vocab, stride, small, stream.get()), Error);
 }

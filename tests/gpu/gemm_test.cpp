@@ -54,6 +54,7 @@ TEST_CASE("gemm_quant (fused dequantize + mma.sync) matches float64 for every fu
     const auto wf = dequantize_reference(type, host, n, k);
     const auto dw = upload(host);
     for (int64_t m : {1, 17, 130}) {
+      trace("gemm_quant " + type_label(type) + " m " + std::to_string(m));
       const auto a = random_floats(static_cast<size_t>(m * k), rng);
       const auto da = upload(to_bf16_bits(a));
       DeviceBuffer<float> c(static_cast<size_t>(m * n));
@@ -82,6 +83,7 @@ TEST_CASE("gemm_quant (fused dequantize + mma.sync) matches float64 for every fu
 TEST_CASE("gemm_quant grouped tiles with gathered A rows and a residual") {
   auto rng = make_rng("gemm_quant grouped");
   for (GgmlType type : {GgmlType::q4_k, GgmlType::q8_0, GgmlType::q6_k}) {
+    trace("gemm_quant grouped " + type_label(type));
     const int64_t n = 96, k = gemm_k(type), groups = 3, tokens = 50;
     const int64_t matrix_bytes = static_cast<int64_t>(row_bytes(type, k)) * n;
     const auto host = random_rows(type, n * groups, k, rng);
@@ -134,6 +136,7 @@ TEST_CASE("gemm_quant_via_bf16 (dequantize + cuBLAS) matches float64, including 
   auto rng = make_rng("gemm_quant_via_bf16");
   cuda::BlasHandle blas;
   for (GgmlType type : {GgmlType::q4_k, GgmlType::mxfp4, GgmlType::f16, GgmlType::f32}) {
+    trace("gemm_quant_via_bf16 " + type_label(type));
     const int64_t n = 200, m = 130, k = gemm_k(type);
     const auto host = random_rows(type, n, k, rng);
     const auto wf = dequantize_reference(type, host, n, k);

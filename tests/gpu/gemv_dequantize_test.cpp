@@ -47,6 +47,7 @@ TEST_CASE("dequantize_rows matches dequantize_row for every type, bf16 and fp32 
     const auto ref = dequantize_reference(type, host, rows, k);
     const MisalignedWeights w(host, is_float_type(type) ? 0 : 2);
     const std::string shape = type_label(type) + " " + std::to_string(rows) + "x" + std::to_string(k);
+    trace("dequantize_rows " + shape);
     for (auto out_type : {cuda::DequantOut::bf16, cuda::DequantOut::f32}) {
       const size_t elem = out_type == cuda::DequantOut::bf16 ? 2 : 4;
       DeviceBuffer<uint8_t> out(static_cast<size_t>(rows * k) * elem);
@@ -88,6 +89,7 @@ TEST_CASE("embedding_lookup dequantizes the selected rows and validate_token_ids
     const int vocab = 301, hidden = 512;
     const auto host = random_rows(type, vocab, hidden, rng);
     const auto ref = dequantize_reference(type, host, vocab, hidden);
+    trace("embedding_lookup " + type_label(type));
     const std::vector<int32_t> ids = {0, 300, 17, 17, 299, 5, 123};
     cuda::validate_token_ids(ids, vocab);
     const auto table = upload(host);
@@ -143,6 +145,7 @@ TEST_CASE("gemv_quant matches the fp32 reference for every type and 1, 2, 3, 8 t
     const auto wf = dequantize_reference(type, host, rows, k);
     const MisalignedWeights w(host, is_float_type(type) ? 0 : 2);
     for (int tokens : {1, 2, 3, 8}) {
+      trace("gemv_quant " + type_label(type) + " tokens " + std::to_string(tokens));
       const auto x = random_floats(static_cast<size_t>(tokens * k), rng);
       const auto dx = upload(x);
       DeviceBuffer<float> y(static_cast<size_t>(tokens * rows));
@@ -181,6 +184,7 @@ TEST_CASE("gemv_quant gated, residual and gathered (per-expert group) modes") {
     const auto x = random_floats(static_cast<size_t>(tokens * k), rng);
     const auto dx = upload(x);
     const std::string shape = type_label(type) + " rows " + std::to_string(rows) + " k " + std::to_string(k);
+    trace("gemv_quant modes " + shape);
 
     // residual, dense: y = W0 x + r
     const auto residual = random_floats(static_cast<size_t>(tokens * rows), rng);

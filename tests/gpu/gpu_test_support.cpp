@@ -4,6 +4,8 @@
 #include <latte/quant_blocks.hpp>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 
@@ -100,6 +102,11 @@ std::vector<float> random_floats(size_t n, Rng& rng, float sigma) {
   std::vector<float> v(n);
   for (auto& x : v) x = d(rng);
   return v;
+}
+
+void trace(const std::string& what) {
+  static const bool enabled = std::getenv("LATTE_GPU_TEST_TRACE") != nullptr;
+  if (enabled) std::fprintf(stderr, "case: %s\n", what.c_str());
 }
 
 float round_bf16(float x) { return bf16_to_fp32(fp32_to_bf16(x)); }

@@ -64,6 +64,10 @@ Comparison compare(const std::vector<float>& out, const std::vector<double>& ref
 /// Non-fatal (doctest CHECK), so the test continues to the next case.
 bool check_close(const std::string& kernel, const std::string& shape, const Comparison& cmp, double tol);
 
+/// Prints "case: <what>" on stderr when LATTE_GPU_TEST_TRACE is set, so that a crash (a sticky CUDA
+/// error) can be attributed to the last case started. scripts/gpu-check.sh sets it.
+void trace(const std::string& what);
+
 /// bf16 bits -> float.
 float bf16_to_float(uint16_t bits);
 

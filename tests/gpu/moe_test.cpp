@@ -67,6 +67,7 @@ void reference_route(const RouterCase& rc, const float* logits, const std::vecto
 
 void run_router_case(const RouterCase& rc, const std::vector<float>& logits, const std::vector<float>& bias, int tokens,
                      const std::string& label) {
+  trace("moe_route " + label);
   const auto dl = upload(logits);
   const auto db = upload(bias.empty() ? std::vector<float>(1) : bias);
   DeviceBuffer<int32_t> ids(static_cast<size_t>(tokens * rc.k));
@@ -128,8 +129,8 @@ TEST_CASE("moe_route selects exactly the CPU reference's experts (softmax, sigmo
     }
     std::vector<float> bias;
     if (rc.bias) {
-      // bias on a coarser grid keeps the biased scores apart too
-      for (int e = 0; e < rc.n_experts; ++e) bias.push_back(0.0005f * static_cast<float>((e * 7) % 13));
+      // whole-unit bias classes: the biased order is by class, then by score, never a near-tie
+      for (int e = 0; e < rc.n_experts; ++e) bias.push_back(static_cast<float>((e * 7) % 3));
     }
     run_router_case(rc, logits, bias, tokens,
                     "E=" + std::to_string(rc.n_experts) + " k=" + std::to_string(rc.k) +
@@ -249,6 +250,7 @@ TEST_CASE("moe_experts_decode and moe_experts_prefill match a float64 expert FFN
   cuda::MoeWorkspace ws({.max_tokens = 130, .k = k, .n_experts = E, .hidden = H, .ffn = F});
   for (int tokens : {1, 3, 8, 130}) {
     const bool decode = tokens <= 8;
+    trace("moe_experts " + std::to_string(tokens) + " tokens");
     std::vector<int32_t> ids(tokens * k);
     for (int t = 0; t < tokens; ++t) {
       std::vector<int> perm(E);
