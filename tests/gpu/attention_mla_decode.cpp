@@ -27,6 +27,8 @@ struct MlaCase {
   float scale = 0.1f;
   bool bf16_out = false;
   int force_splits = 0;
+  bool shared_sequence = false;  // every batch entry reads one cache (page_stride 0): a prefill chunk's
+                                 // query tokens run as batch entries, each with its own kv_len / indices
 };
 
 struct Reference {
@@ -87,7 +89,9 @@ void check_mla_case(const MlaCase& c) {
   const std::string label = "mla_decode " + c.name + " [B=" + std::to_string(B) + " N=" + std::to_string(N) +
                             " q_len=" + std::to_string(c.q_len) + " kv_lens=" + list(c.kv_lens) +
                             (sparse ? " sparse top_k=" + std::to_string(c.top_k) : " dense") +
-                            (c.page_size ? " page=" + std::to_string(c.page_size) : " contiguous") +
+                            (c.page_size         ? " page=" + std::to_string(c.page_size)
+                             : c.shared_sequence ? " shared-sequence"
+                                                 : " contiguous") +
                             (c.bf16_out ? " out=bf16" : " out=f32") + " seed=" + std::to_string(rng.seed) + "]";
   int max_len = 1;
   for (int len : c.kv_lens) max_len = std::max(max_len, len);
@@ -96,7 +100,13 @@ void check_mla_case(const MlaCase& c) {
   std::vector<std::vector<float>> cache(B);
   std::vector<std::vector<uint16_t>> cache_bits(B);
   for (int b = 0; b < B; ++b) {
-    Bf16Values rows = random_bf16(static_cast<size_t>(c.kv_lens[b]) * kMlaCacheRow, rng);
+    if (c.shared_sequence && b > 0) {
+      cache[b] = cache[0];
+      cache_bits[b] = cache_bits[0];
+      continue;
+    }
+    const int len = c.shared_sequence ? max_len : c.kv_lens[b];
+    Bf16Values rows = random_bf16(static_cast<size_t>(len) * kMlaCacheRow, rng);
     cache[b] = std::move(rows.values);
     cache_bits[b] = std::move(rows.bits);
   }
@@ -145,6 +155,13 @@ void check_mla_case(const MlaCase& c) {
                   .token_stride = kMlaCacheRow,
                   .page_size = c.page_size,
                   .page_table_stride = pool.pages_per_seq};
+  } else if (c.shared_sequence) {
+    std::vector<uint16_t> flat(cache_bits[0]);
+    flat.resize(flat.size() + 3 * kMlaCacheRow, 0xffffu);  // NaN rows past the sequence
+    cache_device = upload(flat);
+    cache_view = {.data = reinterpret_cast<const __nv_bfloat16*>(cache_device.data()),
+                  .page_stride = 0,
+                  .token_stride = kMlaCacheRow};
   } else {
     // [B, max_len + 3, 576]; rows past each sequence's length hold NaN.
     const int capacity = max_len + 3;
@@ -279,6 +296,16 @@ TEST_CASE("sparse mla decode attends exactly the listed positions") {
       {.name = "top_k 2048, 128 heads", .n_heads = 128, .kv_lens = {4097, 700}, .top_k = 2048},
       {.name = "top_k 64, 4 heads, paged", .n_heads = 4, .kv_lens = {500, 65}, .page_size = 32, .top_k = 64},
       {.name = "top_k 2048, 64 heads, 5 splits", .n_heads = 64, .kv_lens = {3000}, .top_k = 2048, .force_splits = 5},
+      {.name = "prefill chunk as batch entries of one sequence",
+       .n_heads = 16,
+       .kv_lens = {296, 297, 298, 299, 300},
+       .top_k = 128,
+       .shared_sequence = true},
+      {.name = "prefill chunk, 128 heads, shared sequence",
+       .n_heads = 128,
+       .kv_lens = {2999, 3000},
+       .top_k = 2048,
+       .shared_sequence = true},
   });
 }
 
