@@ -1,6 +1,10 @@
 // Fiber scheduler and runtime stand-ins of the CUDA emulation (see emulation.hpp).
 #include "emulation.hpp"
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#endif
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -121,6 +125,10 @@ void yield() { emu_switch_context(&current_fiber().sp, g_cta->scheduler_sp); }
 
 // A fresh stack whose first switch "returns" into fiber_entry with the ABI's alignment.
 void* initial_stack(char* stack) {
+#if defined(__SANITIZE_ADDRESS__)
+  // Frames of the fiber that used this stack before never returned: clear their redzones.
+  ASAN_UNPOISON_MEMORY_REGION(stack, kStackBytes);
+#endif
   uintptr_t top = reinterpret_cast<uintptr_t>(stack + kStackBytes) & ~uintptr_t{15};
   void** sp = reinterpret_cast<void**>(top);
   *--sp = nullptr;                                // fake return address of fiber_entry
