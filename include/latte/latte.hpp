@@ -5,13 +5,16 @@
 //   latte::Session session(model, {.n_ctx = 4096});
 #pragma once
 
+#include <latte/attention.hpp>
 #include <latte/chat.hpp>
 #include <latte/device.hpp>
 #include <latte/error.hpp>
 #include <latte/gguf.hpp>
+#include <latte/model.hpp>
 #include <latte/quant.hpp>
 #include <latte/quant_blocks.hpp>
 #include <latte/sampler.hpp>
+#include <latte/session.hpp>
 #include <latte/stop_condition.hpp>
 #include <latte/token.hpp>
 #include <latte/tokenizer.hpp>

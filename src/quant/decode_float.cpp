@@ -21,7 +21,7 @@ void decode_f16_portable(const uint8_t* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = half_to_float(load_u16(src + 2 * i));
 }
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(LATTE_NO_TARGET_CLONES)
 // The F16C instruction converts 8 halves at once, exactly, and quiets NaNs keeping their payload:
 // the same bits as half_to_float (checked against ggml by the golden tests).
 [[gnu::target("avx,f16c")]] void decode_f16_f16c(const uint8_t* src, float* dst, int64_t n) {

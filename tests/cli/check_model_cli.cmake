@@ -1,0 +1,46 @@
+# End-to-end checks of `latte logits` / `latte generate` on a random model (MODEL), with EXE the
+# latte binary and N_VOCAB the model's vocabulary:
+#  - logits prints one JSON array of N_VOCAB numbers; --all prints one such array per token;
+#  - generate prints -n ids on one line, the same with --attention mla and --attention standard.
+function(run_latte out_var)
+  execute_process(COMMAND ${EXE} ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "latte ${ARGN} failed (${rc}):\n${err}")
+  endif()
+  set(${out_var} "${out}" PARENT_SCOPE)
+endfunction()
+
+run_latte(last logits --model ${MODEL} --tokens "5 17 42 99")
+string(JSON n LENGTH "${last}")
+if(NOT n EQUAL N_VOCAB)
+  message(FATAL_ERROR "logits: ${n} values, expected ${N_VOCAB}")
+endif()
+
+run_latte(all logits --model ${MODEL} --tokens "5 17 42 99" --all --attention standard)
+string(JSON rows LENGTH "${all}")
+string(JSON cols LENGTH "${all}" 3)
+if(NOT rows EQUAL 4 OR NOT cols EQUAL N_VOCAB)
+  message(FATAL_ERROR "logits --all: ${rows} x ${cols}, expected 4 x ${N_VOCAB}")
+endif()
+# The last row of --all (standard) and the plain output (auto = mla) print the same leading digits.
+string(JSON a GET "${all}" 3 0)
+string(JSON b GET "${last}" 0)
+string(SUBSTRING "${a}" 0 5 a5)
+string(SUBSTRING "${b}" 0 5 b5)
+if(NOT a5 STREQUAL b5)
+  message(FATAL_ERROR "logits: standard --all gives ${a}, mla gives ${b} for the same position")
+endif()
+
+run_latte(mla generate --model ${MODEL} --tokens "5 17 42 99" -n 8 --greedy --attention mla)
+run_latte(standard generate --model ${MODEL} --tokens "5 17 42 99" -n 8 --greedy --attention standard)
+if(NOT mla MATCHES "^[0-9]+( [0-9]+)*\n$")
+  message(FATAL_ERROR "generate: unexpected output '${mla}'")
+endif()
+string(REGEX MATCHALL "[0-9]+" ids "${mla}")
+list(LENGTH ids count)
+if(NOT count EQUAL 8)
+  message(FATAL_ERROR "generate: ${count} ids, expected 8: '${mla}'")
+endif()
+if(NOT mla STREQUAL standard)
+  message(FATAL_ERROR "generate: mla gives '${mla}', standard gives '${standard}'")
+endif()

@@ -1,0 +1,30 @@
+#include "support/temp_dir.hpp"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <vector>
+
+namespace latte::test {
+
+TempDir::TempDir() {
+  const std::string pattern = (std::filesystem::temp_directory_path() / "latte-test-XXXXXX").string();
+  std::vector<char> name(pattern.begin(), pattern.end());
+  name.push_back('\0');
+  if (!::mkdtemp(name.data())) throw std::runtime_error("cannot create a temporary directory");
+  path_ = name.data();
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+void write_text_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  if (!out) throw std::runtime_error("cannot write " + path);
+}
+
+}  // namespace latte::test
