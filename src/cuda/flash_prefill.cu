@@ -1,0 +1,317 @@
+// Flash-attention prefill (FlashAttention-2 style); see flash_prefill.hpp for the contract.
+//
+// One CTA (4 warps) per (64-query tile, head); warp w owns query rows 16w..16w+15 of the tile. Per
+// 64-key tile: S = Q K^T (mma.m16n8k16, Q and K from shared memory through ldmatrix), causal / sparse
+// mask, online softmax in registers, P reused from the accumulators as the A operand of O += P V.
+// Single K and V buffers: V_j streams in while S_j is computed, K_{j+1} while P_j V_j is.
+// Query tiles are launched heaviest (latest) first so the causal tail does not straggle.
+//
+// Back-of-envelope, DeepSeek-V3 dims (N=128, 192/128), 512 queries at depth 16384 (H200):
+//   FLOPs = 2 * 128 * 512 * 16640 * 320 = 0.70 TFLOP -> ~1.1 ms at ~650 TFLOP/s (mma.sync ceiling);
+//   unique K/V bytes = 16896 * 128 * 640 = 1.38 GB -> 0.32 ms: compute-bound.
+#include "cuda/flash_prefill.hpp"
+
+#include "cuda/bf16_mma.cuh"
+#include "cuda/check.hpp"
+#include "cuda/kv_cache_layout.cuh"
+
+#include <string>
+
+namespace latte::cuda {
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+template <int kDimQk_, int kDimV_>
+struct FlashPrefillTraits {
+  static constexpr int kDimQk = kDimQk_;
+  static constexpr int kDimV = kDimV_;
+  static constexpr int kBlockM = 64;  // queries per CTA (16 per warp)
+  static constexpr int kBlockN = 64;  // keys per tile
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kQkSteps = kDimQk / 16;
+  static constexpr int kScoreTiles = kBlockN / 8;  // n8 tiles of S per warp
+  static constexpr int kOutTiles = kDimV / 8;      // n8 tiles of O per warp
+  static constexpr int kQkRow = kDimQk + 8;        // padded smem rows: conflict-free ldmatrix
+  static constexpr int kVRow = kDimV + 8;
+  static constexpr size_t kQBytes = size_t{kBlockM} * kQkRow * sizeof(bf16);
+  static constexpr size_t kKBytes = size_t{kBlockN} * kQkRow * sizeof(bf16);
+  static constexpr size_t kVBytes = size_t{kBlockN} * kVRow * sizeof(bf16);
+  static constexpr size_t kSmemBytes = kQBytes + kKBytes + kVBytes;
+  static_assert(kDimQk % 16 == 0 && kDimV % 16 == 0);
+};
+
+/// Copies `rows` rows of `dim` bf16 into shared memory rows of `smem_row` elements; row r is cache
+/// position first + r of head h (zero-filled at and past `limit`).
+template <int kDim, int kSmemRow, int kThreads>
+__device__ __forceinline__ void load_cache_rows(bf16* dst, const PagedRows<const bf16>& cache, int batch, int h,
+                                                int first, int limit, int rows) {
+  constexpr int kChunks = kDim / 8;
+  for (int c = threadIdx.x; c < rows * kChunks; c += kThreads) {
+    const int r = c / kChunks;
+    const int col = c % kChunks;
+    const int pos = first + r;
+    const bool valid = pos < limit;
+    const bf16* src =
+        valid ? cache.data + paged_rows_offset(cache, batch, pos) + h * cache.head_stride + col * 8 : cache.data;
+    mma::cp_async_16(dst + r * kSmemRow + col * 8, src, valid);
+  }
+}
+
+template <class Tr>
+__global__ void __launch_bounds__(Tr::kThreads, 2) flash_prefill_kernel(const FlashPrefillParams p) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16* q_s = reinterpret_cast<bf16*>(smem);                              // [kBlockM][kQkRow]
+  bf16* k_s = reinterpret_cast<bf16*>(smem + Tr::kQBytes);                // [kBlockN][kQkRow]
+  bf16* v_s = reinterpret_cast<bf16*>(smem + Tr::kQBytes + Tr::kKBytes);  // [kBlockN][kVRow]
+
+  const int q_tile = gridDim.x - 1 - blockIdx.x;  // heaviest first
+  const int h = blockIdx.y;
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int g = lane / 4;
+  const int tq = lane % 4;
+  const int m0 = q_tile * Tr::kBlockM;
+  const int n_keys = p.pos0 + p.n_queries;
+  const int key_end = min(n_keys, p.pos0 + m0 + Tr::kBlockM);  // keys any query of this tile sees
+  const int n_key_tiles = (key_end + Tr::kBlockN - 1) / Tr::kBlockN;
+  const float score_scale = p.scale * kLog2e;
+
+  // Queries (rows past n_queries are zero) and the first key tile: one copy group.
+  {
+    constexpr int kChunks = Tr::kDimQk / 8;
+    for (int c = threadIdx.x; c < Tr::kBlockM * kChunks; c += Tr::kThreads) {
+      const int r = c / kChunks;
+      const int col = c % kChunks;
+      const bool valid = m0 + r < p.n_queries;
+      const bf16* src =
+          valid ? p.q + static_cast<int64_t>(m0 + r) * p.q_token_stride + h * p.q_head_stride + col * 8 : p.q;
+      mma::cp_async_16(q_s + r * Tr::kQkRow + col * 8, src, valid);
+    }
+  }
+  load_cache_rows<Tr::kDimQk, Tr::kQkRow, Tr::kThreads>(k_s, p.k_cache, p.cache_batch, h, 0, n_keys, Tr::kBlockN);
+  mma::cp_async_commit();
+
+  int query_index[2], query_pos[2];
+  for (int half = 0; half < 2; ++half) {
+    query_index[half] = m0 + warp * 16 + g + 8 * half;
+    query_pos[half] = p.pos0 + query_index[half];
+  }
+  const uint32_t* mask_row[2] = {nullptr, nullptr};
+  if (p.key_mask != nullptr) {
+    for (int half = 0; half < 2; ++half) {
+      if (query_index[half] < p.n_queries) mask_row[half] = p.key_mask + query_index[half] * p.key_mask_stride;
+    }
+  }
+
+  float o[Tr::kOutTiles][4];
+  for (int n = 0; n < Tr::kOutTiles; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  float m_run[2] = {-INFINITY, -INFINITY};
+  float l_run[2] = {0.0f, 0.0f};
+
+  for (int j = 0; j < n_key_tiles; ++j) {
+    const int key0 = j * Tr::kBlockN;
+    mma::cp_async_wait<0>();
+    __syncthreads();  // K_j (and Q) landed; every warp is done with V_{j-1}
+    load_cache_rows<Tr::kDimV, Tr::kVRow, Tr::kThreads>(v_s, p.v_cache, p.cache_batch, h, key0, n_keys, Tr::kBlockN);
+    mma::cp_async_commit();
+
+    float acc[Tr::kScoreTiles][4];
+    for (int n = 0; n < Tr::kScoreTiles; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+    {
+      const bf16* a_base = q_s + (warp * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * Tr::kQkRow + (lane / 16) * 8;
+      const bf16* b_base = k_s + ((lane / 16) * 8 + (lane % 8)) * Tr::kQkRow + ((lane / 8) % 2) * 8;
+#pragma unroll
+      for (int kk = 0; kk < Tr::kQkSteps; ++kk) {
+        uint32_t a[4];
+        mma::ldmatrix_x4(a, a_base + kk * 16);
+#pragma unroll
+        for (int np = 0; np < Tr::kScoreTiles / 2; ++np) {
+          uint32_t bk[4];
+          mma::ldmatrix_x4(bk, b_base + np * 16 * Tr::kQkRow + kk * 16);
+          mma::mma_bf16_16816(acc[2 * np], a, bk[0], bk[1]);
+          mma::mma_bf16_16816(acc[2 * np + 1], a, bk[2], bk[3]);
+        }
+      }
+    }
+
+    // Scale, mask and update the running softmax of rows g and g+8.
+    const bool needs_mask = p.key_mask != nullptr || key0 + Tr::kBlockN - 1 > p.pos0 + m0;
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < Tr::kScoreTiles; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int half = e / 2;
+        float s = acc[n][e] * score_scale;
+        if (needs_mask) {
+          const int key = key0 + n * 8 + 2 * tq + (e % 2);
+          bool visible = key <= query_pos[half] && key < n_keys;
+          if (mask_row[half] != nullptr && visible) visible = (mask_row[half][key / 32] >> (key % 32)) & 1u;
+          if (!visible) s = -INFINITY;
+        }
+        acc[n][e] = s;
+        tile_max[half] = fmaxf(tile_max[half], s);
+      }
+    }
+    float alpha[2];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float m_new = fmaxf(m_run[half], mma::quad_max(tile_max[half]));
+      alpha[half] = mma::exp2_rescale(m_run[half], m_new);
+      m_run[half] = m_new;
+      l_run[half] *= alpha[half];
+    }
+    uint32_t pa[Tr::kBlockN / 16][4];
+#pragma unroll
+    for (int n = 0; n < Tr::kScoreTiles; ++n) {
+      float pr[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        pr[e] = mma::round_to_bf16(mma::exp2_shifted(acc[n][e], m_run[e / 2]));
+        l_run[e / 2] += pr[e];
+      }
+      // n8 tile n covers keys 8n..8n+7: the low (even n) or high (odd n) half of k-step n/2.
+      pa[n / 2][(n % 2) * 2 + 0] = mma::pack_bf16x2(pr[0], pr[1]);
+      pa[n / 2][(n % 2) * 2 + 1] = mma::pack_bf16x2(pr[2], pr[3]);
+    }
+#pragma unroll
+    for (int n = 0; n < Tr::kOutTiles; ++n) {
+      o[n][0] *= alpha[0];
+      o[n][1] *= alpha[0];
+      o[n][2] *= alpha[1];
+      o[n][3] *= alpha[1];
+    }
+
+    mma::cp_async_wait<0>();
+    __syncthreads();  // V_j landed; every warp is done with K_j
+    if (j + 1 < n_key_tiles) {
+      load_cache_rows<Tr::kDimQk, Tr::kQkRow, Tr::kThreads>(k_s, p.k_cache, p.cache_batch, h, key0 + Tr::kBlockN,
+                                                            n_keys, Tr::kBlockN);
+    }
+    mma::cp_async_commit();
+
+    const bf16* v_base = v_s + (((lane / 8) % 2) * 8 + (lane % 8)) * Tr::kVRow + (lane / 16) * 8;
+#pragma unroll
+    for (int kk = 0; kk < Tr::kBlockN / 16; ++kk) {
+#pragma unroll
+      for (int np = 0; np < Tr::kOutTiles / 2; ++np) {
+        uint32_t bv[4];
+        mma::ldmatrix_x4_trans(bv, v_base + kk * 16 * Tr::kVRow + np * 16);
+        mma::mma_bf16_16816(o[2 * np], pa[kk], bv[0], bv[1]);
+        mma::mma_bf16_16816(o[2 * np + 1], pa[kk], bv[2], bv[3]);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const float l = mma::quad_sum(l_run[half]);
+    const int t = query_index[half];
+    if (t >= p.n_queries) continue;
+    const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
+    const int64_t row = static_cast<int64_t>(t) * p.n_heads + h;
+#pragma unroll
+    for (int n = 0; n < Tr::kOutTiles; ++n) {
+      const int64_t index = row * Tr::kDimV + n * 8 + 2 * tq;
+      const float x = o[n][2 * half] * inv_l;
+      const float y = o[n][2 * half + 1] * inv_l;
+      if (p.out_type == AttnOutputType::f32) {
+        *reinterpret_cast<float2*>(static_cast<float*>(p.out) + index) = make_float2(x, y);
+      } else {
+        *reinterpret_cast<__nv_bfloat162*>(static_cast<bf16*>(p.out) + index) = __floats2bfloat162_rn(x, y);
+      }
+    }
+    if (p.lse != nullptr && tq == 0) p.lse[row] = l > 0.0f ? (m_run[half] + log2f(l)) * kLn2 : -INFINITY;
+  }
+}
+
+struct PrefillKernel {
+  void (*kernel)(FlashPrefillParams);
+  size_t smem_bytes;
+  int threads;
+};
+
+template <class Tr>
+PrefillKernel prefill_kernel() {
+  return {&flash_prefill_kernel<Tr>, Tr::kSmemBytes, Tr::kThreads};
+}
+
+PrefillKernel kernel_for(int dim_qk, int dim_v) {
+  if (dim_qk == 192 && dim_v == 128) return prefill_kernel<FlashPrefillTraits<192, 128>>();
+  if (dim_qk == 256 && dim_v == 256) return prefill_kernel<FlashPrefillTraits<256, 256>>();
+  return {nullptr, 0, 0};
+}
+
+__global__ void build_key_mask_kernel(const KeyMaskParams p) {
+  extern __shared__ uint32_t row_bits[];  // [ceil(n_keys / 32)]
+  const int words = (p.n_keys + 31) / 32;
+  const int t = blockIdx.x;
+  for (int w = threadIdx.x; w < words; w += blockDim.x) row_bits[w] = 0;
+  __syncthreads();
+  for (int i = threadIdx.x; i < p.top_k; i += blockDim.x) {
+    const int pos = p.indices[static_cast<int64_t>(t) * p.index_stride + i];
+    if (pos >= 0 && pos < p.n_keys) atomicOr(&row_bits[pos / 32], 1u << (pos % 32));
+  }
+  __syncthreads();
+  uint32_t* out = p.mask + static_cast<int64_t>(t) * p.mask_stride;
+  for (int w = threadIdx.x; w < p.mask_stride; w += blockDim.x) out[w] = w < words ? row_bits[w] : 0u;
+}
+
+}  // namespace
+
+void run_flash_prefill(const FlashPrefillParams& p, cudaStream_t stream) {
+  const std::string what = "flash_prefill(T " + std::to_string(p.n_queries) + ", pos0 " + std::to_string(p.pos0) +
+                           ", heads " + std::to_string(p.n_heads) + ", dims " + std::to_string(p.head_dim_qk) + "/" +
+                           std::to_string(p.head_dim_v) + (p.key_mask ? ", sparse" : "") + ")";
+  auto fail_unless = [&](bool ok, const std::string& message) {
+    require(ok, ErrorCode::invalid_argument, what + ": " + message);
+  };
+  const PrefillKernel k = kernel_for(p.head_dim_qk, p.head_dim_v);
+  fail_unless(k.kernel != nullptr, "head dims must be 192/128 or 256/256 (the dims of the supported models)");
+  fail_unless(p.n_queries >= 1 && p.pos0 >= 0 && p.n_heads >= 1 && p.n_heads <= 65535,
+              "needs n_queries >= 1, pos0 >= 0 and 1 <= n_heads <= 65535");
+  fail_unless(static_cast<int64_t>(p.pos0) + p.n_queries < (int64_t{1} << 31), "pos0 + n_queries overflows int32");
+  fail_unless(p.q != nullptr && p.out != nullptr, "q and out must be set");
+  fail_unless(reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && reinterpret_cast<uintptr_t>(p.out) % 16 == 0,
+              "q and out must be 16-byte aligned");
+  fail_unless(p.q_token_stride % 8 == 0 && p.q_head_stride % 8 == 0, "query strides must be multiples of 8");
+  fail_unless(p.scale > 0.0f && p.scale < 1e30f, "scale must be positive and finite");
+  check_paged_rows(p.k_cache, "flash_prefill", "k_cache");
+  check_paged_rows(p.v_cache, "flash_prefill", "v_cache");
+  if (p.key_mask != nullptr) {
+    fail_unless(p.key_mask_stride >= (static_cast<int64_t>(p.pos0) + p.n_queries + 31) / 32,
+                "key_mask_stride must cover pos0 + n_queries positions");
+  }
+  int device = 0, max_smem = 0;
+  LATTE_CUDA_CHECK(cudaGetDevice(&device));
+  LATTE_CUDA_CHECK(cudaDeviceGetAttribute(&max_smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  require(k.smem_bytes <= static_cast<size_t>(max_smem), ErrorCode::unsupported,
+          what + ": needs " + std::to_string(k.smem_bytes) + " bytes of shared memory per block, the device allows " +
+              std::to_string(max_smem));
+  LATTE_CUDA_CHECK(
+      cudaFuncSetAttribute(k.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(k.smem_bytes)));
+  const dim3 grid((p.n_queries + 63) / 64, p.n_heads);
+  k.kernel<<<grid, k.threads, k.smem_bytes, stream>>>(p);
+  LATTE_CUDA_CHECK_LAUNCH();
+}
+
+void run_build_key_mask(const KeyMaskParams& p, cudaStream_t stream) {
+  const std::string what = "build_key_mask(queries " + std::to_string(p.n_queries) + ", keys " +
+                           std::to_string(p.n_keys) + ", top_k " + std::to_string(p.top_k) + ")";
+  const int64_t words = (static_cast<int64_t>(p.n_keys) + 31) / 32;
+  require(p.indices != nullptr && p.mask != nullptr, ErrorCode::invalid_argument, what + ": null pointer");
+  require(p.n_queries >= 0 && p.n_keys >= 1 && p.top_k >= 0 && p.index_stride >= p.top_k, ErrorCode::invalid_argument,
+          what + ": needs n_keys >= 1 and 0 <= top_k <= index_stride");
+  require(p.mask_stride >= words, ErrorCode::invalid_argument, what + ": mask_stride is below ceil(n_keys / 32)");
+  require(words * 4 <= 48 * 1024, ErrorCode::invalid_argument, what + ": more than 393216 keys");
+  if (p.n_queries == 0) return;
+  build_key_mask_kernel<<<p.n_queries, 256, static_cast<size_t>(words) * 4, stream>>>(p);
+  LATTE_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace latte::cuda

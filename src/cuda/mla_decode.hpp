@@ -1,0 +1,87 @@
+// Weight-absorbed MLA decode attention (flash-decoding over the latent cache). For every batch
+// entry b, query token t (of q_len) and head h:
+//   score(s) = scale * (q_latent[b,t,h] . c[b,s] + q_rope[b,t,h] . k_pe[b,s])   over visible positions s
+//   out[b,t,h] = sum_s softmax(score)(s) * c[b,s]        (512 values; W_UV is applied by the caller)
+//   lse[b,t,h] = ln sum_s exp(score(s))
+// Dense: query t of q_len sees positions 0 .. kv_len[b] - q_len + t (causal; the step's own tokens
+// are already in the cache). Sparse (GLM-5 DSA): the query sees only the positions listed in its
+// index row.
+//
+//   MlaDecodePlan plan = plan_mla_decode(params);
+//   DeviceBuffer<std::byte> workspace(plan.workspace_bytes); run_mla_decode(params, plan, workspace.data(),
+//   workspace.size(), stream);
+#pragma once
+
+#include "cuda/kv_cache_layout.hpp"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace latte::cuda {
+
+/// Latent width L and rope width R of an MLA cache row (c | k_pe), fixed by every supported model.
+inline constexpr int kMlaLatentDim = 512;
+inline constexpr int kMlaRopeDim = 64;
+inline constexpr int kMlaCacheRow = kMlaLatentDim + kMlaRopeDim;  // 576 bf16 = 1152 bytes per token
+
+/// Everything run_mla_decode reads and writes. Pointers are device pointers unless noted.
+struct MlaDecodeParams {
+  /// Absorbed query part W_UK^T q_nope: element (b, t, h, d < 512) at
+  /// q_latent[(b * q_len + t) * q_latent_token_stride + h * q_latent_head_stride + d].
+  const __nv_bfloat16* q_latent = nullptr;
+  int64_t q_latent_token_stride = 0;  ///< elements, multiple of 8
+  int64_t q_latent_head_stride = 0;   ///< elements, multiple of 8
+  /// Roped query part: element (b, t, h, d < 64) at q_rope[(b * q_len + t) * q_rope_token_stride + h *
+  /// q_rope_head_stride + d].
+  const __nv_bfloat16* q_rope = nullptr;
+  int64_t q_rope_token_stride = 0;
+  int64_t q_rope_head_stride = 0;
+  /// The latent cache: one row of 576 bf16 per position, c (512, normalised) then k_pe (64, roped);
+  /// head_stride is unused.
+  PagedRows<const __nv_bfloat16> cache;
+  /// [batch] int32: valid positions of each sequence, including this step's q_len tokens (>= q_len).
+  const int32_t* kv_lens = nullptr;
+  /// Sparse mode when set: [batch, index_stride] int32 positions to attend (first top_k entries of each
+  /// row are used; entries < 0 or >= kv_len are skipped). Requires q_len == 1.
+  const int32_t* indices = nullptr;
+  int32_t index_stride = 0;  ///< entries per row of `indices`
+  int32_t top_k = 0;         ///< entries per row used in sparse mode
+  int32_t batch = 0;         ///< sequences B
+  int32_t q_len = 1;         ///< query tokens per sequence
+  int32_t n_heads = 0;       ///< heads N (any positive count; 16-row tensor-core blocks are padded)
+  int32_t max_kv_len = 0;    ///< host-side upper bound of every kv_lens[b] (dense mode), sizes the split plan
+  float scale = 0.0f;        ///< softmax scale, mscale^2 / sqrt(P + R) (never 1/sqrt(576))
+  AttnOutputType out_type = AttnOutputType::f32;
+  void* out = nullptr;   ///< [batch, q_len, n_heads, 512] fp32 or bf16, contiguous
+  float* lse = nullptr;  ///< [batch, q_len, n_heads] fp32 natural-log LSE, or nullptr
+};
+
+/// How run_mla_decode splits the work; from plan_mla_decode. Depends only on the shape
+/// (batch, q_len, n_heads, max_kv_len or top_k) and the device, so one plan serves a captured graph.
+struct MlaDecodePlan {
+  int config = 0;              ///< compiled tile configuration (see mla_decode.cu)
+  int rows_per_cta = 0;        ///< (token, head) rows one CTA computes (16, 32 or 64)
+  int head_groups = 0;         ///< CTAs per (sequence, split) along the rows
+  int splits = 0;              ///< KV splits per sequence (1: no combine step)
+  int chunk = 0;               ///< positions (dense) or index slots (sparse) per split, a multiple of the tile
+  int threads = 0;             ///< threads per CTA
+  size_t smem_bytes = 0;       ///< dynamic shared memory per CTA
+  size_t workspace_bytes = 0;  ///< scratch for split partials (0 when splits == 1)
+};
+
+/// Chooses the tile configuration and split count for the current CUDA device. `force_splits` > 0
+/// overrides the split count (tests). Throws Error(invalid_argument) on an invalid shape.
+MlaDecodePlan plan_mla_decode(const MlaDecodeParams& params, int force_splits = 0);
+
+/// Runs the decode (and the combine kernel when plan.splits > 1) on `stream`. `workspace` holds at
+/// least plan.workspace_bytes device bytes. Checks every precondition and throws Error(invalid_argument)
+/// naming the parameter at fault. Graph-capturable (no allocation, no synchronisation).
+/// Bytes read: per sequence ~ visible positions * 1152 (once per head group; head groups of one
+/// sequence run side by side and share L2), plus the queries. FLOPs: 2 * rows * positions * (576 + 512).
+void run_mla_decode(const MlaDecodeParams& params, const MlaDecodePlan& plan, void* workspace, size_t workspace_bytes,
+                    cudaStream_t stream);
+
+}  // namespace latte::cuda

@@ -1,0 +1,167 @@
+// Device-side pieces shared by the MLA decode kernels (mla_decode.cu, mla_decode_wide.cu): the CTA's
+// KV range, the ring that resolves tile rows (positions, cache offsets) ahead of their copies, the
+// query and cache-tile loaders, and the result writer (final output or split partials).
+#pragma once
+
+#include "cuda/bf16_mma.cuh"
+#include "cuda/kv_cache_layout.cuh"
+#include "cuda/mla_decode_kernels.hpp"
+
+namespace latte::cuda::mla_decode_detail {
+
+using bf16 = __nv_bfloat16;
+
+inline constexpr int kChunksPerRow = kMlaCacheRow / 8;  // 72 16-byte chunks per cache row
+inline constexpr int kSmemRowElems = kMlaCacheRow + 8;  // padded smem row, 1168 B: conflict-free ldmatrix
+inline constexpr float kLog2e = 1.4426950408889634f;
+inline constexpr float kLn2 = 0.6931471805599453f;
+
+/// The slots [begin, end) this CTA covers (positions when dense, index-row entries when sparse).
+struct CtaRange {
+  int b;
+  int kv_len;
+  bool sparse;
+  int begin;
+  int end;
+  int n_tiles;
+
+  __device__ CtaRange(const Launch& L, int split, int batch_entry, int tile_tokens) {
+    b = batch_entry;
+    kv_len = max(0, L.p.kv_lens[b]);
+    sparse = L.p.indices != nullptr;
+    const int n_slots = sparse ? L.p.top_k : kv_len;
+    begin = split * L.chunk;
+    end = min(n_slots, begin + L.chunk);
+    n_tiles = end > begin ? (end - begin + tile_tokens - 1) / tile_tokens : 0;
+  }
+
+  /// Number of positions (row) `row` of this sequence may see: causal for dense, all valid for sparse.
+  __device__ int visible_limit(const Launch& L, int row) const {
+    row = min(row, L.rows_total - 1);
+    return sparse ? kv_len : kv_len - L.p.q_len + 1 + row / L.p.n_heads;
+  }
+};
+
+/// Per-tile row metadata in a shared-memory ring of kStages + 1 tiles: the cache position of every
+/// tile row (-1: outside the range or an invalid index; its smem row is zero-filled and its score
+/// masked) and the element offset of that row in the cache. Thread r < T owns row r. The index entry
+/// of tile j + kStages + 1 and the page of tile j + kStages are loaded during iteration j and stored
+/// at its end, so their global-load latency hides behind a tile of compute.
+template <int T, int kStages>
+struct TileRowRing {
+  static constexpr int kSlots = kStages + 1;
+  static constexpr size_t kBytes = size_t{kSlots} * T * (sizeof(int64_t) + sizeof(int32_t));
+
+  int64_t* offsets;    // [kSlots][T]
+  int32_t* positions;  // [kSlots][T]
+  int next_pos = -1;   // row threadIdx.x of tile (current + kStages): its valid position or -1
+
+  struct Pending {
+    int64_t page = 0;
+    int raw = -1;
+  };
+
+  __device__ explicit TileRowRing(unsigned char* smem)
+      : offsets(reinterpret_cast<int64_t*>(smem)), positions(reinterpret_cast<int32_t*>(offsets + kSlots * T)) {}
+
+  __device__ static int raw_position(const Launch& L, const CtaRange& r, int tile, int row) {
+    const int slot = r.begin + tile * T + row;
+    if (slot >= r.end) return -1;
+    return r.sparse ? __ldg(&L.p.indices[static_cast<int64_t>(r.b) * L.p.index_stride + slot]) : slot;
+  }
+  __device__ static int valid_position(const CtaRange& r, int raw) { return raw >= 0 && raw < r.kv_len ? raw : -1; }
+
+  /// Resolves tiles 0 .. kStages-1 (blocking loads) and primes next_pos. The caller syncs afterwards.
+  __device__ void resolve_first(const Launch& L, const CtaRange& r) {
+    const int row = threadIdx.x;
+    if (row >= T) return;
+    for (int j = 0; j < kStages; ++j) {
+      const int pos = valid_position(r, raw_position(L, r, j, row));
+      positions[j * T + row] = pos;
+      offsets[j * T + row] = pos >= 0 ? paged_rows_offset(L.p.cache, r.b, pos) : -1;
+    }
+    next_pos = valid_position(r, raw_position(L, r, kStages, row));
+  }
+  /// Starts the loads for tiles tile + kStages (its page) and tile + kStages + 1 (its index entry).
+  __device__ Pending start(const Launch& L, const CtaRange& r, int tile) const {
+    Pending pending;
+    if (threadIdx.x < T) {
+      if (next_pos >= 0) pending.page = paged_rows_page(L.p.cache, r.b, next_pos);
+      pending.raw = raw_position(L, r, tile + kStages + 1, threadIdx.x);
+    }
+    return pending;
+  }
+  /// Stores tile + kStages's metadata (read after the caller's next barrier).
+  __device__ void finish(const Launch& L, const CtaRange& r, int tile, const Pending& pending) {
+    const int row = threadIdx.x;
+    if (row >= T) return;
+    const int slot = (tile + kStages) % kSlots;
+    positions[slot * T + row] = next_pos;
+    offsets[slot * T + row] = next_pos >= 0 ? paged_rows_offset_in_page(L.p.cache, pending.page, next_pos) : -1;
+    next_pos = valid_position(r, pending.raw);
+  }
+  __device__ const int32_t* tile_positions(int tile) const { return positions + (tile % kSlots) * T; }
+  __device__ const int64_t* tile_offsets(int tile) const { return offsets + (tile % kSlots) * T; }
+};
+
+/// Issues the copies of rows row0 .. row0 + kRows - 1 of the queries of sequence b into q_s
+/// ([kRows][kSmemRowElems]); rows past rows_total are zero-filled.
+template <int kRows, int kThreads>
+__device__ __forceinline__ void load_query_rows(bf16* q_s, const Launch& L, int b, int row0) {
+  const MlaDecodeParams& p = L.p;
+  for (int c = threadIdx.x; c < kRows * kChunksPerRow; c += kThreads) {
+    const int r = c / kChunksPerRow;
+    const int col = c % kChunksPerRow;
+    const int row = row0 + r;
+    const bool valid = row < L.rows_total;
+    const int t = valid ? row / p.n_heads : 0;
+    const int h = valid ? row % p.n_heads : 0;
+    const int64_t token = static_cast<int64_t>(b) * p.q_len + t;
+    const bf16* src =
+        col < kMlaLatentDim / 8
+            ? p.q_latent + token * p.q_latent_token_stride + h * p.q_latent_head_stride + col * 8
+            : p.q_rope + token * p.q_rope_token_stride + h * p.q_rope_head_stride + (col - kMlaLatentDim / 8) * 8;
+    mma::cp_async_16(q_s + r * kSmemRowElems + col * 8, valid ? src : p.q_latent, valid);
+  }
+}
+
+/// Issues the copies of one cache tile (T rows at `offsets`, -1 = zero-fill) into dst ([T][kSmemRowElems]).
+template <int T, int kThreads>
+__device__ __forceinline__ void load_kv_tile(bf16* dst, const int64_t* offsets, const bf16* cache) {
+  for (int c = threadIdx.x; c < T * kChunksPerRow; c += kThreads) {
+    const int r = c / kChunksPerRow;
+    const int col = c % kChunksPerRow;
+    const int64_t offset = offsets[r];
+    mma::cp_async_16(dst + r * kSmemRowElems + col * 8, cache + (offset >= 0 ? offset : 0) + col * 8, offset >= 0);
+  }
+}
+
+/// Writes columns col, col+1 of result row `row` (< rows_total) of sequence b: the final output when
+/// there is one split, else this split's partial. Values are already normalised by the row sum.
+__device__ __forceinline__ void store_output_pair(const Launch& L, int b, int split, int row, int col, float x,
+                                                  float y) {
+  const int64_t out_row = static_cast<int64_t>(b) * L.rows_total + row;  // = (b * q_len + t) * n_heads + h
+  if (L.splits == 1) {
+    const int64_t index = out_row * kMlaLatentDim + col;
+    if (L.p.out_type == AttnOutputType::f32) {
+      *reinterpret_cast<float2*>(static_cast<float*>(L.p.out) + index) = make_float2(x, y);
+    } else {
+      *reinterpret_cast<__nv_bfloat162*>(static_cast<bf16*>(L.p.out) + index) = __floats2bfloat162_rn(x, y);
+    }
+  } else {
+    *reinterpret_cast<float2*>(L.partial_out + (out_row * L.splits + split) * kMlaLatentDim + col) = make_float2(x, y);
+  }
+}
+
+/// Writes the natural-log LSE of result row `row` (from the log2-domain max and the row sum).
+__device__ __forceinline__ void store_lse(const Launch& L, int b, int split, int row, float max_log2, float sum) {
+  const float lse = sum > 0.0f ? (max_log2 + log2f(sum)) * kLn2 : -INFINITY;
+  const int64_t out_row = static_cast<int64_t>(b) * L.rows_total + row;
+  if (L.splits == 1) {
+    if (L.p.lse != nullptr) L.p.lse[out_row] = lse;
+  } else {
+    L.partial_lse[out_row * L.splits + split] = lse;
+  }
+}
+
+}  // namespace latte::cuda::mla_decode_detail

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Builds the emulated GPU test binary: the real attention kernels (src/cuda) and their GPU tests
+# (tests/gpu/attention_*.cpp) compiled as C++ against the CPU emulation of CUDA in this folder.
+# No GPU or nvcc needed.
+#   tests/emulation/build.sh [build-dir] [extra compiler flags...]   (objects are rebuilt when stale)
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+out="${1:-$root/build-emu}"
+shift || true
+mkdir -p "$out/src" "$out/obj"
+cuda=${CUDA_HOME:-/usr/local/cuda}
+flags=(-std=c++20 -O2 -g -fno-strict-aliasing -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas -Wno-unused-value
+       -I"$here/include" -I"$root/src" -I"$root/include" -I"$root/tests" -I"$cuda/include"
+       -include "$here/emulation.hpp" "$@")
+sources=("$here/emulation.cpp" "$here/main.cpp" "$root/src/cuda/check.cpp" "$root/src/cuda/device_buffer.cpp")
+kernels=(split_kv_combine mla_decode mla_decode_wide standard_decode flash_prefill dsa_index_scores dsa_top_k kv_cache_append)
+for name in "${kernels[@]}"; do
+  cu="$root/src/cuda/$name.cu"
+  cpp="$out/src/$(basename "$cu" .cu).cpp"
+  python3 "$here/translate.py" "$cu" "$cpp.new"
+  if ! cmp -s "$cpp.new" "$cpp"; then mv "$cpp.new" "$cpp"; else rm "$cpp.new"; fi
+  sources+=("$cpp")
+done
+sources+=("$root"/tests/gpu/attention_*.cpp)
+headers=("$here"/emulation.hpp "$here"/include/*/*.cuh "$here"/include/cub/block/*.cuh "$root"/src/cuda/*.hpp
+         "$root"/src/cuda/*.cuh "$root"/tests/gpu/*.hpp)
+objects=()
+for src in "${sources[@]}"; do
+  obj="$out/obj/$(basename "$src").o"
+  objects+=("$obj")
+  stale=0
+  [ -f "$obj" ] || stale=1
+  if [ $stale = 0 ]; then
+    for dep in "$src" "${headers[@]}"; do [ "$dep" -nt "$obj" ] && stale=1 && break; done
+  fi
+  if [ $stale = 1 ]; then
+    echo "compiling $(basename "$src")"
+    g++ "${flags[@]}" -c "$src" -o "$obj"
+  fi
+done
+g++ "${flags[@]}" -o "$out/latte_emulated_gpu_tests" "${objects[@]}" -L"$cuda/lib64" -lcudart -Wl,-rpath,"$cuda/lib64"
+echo "$out/latte_emulated_gpu_tests"

@@ -1,0 +1,302 @@
+// Fiber scheduler and runtime stand-ins of the CUDA emulation (see emulation.hpp).
+#include "emulation.hpp"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#endif
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+// Minimal x86-64 (System V) context switch: saves the callee-saved registers, MXCSR and the x87
+// control word on the current stack, stores the stack pointer in *save_sp and resumes load_sp.
+// (glibc's swapcontext also saves the signal mask: one system call per switch.)
+extern "C" void emu_switch_context(void** save_sp, void* load_sp);
+asm(R"(
+.text
+.globl emu_switch_context
+.type emu_switch_context,@function
+emu_switch_context:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+.size emu_switch_context,.-emu_switch_context
+)");
+
+namespace emu {
+namespace {
+
+constexpr size_t kStackBytes = 256 * 1024;
+
+struct PendingCopy {
+  void* dst;
+  const void* src;
+  int bytes;
+  int src_bytes;
+};
+
+struct Fiber {
+  void* sp = nullptr;  // saved stack pointer while switched out
+  char* stack = nullptr;
+  uint3 tid{};
+  bool done = false;
+  std::vector<PendingCopy> open_group;
+  std::deque<std::vector<PendingCopy>> committed;
+};
+
+struct Warp {
+  int live = 0;
+  int arrived = 0;
+  uint64_t generation = 0;
+  alignas(16) unsigned char slots[32][64];
+};
+
+struct Cta {
+  dim3 grid, block;
+  uint3 index{};
+  std::vector<unsigned char> smem;
+  std::vector<Fiber> fibers;
+  std::vector<Warp> warps;
+  int live = 0;
+  int current = -1;
+  int barrier_arrived = 0;
+  uint64_t barrier_generation = 0;
+  void* scheduler_sp = nullptr;
+  const std::function<void()>* body = nullptr;
+};
+
+Cta* g_cta = nullptr;
+uint64_t g_events = 0;  // barrier arrivals and finished threads: progress of the scheduler
+std::vector<std::unique_ptr<char[]>> g_stacks;
+
+enum class Order { forward, reverse, random };
+Order schedule_order() {
+  static const Order order = [] {
+    const char* env = std::getenv("LATTE_EMU_ORDER");
+    const std::string s = env ? env : "forward";
+    return s == "reverse" ? Order::reverse : s == "random" ? Order::random : Order::forward;
+  }();
+  return order;
+}
+bool lazy_copies() {
+  static const bool lazy = [] {
+    const char* env = std::getenv("LATTE_EMU_CP_ASYNC");
+    return env && std::string(env) == "lazy";
+  }();
+  return lazy;
+}
+
+Fiber& current_fiber() { return g_cta->fibers[g_cta->current]; }
+int linear_tid(const uint3& t) { return t.x + g_cta->block.x * (t.y + g_cta->block.y * t.z); }
+Warp& current_warp() { return g_cta->warps[linear_tid(current_fiber().tid) / 32]; }
+
+void yield() { emu_switch_context(&current_fiber().sp, g_cta->scheduler_sp); }
+
+[[noreturn]] void fiber_entry() {
+  (*g_cta->body)();
+  void* unused = nullptr;
+  emu_switch_context(&unused, g_cta->scheduler_sp);  // never resumed
+  std::abort();
+}
+
+// A fresh stack whose first switch "returns" into fiber_entry with the ABI's alignment.
+void* initial_stack(char* stack) {
+#if defined(__SANITIZE_ADDRESS__)
+  // Frames of the fiber that used this stack before never returned: clear their redzones.
+  ASAN_UNPOISON_MEMORY_REGION(stack, kStackBytes);
+#endif
+  uintptr_t top = reinterpret_cast<uintptr_t>(stack + kStackBytes) & ~uintptr_t{15};
+  void** sp = reinterpret_cast<void**>(top);
+  *--sp = nullptr;                                // fake return address of fiber_entry
+  *--sp = reinterpret_cast<void*>(&fiber_entry);  // popped by ret
+  for (int i = 0; i < 6; ++i) *--sp = nullptr;    // rbp rbx r12 r13 r14 r15
+  uint32_t control[2];
+  asm volatile("stmxcsr %0" : "=m"(control[0]));
+  asm volatile("fnstcw %0" : "=m"(control[1]));
+  *--sp = *reinterpret_cast<void**>(control);  // mxcsr | x87 control word
+  return sp;
+}
+
+void do_copy(const PendingCopy& c) {
+  if (c.src_bytes > 0) std::memcpy(c.dst, c.src, c.src_bytes);
+  if (c.src_bytes < c.bytes) std::memset(static_cast<char*>(c.dst) + c.src_bytes, 0, c.bytes - c.src_bytes);
+}
+
+void release_if_complete() {
+  Cta& c = *g_cta;
+  if (c.live > 0 && c.barrier_arrived > 0 && c.barrier_arrived == c.live) {
+    c.barrier_arrived = 0;
+    ++c.barrier_generation;
+  }
+  for (Warp& w : c.warps) {
+    if (w.live > 0 && w.arrived > 0 && w.arrived == w.live) {
+      w.arrived = 0;
+      ++w.generation;
+    }
+  }
+}
+
+void run_cta(const LaunchConfig& config, uint3 index, const std::function<void()>& body) {
+  Cta cta;
+  cta.grid = config.grid;
+  cta.block = config.block;
+  cta.index = index;
+  cta.body = &body;
+  cta.smem.assign(std::max<size_t>(config.smem, 16), 0xff);  // garbage (NaN) until written
+  const int n = config.block.x * config.block.y * config.block.z;
+  cta.fibers.resize(n);
+  cta.warps.resize((n + 31) / 32);
+  for (int i = 0; i < n; ++i) cta.warps[i / 32].live++;
+  cta.live = n;
+  while (g_stacks.size() < static_cast<size_t>(n)) g_stacks.emplace_back(new char[kStackBytes]);
+  g_cta = &cta;
+  for (int i = 0; i < n; ++i) {
+    Fiber& f = cta.fibers[i];
+    f.tid =
+        make_uint3(i % config.block.x, (i / config.block.x) % config.block.y, i / (config.block.x * config.block.y));
+    f.stack = g_stacks[i].get();
+    f.sp = initial_stack(f.stack);
+  }
+  std::vector<int> order(n);
+  for (int i = 0; i < n; ++i) order[i] = i;
+  if (schedule_order() == Order::reverse) std::reverse(order.begin(), order.end());
+  static std::mt19937 rng(12345);
+  while (cta.live > 0) {
+    if (schedule_order() == Order::random) std::shuffle(order.begin(), order.end(), rng);
+    const uint64_t events_before = g_events;
+    for (int i : order) {
+      if (cta.fibers[i].done) continue;
+      cta.current = i;
+      emu_switch_context(&cta.scheduler_sp, cta.fibers[i].sp);
+    }
+    if (g_events == events_before) {
+      std::fprintf(stderr, "emulation: deadlock in CTA (%u,%u,%u): %d threads wait at barriers that cannot complete\n",
+                   index.x, index.y, index.z, cta.live);
+      std::abort();
+    }
+  }
+  g_cta = nullptr;
+}
+
+}  // namespace
+
+uint3 thread_idx() { return current_fiber().tid; }
+uint3 block_idx() { return g_cta->index; }
+dim3 block_dim() { return g_cta->block; }
+dim3 grid_dim() { return g_cta->grid; }
+void* dynamic_smem() { return g_cta->smem.data(); }
+int lane_id() { return linear_tid(current_fiber().tid) % 32; }
+void* warp_slot(int lane) { return current_warp().slots[lane]; }
+
+void syncthreads() {
+  Cta& c = *g_cta;
+  const uint64_t generation = c.barrier_generation;
+  ++c.barrier_arrived;
+  ++g_events;
+  release_if_complete();
+  while (c.barrier_generation == generation) yield();
+}
+
+void warp_barrier() {
+  Warp& w = current_warp();
+  const uint64_t generation = w.generation;
+  ++w.arrived;
+  ++g_events;
+  release_if_complete();
+  while (w.generation == generation) yield();
+}
+
+void cp_async(void* dst, const void* src, int bytes, int src_bytes) {
+  const PendingCopy copy{dst, src, bytes, src_bytes};
+  if (lazy_copies()) {
+    current_fiber().open_group.push_back(copy);
+  } else {
+    do_copy(copy);
+  }
+}
+void cp_async_commit() {
+  Fiber& f = current_fiber();
+  f.committed.push_back(std::move(f.open_group));
+  f.open_group.clear();
+}
+void cp_async_wait(int pending) {
+  Fiber& f = current_fiber();
+  while (static_cast<int>(f.committed.size()) > pending) {
+    for (const PendingCopy& c : f.committed.front()) do_copy(c);
+    f.committed.pop_front();
+  }
+}
+
+void run_grid(const LaunchConfig& config, const std::function<void()>& body) {
+  // Wrap the body so a finished fiber marks itself done and leaves the barrier counts.
+  const std::function<void()> wrapped = [&body] {
+    body();
+    Fiber& f = current_fiber();
+    f.done = true;
+    g_cta->live--;
+    ++g_events;
+    current_warp().live--;
+    release_if_complete();
+  };
+  for (unsigned z = 0; z < config.grid.z; ++z) {
+    for (unsigned y = 0; y < config.grid.y; ++y) {
+      for (unsigned x = 0; x < config.grid.x; ++x) run_cta(config, make_uint3(x, y, z), wrapped);
+    }
+  }
+}
+
+cudaError_t malloc_device(void** ptr, size_t bytes) {
+  *ptr = std::malloc(std::max<size_t>(bytes, 1));
+  return *ptr ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+cudaError_t free_device(void* ptr) {
+  std::free(ptr);
+  return cudaSuccess;
+}
+cudaError_t mem_get_info(size_t* free_bytes, size_t* total_bytes) {
+  *free_bytes = *total_bytes = size_t{1} << 34;
+  return cudaSuccess;
+}
+cudaError_t get_device_attribute(int* value, cudaDeviceAttr attr, int) {
+  static const int smem = [] {
+    const char* env = std::getenv("LATTE_EMU_SMEM_PER_BLOCK");
+    return env ? std::atoi(env) : 232448;  // H100/H200
+  }();
+  switch (attr) {
+    case cudaDevAttrMultiProcessorCount:
+      *value = 132;
+      return cudaSuccess;
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin:
+      *value = smem;
+      return cudaSuccess;
+    default:
+      *value = 0;
+      return cudaSuccess;
+  }
+}
+
+}  // namespace emu

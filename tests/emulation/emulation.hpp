@@ -1,0 +1,129 @@
+// CPU emulation of the subset of CUDA the attention kernels use, so that the kernels' own source runs
+// (slowly) on a machine without a GPU. Force-included (-include) into every translation unit of the
+// emulation build. Each CTA runs as cooperative fibers, one per CUDA thread; __syncthreads and warp
+// collectives (shuffles, ldmatrix, mma) are rendezvous points between them. Global memory is host
+// memory (cudaMalloc -> malloc), so AddressSanitizer sees out-of-bounds accesses.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+
+#undef __shared__
+#define __shared__ static  // function-local statics: CTAs run one after another
+#ifndef __launch_bounds__
+#define __launch_bounds__(...)
+#endif
+
+namespace emu {
+
+uint3 thread_idx();
+uint3 block_idx();
+dim3 block_dim();
+dim3 grid_dim();
+void syncthreads();
+void* dynamic_smem();
+
+/// Warp rendezvous: every live lane of the current warp deposits `in`, then `compute(lane, get)` runs
+/// on each lane with get(l) returning lane l's deposit. Requires all lanes of the warp to call it.
+void warp_barrier();
+int lane_id();
+void* warp_slot(int lane);  // 64 bytes per lane
+
+template <class In, class Compute>
+auto warp_collective(const In& in, Compute compute) {
+  static_assert(sizeof(In) <= 64);
+  std::memcpy(warp_slot(lane_id()), &in, sizeof(In));
+  warp_barrier();
+  auto get = [](int lane) {
+    In v;
+    std::memcpy(&v, warp_slot(lane), sizeof(In));
+    return v;
+  };
+  auto out = compute(lane_id(), get);
+  warp_barrier();
+  return out;
+}
+
+template <class T>
+T shfl_xor(T value, int offset) {
+  return warp_collective(value, [offset](int lane, auto get) { return get(lane ^ offset); });
+}
+
+struct LaunchConfig {
+  dim3 grid;
+  dim3 block;
+  size_t smem = 0;
+  cudaStream_t stream = nullptr;
+};
+
+void run_grid(const LaunchConfig& config, const std::function<void()>& body);
+
+template <class... KernelArgs, class... Args>
+void launch(const LaunchConfig& config, void (*kernel)(KernelArgs...), Args&&... args) {
+  run_grid(config, [&] { kernel(args...); });
+}
+
+// Asynchronous copies: eager (copy at issue) or lazy (copy when a wait needs it), chosen with
+// LATTE_EMU_CP_ASYNC=eager|lazy, to expose both write-after-read and read-after-write hazards.
+void cp_async(void* dst, const void* src, int bytes, int src_bytes);
+void cp_async_commit();
+void cp_async_wait(int pending);
+
+// Runtime API stand-ins.
+cudaError_t malloc_device(void** ptr, size_t bytes);
+cudaError_t free_device(void* ptr);
+cudaError_t mem_get_info(size_t* free_bytes, size_t* total_bytes);
+cudaError_t get_device_attribute(int* value, cudaDeviceAttr attr, int device);
+
+}  // namespace emu
+
+#define threadIdx (::emu::thread_idx())
+#define blockIdx (::emu::block_idx())
+#define blockDim (::emu::block_dim())
+#define gridDim (::emu::grid_dim())
+#define __syncthreads() ::emu::syncthreads()
+#define __shfl_xor_sync(mask, value, offset) ::emu::shfl_xor((value), (offset))
+#define __ldg(ptr) (*(ptr))
+
+inline int max(int a, int b) { return a > b ? a : b; }
+inline int min(int a, int b) { return a < b ? a : b; }
+inline uint32_t __float_as_uint(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return u;
+}
+inline float __uint_as_float(uint32_t u) {
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+inline int atomicAdd(int* address, int value) {
+  const int old = *address;
+  *address += value;
+  return old;
+}
+inline unsigned atomicOr(unsigned* address, unsigned value) {
+  const unsigned old = *address;
+  *address |= value;
+  return old;
+}
+
+#define cudaMalloc(ptr, bytes) ::emu::malloc_device(reinterpret_cast<void**>(ptr), (bytes))
+#define cudaFree(ptr) ::emu::free_device(ptr)
+#define cudaMemGetInfo(f, t) ::emu::mem_get_info((f), (t))
+#define cudaMemcpy(dst, src, bytes, kind) (std::memcpy((dst), (src), (bytes)), cudaSuccess)
+#define cudaMemcpyAsync(dst, src, bytes, kind, stream) (std::memcpy((dst), (src), (bytes)), cudaSuccess)
+#define cudaMemset(dst, value, bytes) (std::memset((dst), (value), (bytes)), cudaSuccess)
+#define cudaMemsetAsync(dst, value, bytes, stream) (std::memset((dst), (value), (bytes)), cudaSuccess)
+#define cudaDeviceSynchronize() cudaSuccess
+#define cudaStreamSynchronize(stream) cudaSuccess
+#define cudaGetLastError() cudaSuccess
+#define cudaGetDevice(device) (*(device) = 0, cudaSuccess)
+#define cudaGetDeviceCount(count) (*(count) = 1, cudaSuccess)
+#define cudaDeviceGetAttribute(value, attr, device) ::emu::get_device_attribute((value), (attr), (device))
+#define cudaFuncSetAttribute(...) cudaSuccess

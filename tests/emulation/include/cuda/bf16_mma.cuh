@@ -1,0 +1,131 @@
+// Emulated twin of src/cuda/bf16_mma.cuh: the same functions, implemented from the PTX ISA's
+// description of ldmatrix, mma.m16n8k16 (bf16, fp32 accumulate) and cp.async, as warp rendezvous.
+#pragma once
+
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+namespace latte::cuda::mma {
+
+namespace detail {
+inline float bf16_bits_to_float(uint16_t bits) {
+  const uint32_t u = static_cast<uint32_t>(bits) << 16;
+  float x;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+inline uint16_t half_of(uint32_t word, int hi) { return static_cast<uint16_t>(hi ? word >> 16 : word & 0xffffu); }
+}  // namespace detail
+
+/// ldmatrix.x4: lanes 8j..8j+7 address the rows of matrix j; lane l receives row l/4, 32-bit word l%4
+/// of each matrix.
+inline void ldmatrix_x4(uint32_t (&r)[4], const void* row_address) {
+  struct In {
+    const void* address;
+  };
+  const auto out = emu::warp_collective(In{row_address}, [](int lane, auto get) {
+    std::array<uint32_t, 4> words;
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t* row = static_cast<const uint32_t*>(get(8 * j + lane / 4).address);
+      words[j] = row[lane % 4];
+    }
+    return words;
+  });
+  for (int j = 0; j < 4; ++j) r[j] = out[j];
+}
+
+/// ldmatrix.x4.trans: lane l receives column l/4 of rows 2(l%4) (low half) and 2(l%4)+1 (high half).
+inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row_address) {
+  struct In {
+    const void* address;
+  };
+  const auto out = emu::warp_collective(In{row_address}, [](int lane, auto get) {
+    std::array<uint32_t, 4> words;
+    for (int j = 0; j < 4; ++j) {
+      const uint16_t* row0 = static_cast<const uint16_t*>(get(8 * j + 2 * (lane % 4)).address);
+      const uint16_t* row1 = static_cast<const uint16_t*>(get(8 * j + 2 * (lane % 4) + 1).address);
+      words[j] = static_cast<uint32_t>(row0[lane / 4]) | (static_cast<uint32_t>(row1[lane / 4]) << 16);
+    }
+    return words;
+  });
+  for (int j = 0; j < 4; ++j) r[j] = out[j];
+}
+
+/// D = A B + C with the m16n8k16 fragment layouts (g = lane/4, t = lane%4):
+/// A: a0 (g, 2t..), a1 (g+8, 2t..), a2 (g, 2t+8..), a3 (g+8, 2t+8..); B: b0 (k 2t.., n g), b1 (k 2t+8.., n g);
+/// C/D: c0,c1 (g, 2t..2t+1), c2,c3 (g+8, 2t..2t+1). Products are exact in fp32; sums in k order.
+inline void mma_bf16_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  struct In {
+    uint32_t a[4];
+    uint32_t b[2];
+    float c[4];
+  };
+  In in;
+  for (int i = 0; i < 4; ++i) {
+    in.a[i] = a[i];
+    in.c[i] = c[i];
+  }
+  in.b[0] = b0;
+  in.b[1] = b1;
+  const auto out = emu::warp_collective(in, [](int lane, auto get) {
+    float A[16][16], B[16][8], C[16][8];
+    for (int l = 0; l < 32; ++l) {
+      const In v = get(l);
+      const int g = l / 4, t = l % 4;
+      for (int hi = 0; hi < 2; ++hi) {
+        A[g][2 * t + hi] = detail::bf16_bits_to_float(detail::half_of(v.a[0], hi));
+        A[g + 8][2 * t + hi] = detail::bf16_bits_to_float(detail::half_of(v.a[1], hi));
+        A[g][2 * t + 8 + hi] = detail::bf16_bits_to_float(detail::half_of(v.a[2], hi));
+        A[g + 8][2 * t + 8 + hi] = detail::bf16_bits_to_float(detail::half_of(v.a[3], hi));
+        B[2 * t + hi][g] = detail::bf16_bits_to_float(detail::half_of(v.b[0], hi));
+        B[2 * t + 8 + hi][g] = detail::bf16_bits_to_float(detail::half_of(v.b[1], hi));
+        C[g][2 * t + hi] = v.c[hi];
+        C[g + 8][2 * t + hi] = v.c[2 + hi];
+      }
+    }
+    const int g = lane / 4, t = lane % 4;
+    std::array<float, 4> d;
+    for (int e = 0; e < 4; ++e) {
+      const int row = g + 8 * (e / 2);
+      const int col = 2 * t + (e % 2);
+      float sum = C[row][col];
+      for (int k = 0; k < 16; ++k) sum += A[row][k] * B[k][col];
+      d[e] = sum;
+    }
+    return d;
+  });
+  for (int e = 0; e < 4; ++e) c[e] = out[e];
+}
+
+inline uint32_t pack_bf16x2(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  uint32_t u;
+  std::memcpy(&u, &v, 4);
+  return u;
+}
+
+inline float round_to_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+
+inline void cp_async_16(void* smem_dst, const void* gmem_src, bool valid) {
+  emu::cp_async(smem_dst, gmem_src, 16, valid ? 16 : 0);
+}
+inline void cp_async_commit() { emu::cp_async_commit(); }
+template <int kPending>
+inline void cp_async_wait() {
+  emu::cp_async_wait(kPending);
+}
+
+inline float quad_max(float x) {
+  x = fmaxf(x, emu::shfl_xor(x, 1));
+  return fmaxf(x, emu::shfl_xor(x, 2));
+}
+inline float quad_sum(float x) {
+  x += emu::shfl_xor(x, 1);
+  return x + emu::shfl_xor(x, 2);
+}
+inline float exp2_shifted(float x, float m) { return x == -INFINITY ? 0.0f : exp2f(x - m); }
+inline float exp2_rescale(float m_old, float m_new) { return m_old == -INFINITY ? 0.0f : exp2f(m_old - m_new); }
+
+}  // namespace latte::cuda::mma
