@@ -9,6 +9,7 @@
 #include <latte/error.hpp>
 #include <latte/gguf.hpp>
 
+#include <cstdint>
 #include <functional>
 #include <random>
 

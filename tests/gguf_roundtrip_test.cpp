@@ -9,6 +9,7 @@
 #include <latte/gguf.hpp>
 
 #include <unistd.h>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <limits>

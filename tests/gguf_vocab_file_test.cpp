@@ -6,6 +6,7 @@
 
 #include <latte/gguf.hpp>
 
+#include <cstdint>
 #include <numeric>
 
 TEST_CASE("gguf reader reads the DeepSeek LLM vocabulary file written by llama.cpp") {

@@ -9,6 +9,7 @@
 #include <latte/sampler.hpp>
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <map>
 #include <random>

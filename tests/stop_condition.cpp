@@ -4,6 +4,7 @@
 #include <latte/error.hpp>
 #include <latte/stop_condition.hpp>
 
+#include <cstdint>
 #include <random>
 #include <string>
 #include <vector>

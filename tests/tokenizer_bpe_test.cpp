@@ -5,6 +5,7 @@
 #include <latte/error.hpp>
 #include <latte/tokenizer.hpp>
 
+#include <cstdint>
 #include <string>
 #include <vector>
 

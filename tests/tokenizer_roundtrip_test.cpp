@@ -8,6 +8,7 @@
 #include <latte/gguf.hpp>
 #include <latte/tokenizer.hpp>
 
+#include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <random>

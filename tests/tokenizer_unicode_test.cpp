@@ -2,6 +2,7 @@
 // character charts, not from the generated tables.
 #include <doctest/doctest.h>
 
+#include <cstdint>
 #include "tokenizer/unicode.hpp"
 
 using latte::unicode::Category;

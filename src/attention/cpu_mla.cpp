@@ -15,6 +15,7 @@
 #include <Eigen/Core>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 namespace latte::detail {

@@ -3,6 +3,7 @@
 #include "cpu/norms.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <limits>
 
 namespace latte::detail {

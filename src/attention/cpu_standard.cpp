@@ -14,6 +14,7 @@
 #include <Eigen/Core>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 namespace latte::detail {

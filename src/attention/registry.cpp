@@ -5,6 +5,7 @@
 #include <latte/error.hpp>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <mutex>
 #include <set>

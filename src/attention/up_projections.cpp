@@ -3,6 +3,7 @@
 #include "cpu/matmul.hpp"
 #include "model/kv_b.hpp"
 
+#include <cstdint>
 #include <latte/error.hpp>
 
 namespace latte::detail {

@@ -3,6 +3,7 @@
 #include <latte/error.hpp>
 
 #include <algorithm>
+#include <cstdint>
 #include <set>
 #include <string_view>
 #include <unordered_set>

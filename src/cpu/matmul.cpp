@@ -6,6 +6,7 @@
 #include <Eigen/Core>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 namespace latte::cpu {

@@ -3,6 +3,7 @@
 #include <latte/error.hpp>
 
 #include <chrono>
+#include <cstdint>
 
 namespace latte::cpu {
 

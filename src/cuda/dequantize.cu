@@ -7,6 +7,7 @@
 
 #include <cuda_bf16.h>
 
+#include <cstdint>
 #include <string>
 
 #include "cuda/check.hpp"

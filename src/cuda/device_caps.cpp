@@ -3,6 +3,7 @@
 #include <latte/error.hpp>
 
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <map>

@@ -12,6 +12,7 @@
 
 #include <cub/block/block_scan.cuh>
 
+#include <cstdint>
 #include <string>
 
 namespace latte::cuda {

@@ -15,6 +15,7 @@
 #include "cuda/check.hpp"
 #include "cuda/kv_cache_layout.cuh"
 
+#include <cstdint>
 #include <string>
 
 namespace latte::cuda {

@@ -15,6 +15,7 @@
 
 #include <cuda_bf16.h>
 
+#include <cstdint>
 #include <mutex>
 #include <set>
 

@@ -4,6 +4,7 @@
 
 #include <latte/error.hpp>
 
+#include <cstdint>
 #include <string>
 
 namespace latte::cuda {

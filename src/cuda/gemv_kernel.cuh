@@ -11,6 +11,7 @@
 // needs ~29 values/SM-clock at 4.3 TB/s: close to the issue limit, see BENCHMARKS.md.
 #pragma once
 
+#include <cstdint>
 #include "cuda/check.hpp"
 #include "cuda/gemv_quant.hpp"
 #include "cuda/quant_decode.cuh"

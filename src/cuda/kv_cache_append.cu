@@ -4,6 +4,7 @@
 #include "cuda/check.hpp"
 #include "cuda/kv_cache_layout.cuh"
 
+#include <cstdint>
 #include <string>
 #include <type_traits>
 

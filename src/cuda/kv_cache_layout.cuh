@@ -1,6 +1,7 @@
 // Device-side addressing of PagedRows (see kv_cache_layout.hpp).
 #pragma once
 
+#include <cstdint>
 #include "cuda/kv_cache_layout.hpp"
 
 namespace latte::cuda {

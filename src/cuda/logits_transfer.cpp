@@ -2,6 +2,7 @@
 
 #include <latte/error.hpp>
 
+#include <cstdint>
 #include <string>
 
 namespace latte::cuda {

@@ -27,6 +27,7 @@
 #include "cuda/split_kv_combine.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 
 namespace latte::cuda {

@@ -3,6 +3,7 @@
 // query and cache-tile loaders, and the result writer (final output or split partials).
 #pragma once
 
+#include <cstdint>
 #include "cuda/bf16_mma.cuh"
 #include "cuda/kv_cache_layout.cuh"
 #include "cuda/mla_decode_kernels.hpp"

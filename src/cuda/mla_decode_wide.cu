@@ -12,6 +12,7 @@
 //      V fragment is read from shared memory once per tile and feeds 4 mma.
 // Per 32-position tile: ~315 KB of shared-memory traffic (36 KB copy-in, Q 74 KB, K 37 KB, partials
 // 64 KB, P 36 KB, V 32 KB) for 4.5 MFLOP; the 16-row layout at 64 rows would move ~460 KB.
+#include <cstdint>
 #include "cuda/mla_decode_tiles.cuh"
 
 namespace latte::cuda::mla_decode_detail {

@@ -6,6 +6,7 @@
 
 #include <latte/error.hpp>
 
+#include <cstdint>
 #include <string>
 
 #include "cuda/check.hpp"

@@ -3,6 +3,7 @@
 #include <latte/error.hpp>
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "cuda/activations.hpp"

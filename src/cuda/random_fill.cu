@@ -6,6 +6,7 @@
 #include <latte/error.hpp>
 
 #include <algorithm>
+#include <cstdint>
 
 namespace latte::cuda {
 namespace {

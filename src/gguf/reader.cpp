@@ -5,6 +5,7 @@
 #include <latte/error.hpp>
 #include <latte/gguf.hpp>
 
+#include <cstdint>
 #include <optional>
 #include <type_traits>
 #include <utility>

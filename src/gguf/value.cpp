@@ -1,6 +1,7 @@
 // Metadata values and tensor descriptions: names, conversions, shape text.
 #include <latte/gguf.hpp>
 
+#include <cstdint>
 #include <limits>
 #include <type_traits>
 

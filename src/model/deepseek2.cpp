@@ -20,6 +20,7 @@
 #include <latte/error.hpp>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <string>
 

@@ -3,6 +3,7 @@
 
 #include "model/deepseek2.hpp"
 
+#include <cstdint>
 #include <span>
 #include <vector>
 

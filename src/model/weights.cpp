@@ -8,6 +8,7 @@
 #include <latte/quant.hpp>
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <set>
 #include <string>

@@ -3,6 +3,7 @@
 #include "quant/half_float.hpp"
 #include "quant/row_codecs.hpp"
 
+#include <cstdint>
 #include <cstring>
 
 #if defined(__x86_64__)

@@ -9,6 +9,7 @@
 #include "quant/row_codecs.hpp"
 
 #include <cstddef>
+#include <cstdint>
 
 namespace latte::quant {
 

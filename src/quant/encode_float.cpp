@@ -2,6 +2,7 @@
 #include "quant/half_float.hpp"
 #include "quant/row_codecs.hpp"
 
+#include <cstdint>
 #include <cstring>
 
 namespace latte::quant {

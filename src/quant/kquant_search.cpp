@@ -5,6 +5,7 @@
 #include "quant/kquant_search.hpp"
 
 #include <cmath>
+#include <cstdint>
 
 namespace latte::quant {
 namespace {

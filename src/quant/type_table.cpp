@@ -9,6 +9,7 @@
 
 #include <array>
 #include <cctype>
+#include <cstdint>
 #include <string>
 
 namespace latte {

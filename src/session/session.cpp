@@ -10,6 +10,7 @@
 #include <latte/session.hpp>
 
 #include <algorithm>
+#include <cstdint>
 #include <numeric>
 
 namespace latte {

@@ -6,6 +6,7 @@
 //   auto bytes = latte::tokenizer::byte_level_to_bytes("Ġhi");          // " hi"
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>

@@ -2,6 +2,7 @@
 // Non-ASCII characters are written as \x{..} escapes so the source survives any normalisation.
 #include "tokenizer/pre_tokenizer.hpp"
 
+#include <cstdint>
 #include <latte/error.hpp>
 
 namespace latte::tokenizer {

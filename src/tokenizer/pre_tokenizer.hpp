@@ -9,6 +9,7 @@
 #include "tokenizer/regex.hpp"
 #include "tokenizer/unicode.hpp"
 
+#include <cstdint>
 #include <optional>
 #include <span>
 #include <string>

@@ -4,6 +4,7 @@
 #include <latte/error.hpp>
 
 #include <algorithm>
+#include <cstdint>
 #include <limits>
 
 namespace latte::tokenizer {

@@ -8,6 +8,7 @@
 #include "tokenizer/word_cache.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <limits>

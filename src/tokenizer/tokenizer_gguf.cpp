@@ -3,6 +3,7 @@
 #include <latte/gguf.hpp>
 #include <latte/tokenizer.hpp>
 
+#include <cstdint>
 #include <limits>
 #include <type_traits>
 #include <variant>

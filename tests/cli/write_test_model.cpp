@@ -8,10 +8,11 @@
 #include <latte/quant.hpp>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <thread>
 #include <string>
+#include <thread>
 
 int main(int argc, char** argv) {
   if (argc < 3) {

@@ -8,6 +8,7 @@
 
 #include <latte/error.hpp>
 
+#include <cstdint>
 #include <set>
 
 namespace {

@@ -3,6 +3,7 @@
 #include <latte/error.hpp>
 
 #include <cmath>
+#include <cstdint>
 
 #include "cuda/activations.hpp"
 #include "cuda/logits_transfer.hpp"

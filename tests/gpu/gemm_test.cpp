@@ -6,6 +6,7 @@
 
 #include <cuda_bf16.h>
 
+#include <cstdint>
 #include "cuda/gemm_bf16.hpp"
 #include "cuda/gemm_quant.hpp"
 #include "gpu_test_support.hpp"

@@ -4,6 +4,7 @@
 #include <latte/quant_blocks.hpp>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>

@@ -1,5 +1,6 @@
 #include "support/gguf_rewrite.hpp"
 
+#include <cstdint>
 #include <cstring>
 
 namespace latte::test {

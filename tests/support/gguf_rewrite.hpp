@@ -5,6 +5,7 @@
 
 #include <latte/gguf.hpp>
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <set>

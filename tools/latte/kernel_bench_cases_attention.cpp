@@ -13,6 +13,7 @@
 
 #include <cuda_bf16.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>

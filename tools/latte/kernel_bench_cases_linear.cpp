@@ -7,6 +7,7 @@
 
 #include <cuda_bf16.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 

@@ -5,6 +5,7 @@
 #include <latte/quant.hpp>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "cuda/device_buffer.hpp"
