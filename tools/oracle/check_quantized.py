@@ -193,7 +193,8 @@ def check_fixture(args, fixture, rows):
             model, how = load_model(fixture, state, work)
             t_logits, t_greedy = torch_run(model, prompt)
             std = float(t_logits.astype(np.float64).std())
-            info = {"ggml_types": kinds, "loaded_by": how, "logit_std": std}
+            rotary = sorted({str(b.dtype) for n, b in model.named_buffers() if n.endswith("inv_freq")})
+            info = {"ggml_types": kinds, "loaded_by": how, "logit_std": std, "inv_freq_dtype": rotary}
             if mix == "f32":
                 f32_logits = t_logits
                 info["vs_fixture_reference"] = max_error_in_std(t_logits, ref_logits, std)[0]
