@@ -141,12 +141,31 @@ def load_model(fixture, state_np, work):
               flush=True)
         model = load_direct(cls, folder, state)
         how = "direct"
+    rotary = keep_float32_rotary(cls, model)
     # Every parameter must hold the GGUF's values (catches silent re-initialisation on load).
     sd = model.state_dict()
     for k, v in state.items():
         if k in sd and not torch.equal(sd[k].float(), v):
             raise RuntimeError(f"'{k}' does not hold the GGUF's values after loading ({how})")
-    return model, how
+    return model, f"{how}; {rotary}"
+
+
+@torch.no_grad()
+def keep_float32_rotary(cls, model):
+    """Makes every rotary inv_freq buffer hold the float32 values transformers computes for a model
+    built in float32 (a load in another dtype would have rounded them). Says what it found."""
+    fresh = dict(cls(model.config).named_buffers())
+    n, changed = 0, 0
+    for name, buf in model.named_buffers():
+        if name.endswith("inv_freq") and name in fresh:
+            n += 1
+            ref = fresh[name].to(torch.float32)
+            if buf.dtype != torch.float32 or not torch.equal(buf, ref):
+                changed += 1
+                buf.copy_(ref)
+    if n == 0:
+        raise RuntimeError("the transformers model has no rotary inv_freq buffer to check")
+    return f"{n} inv_freq buffers float32" + (f" ({changed} recomputed)" if changed else " as loaded")
 
 
 @torch.no_grad()
@@ -200,10 +219,10 @@ def check_fixture(args, fixture, rows):
             kinds = sorted({t.type_name for t in f.tensors})
             state = g2h.hf_state_dict(f)
             model, how = load_model(fixture, state, work)
+            print(f"{flavour:17s} {mix:7s} transformers model loaded ({how}); ggml types {' '.join(kinds)}", flush=True)
             t_logits, t_greedy, t_gaps = torch_run(model, prompt)
             std = float(t_logits.astype(np.float64).std())
-            rotary = sorted({str(b.dtype) for n, b in model.named_buffers() if n.endswith("inv_freq")})
-            info = {"ggml_types": kinds, "loaded_by": how, "logit_std": std, "inv_freq_dtype": rotary}
+            info = {"ggml_types": kinds, "loaded_by": how, "logit_std": std}
             if mix == "f32":
                 f32_logits = t_logits
                 info["vs_fixture_reference"] = max_error_in_std(t_logits, ref_logits, std)[0]
