@@ -226,6 +226,9 @@ def check_fixture(args, fixture, rows):
             if mix == "f32":
                 f32_logits = t_logits
                 info["vs_fixture_reference"] = max_error_in_std(t_logits, ref_logits, std)[0]
+                if info["vs_fixture_reference"] > BOUND:
+                    print(f"{flavour:17s} warning: the reloaded f32 model is {info['vs_fixture_reference']:.2e} std "
+                          "from the fixture's recorded logits (mapping, load or transformers version?)", flush=True)
             if f32_logits is not None and mix != "f32":
                 info["quantization_shift"] = max_error_in_std(t_logits, f32_logits, std)[0]
             for backend in BACKENDS:
