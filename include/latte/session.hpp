@@ -15,6 +15,7 @@
 namespace latte {
 
 class Session;
+/// Runs several sessions' new tokens in one forward pass per step; documented in latte/batch.hpp.
 void eval_batch(std::span<Session* const> sessions, std::span<const std::span<const Token>> tokens);
 
 /// How to run a session.
