@@ -21,7 +21,12 @@ namespace latte::cuda {
 
 // ---- step tables -----------------------------------------------------------------------------
 
-DeviceStep DeviceStepTables::build(std::span<const Sequence> sequences, int n_rows, int n_layer, cudaStream_t stream) {
+void DeviceStepTables::upload(cudaStream_t stream) {
+  LATTE_CUDA_CHECK(cudaMemcpyAsync(device_.data(), staging_.data(), host_.size() * sizeof(int32_t),
+                                   cudaMemcpyHostToDevice, stream));
+}
+
+DeviceStep DeviceStepTables::stage(std::span<const Sequence> sequences, int n_rows, int n_layer) {
   const bool indexer = !sequences.empty() && sequences.front().index_rows != nullptr;
   attn_base_.assign(static_cast<size_t>(n_layer), nullptr);
   index_base_.assign(static_cast<size_t>(n_layer), nullptr);
@@ -64,21 +69,18 @@ DeviceStep DeviceStepTables::build(std::span<const Sequence> sequences, int n_ro
       }
     }
   }
-  // The staging buffer may still feed the previous step's copy.
-  if (pending_) LATTE_CUDA_CHECK(cudaEventSynchronize(uploaded_.get()));
   if (staging_.size() < host_.size()) {
     staging_ = PinnedBuffer<int32_t>(host_.size() * 2);
     device_ = DeviceBuffer<int32_t>(host_.size() * 2, "attention step tables");
+    bump_scratch_generation();
   }
   std::copy(host_.begin(), host_.end(), staging_.data());
-  LATTE_CUDA_CHECK(cudaMemcpyAsync(device_.data(), staging_.data(), host_.size() * sizeof(int32_t),
-                                   cudaMemcpyHostToDevice, stream));
-  uploaded_.record(stream);
-  pending_ = true;
   const int32_t* d = device_.data();
   return {.n_rows = n_rows,
           .n_layer = n_layer,
-          .max_kv_len = max_kv_len,
+          // An upper bound in whole 256-position blocks: plans and grids then change once per block,
+          // so a captured decode graph serves 256 steps.
+          .max_kv_len = (max_kv_len + 255) / 256 * 256,
           .rows = d,
           .positions = d + T,
           .kv_lens = d + 2 * T,
@@ -111,7 +113,9 @@ void CudaAttentionBackend::forward(const AttentionInput& in) {
     seqs.push_back({.first_row = s.first_row, .n_tokens = s.n_tokens, .n_past = s.n_past, .attn_rows = &rows[i]});
   }
   auto stream = static_cast<cudaStream_t>(in.stream);
-  DeviceStep step = standalone_->build(seqs, in.n_rows, 1, stream);
+  LATTE_CUDA_CHECK(cudaStreamSynchronize(stream));  // the staging buffer may feed an earlier copy
+  const DeviceStep step = standalone_->stage(seqs, in.n_rows, 1);
+  standalone_->upload(stream);
   forward_device(in, step);  // tables of one layer: forward_device reads them as layer 0
 }
 
@@ -134,7 +138,10 @@ PagedRows<T> row_pages(const std::byte* base, const int32_t* pages, int64_t toke
 /// Grows `buf` to at least n elements.
 template <class T>
 T* ensure(DeviceBuffer<T>& buf, size_t n, const char* what) {
-  if (buf.size() < n) buf = DeviceBuffer<T>(n, what);
+  if (buf.size() < n) {
+    buf = DeviceBuffer<T>(n, what);
+    bump_scratch_generation();
+  }
   return buf.data();
 }
 

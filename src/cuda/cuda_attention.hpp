@@ -13,6 +13,7 @@
 
 #include "cuda/device_buffer.hpp"
 #include "cuda/device_weights.hpp"
+#include "cuda/linear.hpp"
 
 #include <latte/attention.hpp>
 
@@ -50,16 +51,17 @@ class DeviceStepTables {
     const std::byte* const* attn_rows = nullptr;   ///< host [n_layer] layer row pointers
     const std::byte* const* index_rows = nullptr;  ///< host [n_layer] or nullptr
   };
-  /// Fills and uploads the tables; the returned step stays valid until the next build.
-  DeviceStep build(std::span<const Sequence> sequences, int n_rows, int n_layer, cudaStream_t stream);
+  /// Fills the pinned staging copy of the tables (the caller makes sure no earlier upload still reads
+  /// it); the returned step's device pointers hold them once upload() has run on the stream.
+  DeviceStep stage(std::span<const Sequence> sequences, int n_rows, int n_layer);
+  /// Enqueues the copy of the staged tables (graph-capturable: the copy reads the staging at run time).
+  void upload(cudaStream_t stream);
 
  private:
   std::vector<const std::byte*> attn_base_, index_base_;
   std::vector<int32_t> host_;
   PinnedBuffer<int32_t> staging_;
   DeviceBuffer<int32_t> device_;
-  Event uploaded_;
-  bool pending_ = false;
 };
 
 /// Interface of the CUDA backends beyond AttentionBackend: forward with the step's tables built once

@@ -30,6 +30,9 @@
 #include <latte/error.hpp>
 
 #include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <string_view>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -41,9 +44,37 @@ namespace {
 
 template <class T>
 T* ensure(DeviceBuffer<T>& buf, size_t n, const char* what) {
-  if (buf.size() < n) buf = DeviceBuffer<T>(n, what);
+  if (buf.size() < n) {
+    buf = DeviceBuffer<T>(n, what);
+    bump_scratch_generation();
+  }
   return buf.data();
 }
+
+class CudaForward;
+
+/// Decode steps (one token per sequence) as CUDA graphs, keyed by CudaForward::graph_key: the first
+/// step of a key runs eagerly (it sizes every buffer), the second is captured, later ones replay.
+/// Capture failures fall back to eager launches for that key. LATTE_CUDA_GRAPHS=0 turns graphs off.
+class DecodeGraphs {
+ public:
+  DecodeGraphs();
+  ~DecodeGraphs();
+  DecodeGraphs(const DecodeGraphs&) = delete;
+  DecodeGraphs& operator=(const DecodeGraphs&) = delete;
+  /// Runs the step as a graph and returns true, or returns false: the caller enqueues it eagerly.
+  bool run(CudaForward& pass, const detail::ForwardBatch& batch);
+
+ private:
+  struct Entry {
+    int seen = 0;
+    cudaGraphExec_t exec = nullptr;
+    bool failed = false;
+  };
+  void clear() noexcept;
+  bool enabled_ = true;
+  std::map<std::vector<uint64_t>, Entry> entries_;
+};
 
 class CudaForward final : public detail::ForwardPass {
  public:
@@ -81,11 +112,22 @@ class CudaForward final : public detail::ForwardPass {
     use_device(weights_->ordinal);
     const int T = static_cast<int>(batch.tokens.size());
     if (T == 0) return;
+    stream_.synchronize();  // the previous step no longer reads the pinned staging buffers
     prepare_caches(batch);
-    ensure_capacity(T);
-    upload_tokens(batch);
-    build_step(batch);
+    ensure_capacity(T, static_cast<int>(batch.logit_rows.size()));
+    stage_tokens(batch);
+    stage_step(batch);
+    if (!graphs_.run(*this, batch)) enqueue(batch);
+    finish_logits(batch);
+    for (const detail::BatchSequence& s : batch.sequences) s.cache->set_n_tokens(s.cache->n_tokens() + s.n_tokens);
+  }
 
+  /// Everything a step runs on the stream, from the staged inputs to the logits in pinned memory.
+  void enqueue(const detail::ForwardBatch& batch) {
+    const int T = static_cast<int>(batch.tokens.size());
+    LATTE_CUDA_CHECK(cudaMemcpyAsync(tokens_.data(), tokens_host_.data(), static_cast<size_t>(T) * sizeof(int32_t),
+                                     cudaMemcpyHostToDevice, stream()));
+    tables_.upload(stream());
     embedding_lookup({.type = weights_->token_embd.type,
                       .table = weights_->token_embd.data,
                       .table_bytes = weights_->token_embd.bytes(),
@@ -101,7 +143,20 @@ class CudaForward final : public detail::ForwardPass {
       feed_forward_block(il);
     }
     output_logits(batch);
-    for (const detail::BatchSequence& s : batch.sequences) s.cache->set_n_tokens(s.cache->n_tokens() + s.n_tokens);
+  }
+
+  /// What a captured decode graph depends on besides the staged inputs: the shape, every host-side
+  /// branch, and every device address the launches bake in.
+  [[nodiscard]] std::vector<uint64_t> graph_key(const detail::ForwardBatch& batch) const {
+    std::vector<uint64_t> key{static_cast<uint64_t>(batch.tokens.size()), static_cast<uint64_t>(step_.max_kv_len),
+                              any_sparse(batch) ? 1u : 0u, scratch_generation(),
+                              reinterpret_cast<uintptr_t>(logits_host_.data())};
+    for (int r : batch.logit_rows) key.push_back(static_cast<uint64_t>(r));
+    for (int il = 0; il < step_.n_layer; ++il) {
+      key.push_back(reinterpret_cast<uintptr_t>(step_.attn_base[il]));
+      if (step_.index_base) key.push_back(reinterpret_cast<uintptr_t>(step_.index_base[il]));
+    }
+    return key;
   }
 
  private:
@@ -132,6 +187,7 @@ class CudaForward final : public detail::ForwardPass {
     DeviceBuffer<float> logits;           // [n_out, vocab]
   };
 
+  friend class DecodeGraphs;
   cudaStream_t stream() const noexcept { return stream_.get(); }
 
   void prepare_caches(const detail::ForwardBatch& batch) {
@@ -157,9 +213,16 @@ class CudaForward final : public detail::ForwardPass {
     }
   }
 
-  void ensure_capacity(int T) {
+  void ensure_capacity(int T, int n_out) {
+    if (static_cast<size_t>(n_out) * c_.n_vocab > logits_host_.size()) {
+      logits_host_ = PinnedBuffer<float>(static_cast<size_t>(std::max(n_out, 1)) * c_.n_vocab);
+      act_.logits = DeviceBuffer<float>(static_cast<size_t>(std::max(n_out, 1)) * c_.n_vocab, "logits");
+      bump_scratch_generation();
+    }
     if (T <= capacity_) return;
-    stream_.synchronize();
+    bump_scratch_generation();
+    tokens_host_ = PinnedBuffer<int32_t>(static_cast<size_t>(T));
+    tokens_ = DeviceBuffer<int32_t>(static_cast<size_t>(T), "token ids");
     const size_t t = static_cast<size_t>(T);
     const int H = c_.n_embd, N = c_.n_head, qk = c_.qk_head_dim();
     const int F = std::max({c_.n_ff, c_.n_ff_expert * std::max(1, c_.n_expert_shared), 1});
@@ -199,22 +262,21 @@ class CudaForward final : public detail::ForwardPass {
     capacity_ = T;
   }
 
-  void upload_tokens(const detail::ForwardBatch& batch) {
+  void stage_tokens(const detail::ForwardBatch& batch) {
     const size_t T = batch.tokens.size();
-    if (tokens_pending_) LATTE_CUDA_CHECK(cudaEventSynchronize(tokens_uploaded_.get()));
-    if (tokens_host_.size() < T) {
-      tokens_host_ = PinnedBuffer<int32_t>(std::max<size_t>(T, 64));
-      tokens_ = DeviceBuffer<int32_t>(std::max<size_t>(T, 64), "token ids");
-    }
     for (size_t i = 0; i < T; ++i) tokens_host_.data()[i] = static_cast<int32_t>(batch.tokens[i]);
     validate_token_ids(std::span<const int32_t>(tokens_host_.data(), T), weights_->token_embd.rows);
-    LATTE_CUDA_CHECK(cudaMemcpyAsync(tokens_.data(), tokens_host_.data(), T * sizeof(int32_t), cudaMemcpyHostToDevice,
-                                     stream()));
-    tokens_uploaded_.record(stream());
-    tokens_pending_ = true;
   }
 
-  void build_step(const detail::ForwardBatch& batch) {
+  [[nodiscard]] bool any_sparse(const detail::ForwardBatch& batch) const {
+    if (!c_.has_indexer()) return false;
+    for (const detail::BatchSequence& s : batch.sequences) {
+      if (s.cache->n_tokens() + s.n_tokens > c_.indexer.top_k) return true;
+    }
+    return false;
+  }
+
+  void stage_step(const detail::ForwardBatch& batch) {
     const int n_layer = c_.n_layer_main();
     rows_.assign(batch.sequences.size() * static_cast<size_t>(n_layer), nullptr);
     index_rows_.assign(batch.sequences.size() * static_cast<size_t>(n_layer), nullptr);
@@ -235,7 +297,7 @@ class CudaForward final : public detail::ForwardPass {
       attention_sequences_.push_back(
           {.cache = nullptr, .n_past = s.cache->n_tokens(), .first_row = s.first_row, .n_tokens = s.n_tokens});
     }
-    step_ = tables_.build(seqs, static_cast<int>(batch.tokens.size()), n_layer, stream());
+    step_ = tables_.stage(seqs, static_cast<int>(batch.tokens.size()), n_layer);
   }
 
   void linear(const DeviceMatrix& w, const float* x, int64_t x_stride, int rows, float* y, int64_t y_stride,
@@ -345,9 +407,7 @@ class CudaForward final : public detail::ForwardPass {
     run_kv_cache_append({.src = a.index_keys.data(), .src_token_stride = dI, .n_tokens = T, .dim = dI, .dst = keys,
                          .batch_index = step_.rows, .positions = step_.positions},
                         stream());
-    bool sparse = false;
-    for (const detail::BatchSequence& s : batch.sequences) sparse = sparse || s.cache->n_tokens() + s.n_tokens > top_k;
-    if (!sparse) return 0;
+    if (!any_sparse(batch)) return 0;
 
     const int64_t q_stride = static_cast<int64_t>(kDsaIndexHeads) * dI;
     linear(w.indexer_q_b, a.qa.data(), c_.q_lora_rank, T, a.index_q.data(), q_stride);
@@ -357,6 +417,7 @@ class CudaForward final : public detail::ForwardPass {
     linear(w.indexer_proj, a.xn.data(), H, T, a.index_w.data(), kDsaIndexHeads);
     const int64_t scores_stride = (step_.max_kv_len + 7) / 8 * 8;
     float* scores = ensure(a.index_scores, static_cast<size_t>(T) * scores_stride, "indexer scores");
+
     keys.page_stride = kDeviceRowUnit / 2;
     run_dsa_index_scores({.q = a.index_q_bf16.data(),
                           .q_token_stride = q_stride,
@@ -474,14 +535,15 @@ class CudaForward final : public detail::ForwardPass {
           a.out_rows.data() + static_cast<size_t>(i) * H, H);
       i = j;
     }
-    float* logits = ensure(a.logits, static_cast<size_t>(n_out) * vocab, "logits");
+    float* logits = a.logits.data();
     linear(weights_->output, a.out_rows.data(), H, n_out, logits, vocab);
-    if (logits_host_.size() < static_cast<size_t>(n_out) * vocab) {
-      logits_host_ = PinnedBuffer<float>(static_cast<size_t>(n_out) * vocab);
-    }
     copy_logits_to_host(logits, n_out, vocab, vocab, logits_host_, stream());
+  }
+
+  void finish_logits(const detail::ForwardBatch& batch) {
     stream_.synchronize();
-    std::memcpy(batch.logits, logits_host_.data(), static_cast<size_t>(n_out) * vocab * sizeof(float));
+    const size_t n = batch.logit_rows.size() * static_cast<size_t>(c_.n_vocab);
+    if (n) std::memcpy(batch.logits, logits_host_.data(), n * sizeof(float));
   }
 
   const detail::ModelState& model_;
@@ -497,14 +559,67 @@ class CudaForward final : public detail::ForwardPass {
   int capacity_ = 0;
   PinnedBuffer<int32_t> tokens_host_;
   DeviceBuffer<int32_t> tokens_;
-  Event tokens_uploaded_;
-  bool tokens_pending_ = false;
+  DecodeGraphs graphs_;
   DeviceStepTables tables_;
   DeviceStep step_{};
   std::vector<const std::byte*> rows_, index_rows_;
   std::vector<AttentionSequence> attention_sequences_;
   PinnedBuffer<float> logits_host_;
 };
+
+
+DecodeGraphs::DecodeGraphs() {
+  const char* env = std::getenv("LATTE_CUDA_GRAPHS");
+  enabled_ = !(env && std::string_view(env) == "0");
+}
+
+DecodeGraphs::~DecodeGraphs() { clear(); }
+
+void DecodeGraphs::clear() noexcept {
+  for (auto& [key, e] : entries_) {
+    if (e.exec) cudaGraphExecDestroy(e.exec);
+  }
+  entries_.clear();
+}
+
+bool DecodeGraphs::run(CudaForward& pass, const detail::ForwardBatch& batch) {
+  if (!enabled_) return false;
+  for (const detail::BatchSequence& s : batch.sequences) {
+    if (s.n_tokens != 1) return false;  // prefill chunks run eagerly
+  }
+  std::vector<uint64_t> key = pass.graph_key(batch);
+  if (entries_.size() >= 16 && !entries_.contains(key)) clear();
+  Entry& e = entries_[key];
+  const cudaStream_t stream = pass.stream();
+  if (e.failed) return false;
+  if (e.exec) {
+    LATTE_CUDA_CHECK(cudaGraphLaunch(e.exec, stream));
+    return true;
+  }
+  if (e.seen++ == 0) return false;  // the first step of a key sizes the buffers eagerly
+
+  auto give_up = [&](cudaGraph_t graph) {
+    if (graph) cudaGraphDestroy(graph);
+    cudaGetLastError();  // clear the capture's error state
+    e.failed = true;
+    return false;
+  };
+  if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) return give_up(nullptr);
+  cudaGraph_t graph = nullptr;
+  try {
+    pass.enqueue(batch);
+  } catch (const Error&) {
+    cudaStreamEndCapture(stream, &graph);
+    return give_up(graph);  // the caller runs the step eagerly (and reports a real error there)
+  }
+  if (cudaStreamEndCapture(stream, &graph) != cudaSuccess || graph == nullptr) return give_up(graph);
+  cudaGraphExec_t exec = nullptr;
+  if (cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) return give_up(graph);
+  cudaGraphDestroy(graph);
+  e.exec = exec;
+  LATTE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  return true;
+}
 
 }  // namespace
 

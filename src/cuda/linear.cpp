@@ -7,9 +7,17 @@
 #include <latte/error.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 
 namespace latte::cuda {
+
+namespace {
+std::atomic<uint64_t> g_scratch_generation{0};
+}  // namespace
+
+uint64_t scratch_generation() noexcept { return g_scratch_generation.load(); }
+void bump_scratch_generation() noexcept { g_scratch_generation.fetch_add(1); }
 
 namespace {
 
@@ -32,7 +40,10 @@ GemvParams gemv_params(const DeviceMatrix& w, const float* x, int64_t x_stride, 
 
 __nv_bfloat16* Linear::staged(const float* x, int64_t x_stride, int rows, int k, cudaStream_t stream) {
   const size_t need = static_cast<size_t>(rows) * static_cast<size_t>(k);
-  if (x_bf16_.size() < need) x_bf16_ = DeviceBuffer<__nv_bfloat16>(need, "bf16 activations");
+  if (x_bf16_.size() < need) {
+    x_bf16_ = DeviceBuffer<__nv_bfloat16>(need, "bf16 activations");
+    bump_scratch_generation();
+  }
   convert_to_bf16(x, x_stride, x_bf16_.data(), k, rows, k, stream);
   return x_bf16_.data();
 }

@@ -16,6 +16,12 @@
 
 namespace latte::cuda {
 
+/// Counts reallocations of the forward pass's device scratch (activations, staging, workspaces).
+/// A captured CUDA graph bakes in buffer addresses: graphs recorded under another count are stale.
+uint64_t scratch_generation() noexcept;
+/// Records that some scratch buffer was reallocated.
+void bump_scratch_generation() noexcept;
+
 /// Operands of one product. Device pointers, fp32.
 struct LinearCall {
   const float* x = nullptr;  ///< [rows, x_stride], 16-byte aligned, x_stride % 8 == 0
