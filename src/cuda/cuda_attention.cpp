@@ -5,6 +5,8 @@
 #include "cuda/check.hpp"
 #include "cuda/device_kv_storage.hpp"
 #include "cuda/flash_prefill.hpp"
+#include "cuda/gemm_bf16.hpp"
+#include "cuda/gemm_quant.hpp"
 #include "cuda/gemv_quant.hpp"
 #include "cuda/kv_cache_append.hpp"
 #include "cuda/linear.hpp"
@@ -14,6 +16,8 @@
 #include <latte/error.hpp>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 #include <map>
 #include <string>
 
@@ -238,6 +242,11 @@ class CudaMlaBackend final : public CudaAttentionBackend {
                          .dst_offset = L, .batch_index = step.rows, .positions = step.positions},
                         stream);
 
+    if (decompressed_prefill(in)) {
+      prefill_decompressed(in, w, stream);
+      return;
+    }
+
     // q_lat[t, h] = W_UK_h^T q_nope[t, h] (all heads, one launch); bf16 copies for the kernel.
     float* q_lat = ensure(q_lat_, TN * L, "mla q_lat");
     __nv_bfloat16* q_lat_bf16 = ensure(q_lat_bf16_, TN * L, "mla q_lat bf16");
@@ -275,7 +284,102 @@ class CudaMlaBackend final : public CudaAttentionBackend {
   }
 
  private:
+  /// Dense prefill chunks of one sequence of at least this many tokens run decompressed.
+  static constexpr int kMinDecompressedChunk = 16;
+
+  [[nodiscard]] bool decompressed_prefill(const AttentionInput& in) const {
+    return !absorbed_only_ && in.selection == nullptr && in.sequences.size() == 1 &&
+           in.sequences[0].n_tokens >= kMinDecompressedChunk && in.sequences[0].cache != nullptr;
+  }
+
+  /// Decompressed attention over the latent cache for one sequence's chunk: per head K = [W_UK c | k_pe]
+  /// and V = W_UV c of every visible position (one GEMM over the cache rows with attn_kv_b), then
+  /// flash-attention prefill. Costs 2 n_kv L N (P + V) FLOPs per layer for the decompression, which
+  /// a chunk of T queries repays against the absorbed kernel's 2 T n_kv N (L + R + L).
+  void prefill_decompressed(const AttentionInput& in, const DeviceLayer& w, cudaStream_t stream) {
+    const AttentionSequence& s = in.sequences[0];
+    const int N = c_.n_head, L = c_.kv_lora_rank, R = c_.qk_rope_head_dim, P = c_.qk_nope_head_dim;
+    const int V = c_.v_head_dim, qk = P + R, row = L + R, n_kv = s.n_past + s.n_tokens;
+    const int64_t kv_width = static_cast<int64_t>(N) * (P + V);
+    const auto* cache = reinterpret_cast<const __nv_bfloat16*>(s.cache);
+
+    // kv [n_kv, N(P+V)] = c attn_kv_b^T, with the cache rows (bf16, 576 apart) as the A operand.
+    float* kv = ensure(kv_, static_cast<size_t>(n_kv) * kv_width, "mla decompressed kv");
+    const QuantGemmParams gemm{.type = w.kv_b.type,
+                               .weight = w.kv_b.data,
+                               .weight_bytes = w.kv_b.bytes(),
+                               .n_rows = static_cast<int>(w.kv_b.rows),
+                               .k = static_cast<int>(w.kv_b.k),
+                               .a = cache,
+                               .lda = row,
+                               .c = kv,
+                               .ldc = kv_width,
+                               .m = n_kv};
+    if (gemm_quant_supports(w.kv_b.type) && reinterpret_cast<uintptr_t>(w.kv_b.data) % 16 == 0) {
+      gemm_quant(gemm, stream);
+    } else {
+      if (!blas_) blas_ = std::make_unique<BlasHandle>();
+      const size_t elems = static_cast<size_t>(w.kv_b.rows) * static_cast<size_t>(w.kv_b.k);
+      gemm_quant_via_bf16(*blas_, gemm, ensure(weight_bf16_, elems, "mla kv_b bf16"), elems, stream);
+    }
+
+    // K [n_kv, N, P+R] and V [n_kv, N, V] in bf16: k_nope and v from kv, k_pe from the cache rows.
+    const int32_t* positions = iota(n_kv);
+    __nv_bfloat16* k = ensure(k_, static_cast<size_t>(n_kv) * N * qk, "mla decompressed K");
+    __nv_bfloat16* v = ensure(v_, static_cast<size_t>(n_kv) * N * V, "mla decompressed V");
+    const PagedRows<__nv_bfloat16> k_rows{.data = k, .token_stride = static_cast<int64_t>(N) * qk, .head_stride = qk};
+    const PagedRows<__nv_bfloat16> v_rows{.data = v, .token_stride = static_cast<int64_t>(N) * V, .head_stride = V};
+    run_kv_cache_append({.src = kv, .src_token_stride = kv_width, .src_head_stride = P + V, .n_tokens = n_kv,
+                         .n_heads = N, .dim = P, .dst = k_rows, .positions = positions},
+                        stream);
+    run_kv_cache_append({.src = cache + L, .src_type = AppendSourceType::bf16, .src_token_stride = row,
+                         .src_head_stride = 0, .n_tokens = n_kv, .n_heads = N, .dim = R, .dst = k_rows,
+                         .dst_offset = P, .positions = positions},
+                        stream);
+    run_kv_cache_append({.src = kv + P, .src_token_stride = kv_width, .src_head_stride = P + V, .n_tokens = n_kv,
+                         .n_heads = N, .dim = V, .dst = v_rows, .positions = positions},
+                        stream);
+
+    __nv_bfloat16* q = ensure(q_bf16_, static_cast<size_t>(s.n_tokens) * N * qk, "mla prefill q bf16");
+    convert_to_bf16(in.q + static_cast<size_t>(s.first_row) * N * qk, static_cast<int64_t>(N) * qk, q,
+                    static_cast<int64_t>(N) * qk, s.n_tokens, N * qk, stream);
+    run_flash_prefill({.q = q,
+                       .q_token_stride = static_cast<int64_t>(N) * qk,
+                       .q_head_stride = qk,
+                       .k_cache = {.data = k, .token_stride = static_cast<int64_t>(N) * qk, .head_stride = qk},
+                       .v_cache = {.data = v, .token_stride = static_cast<int64_t>(N) * V, .head_stride = V},
+                       .n_queries = s.n_tokens,
+                       .pos0 = s.n_past,
+                       .n_heads = N,
+                       .head_dim_qk = qk,
+                       .head_dim_v = V,
+                       .scale = in.scale,
+                       .out_type = AttnOutputType::f32,
+                       .out = in.out + static_cast<size_t>(s.first_row) * N * V},
+                      stream);
+  }
+
+  /// Device [n] = 0, 1, ..., n - 1.
+  const int32_t* iota(int n) {
+    if (static_cast<int>(iota_.size()) < n) {
+      std::vector<int32_t> host(static_cast<size_t>(std::max(n, 1024)));
+      for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<int32_t>(i);
+      iota_ = DeviceBuffer<int32_t>(host.size(), "positions 0..n-1");
+      bump_scratch_generation();
+      LATTE_CUDA_CHECK(cudaMemcpy(iota_.data(), host.data(), host.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+    }
+    return iota_.data();
+  }
+
   ModelConfig c_;
+  bool absorbed_only_ = [] {
+    const char* env = std::getenv("LATTE_MLA_PREFILL");
+    return env && std::string_view(env) == "absorbed";
+  }();
+  std::unique_ptr<BlasHandle> blas_;
+  DeviceBuffer<float> kv_;
+  DeviceBuffer<__nv_bfloat16> k_, v_, q_bf16_, weight_bf16_;
+  DeviceBuffer<int32_t> iota_;
   HeadGroups groups_;
   DeviceBuffer<float> q_lat_, o_lat_;
   DeviceBuffer<__nv_bfloat16> q_lat_bf16_, q_rope_bf16_;

@@ -361,6 +361,9 @@ class CudaForward final : public detail::ForwardPass {
     rope(a.k_rope.data(), R, 1, R, 0, T);
 
     const int selection_width = c_.has_indexer() ? select_positions(il, batch) : 0;
+    for (size_t i = 0; i < attention_sequences_.size(); ++i) {
+      attention_sequences_[i].cache = const_cast<std::byte*>(rows_[i * static_cast<size_t>(c_.n_layer_main()) + il]);
+    }
 
     backend_.forward_device({.layer = il,
                              .n_rows = T,

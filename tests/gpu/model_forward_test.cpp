@@ -93,21 +93,30 @@ TEST_CASE("CUDA logits match the CPU reference on every test flavour, both backe
       int prompt, decode;
     };
     std::vector<Case> cases{{"dense", std::min(12, top_k - 4), 4}};
-    if (m.cpu.config().has_indexer()) cases.push_back({"sparse", 3 * top_k, 6});
+    if (m.cpu.config().has_indexer()) {
+      cases.push_back({"sparse", 3 * top_k, 6});
+    } else {
+      cases.push_back({"long", 40, 4});  // mla prefill of >= 16 tokens runs decompressed
+    }
     for (const Case& c : cases) {
       uint64_t seed = 0;
       const auto tokens = latte::test::fresh_tokens(c.prompt + c.decode, vocab, &seed);
       const std::span<const latte::Token> prompt(tokens.data(), static_cast<size_t>(c.prompt));
       const std::span<const latte::Token> decode(tokens.data() + c.prompt, static_cast<size_t>(c.decode));
       const auto reference = run_session(m.cpu, "mla", prompt, decode);
-      for (const char* backend : {"mla", "standard"}) {
+      for (const std::string variant : {"mla", "mla-absorbed", "standard"}) {
         CAPTURE(flavour);
         CAPTURE(c.name);
-        CAPTURE(backend);
+        CAPTURE(variant);
         CAPTURE(seed);
-        const auto logits = run_session(m.gpu, backend, prompt, decode);
+        // mla-absorbed: the mla backend with its absorbed kernel for prefill chunks too.
+        const bool absorbed = variant == "mla-absorbed";
+        if (absorbed) ::setenv("LATTE_MLA_PREFILL", "absorbed", 1);
+        const auto logits = run_session(m.gpu, absorbed ? "mla" : variant, prompt, decode);
+        if (absorbed) ::unsetenv("LATTE_MLA_PREFILL");
+        const char* backend = variant.c_str();
         const double error = latte::test::relative_error(logits, reference);
-        std::printf("cuda vs cpu  %-15s %-6s %-8s prompt %3d + decode %d: logits error %.3g\n",
+        std::printf("cuda vs cpu  %-15s %-6s %-12s prompt %3d + decode %d: logits error %.3g\n",
                     std::string(flavour).c_str(), c.name, backend, c.prompt, c.decode, error);
         CHECK(all_finite(logits));
         // A sparse run may select a different position where two index scores tie within bf16.
