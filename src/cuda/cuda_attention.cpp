@@ -17,17 +17,17 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <string_view>
 #include <map>
 #include <string>
+#include <string_view>
 
 namespace latte::cuda {
 
 // ---- step tables -----------------------------------------------------------------------------
 
 void DeviceStepTables::upload(cudaStream_t stream) {
-  LATTE_CUDA_CHECK(cudaMemcpyAsync(device_.data(), staging_.data(), host_.size() * sizeof(int32_t),
-                                   cudaMemcpyHostToDevice, stream));
+  LATTE_CUDA_CHECK(
+      cudaMemcpyAsync(device_.data(), staging_.data(), host_.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
 }
 
 DeviceStep DeviceStepTables::stage(std::span<const Sequence> sequences, int n_rows, int n_layer) {
@@ -53,8 +53,8 @@ DeviceStep DeviceStepTables::stage(std::span<const Sequence> sequences, int n_ro
     const int64_t bytes = rows - base;
     const int64_t unit = bytes / kDeviceRowUnit;
     if (bytes % kDeviceRowUnit != 0 || unit > INT32_MAX) {
-      throw Error(ErrorCode::internal, "cuda attention: cache rows " + std::to_string(bytes) +
-                                           " bytes apart cannot share one page table");
+      throw Error(ErrorCode::internal,
+                  "cuda attention: cache rows " + std::to_string(bytes) + " bytes apart cannot share one page table");
     }
     return static_cast<int32_t>(unit);
   };
@@ -174,7 +174,8 @@ class HeadGroups {
       Entry e{DeviceBuffer<GemvGroup>(host.size(), "head groups"), DeviceBuffer<int32_t>(1, "head group count"),
               static_cast<int>(host.size())};
       const int32_t n = e.n;
-      LATTE_CUDA_CHECK(cudaMemcpy(e.groups.data(), host.data(), host.size() * sizeof(GemvGroup), cudaMemcpyHostToDevice));
+      LATTE_CUDA_CHECK(
+          cudaMemcpy(e.groups.data(), host.data(), host.size() * sizeof(GemvGroup), cudaMemcpyHostToDevice));
       LATTE_CUDA_CHECK(cudaMemcpy(e.count.data(), &n, sizeof(n), cudaMemcpyHostToDevice));
       it = cache_.emplace(T, std::move(e)).first;
     }
@@ -235,11 +236,22 @@ class CudaMlaBackend final : public CudaAttentionBackend {
 
     // Cache rows: c (L) then k_pe (R), bf16.
     const PagedRows<__nv_bfloat16> cache = row_pages<__nv_bfloat16>(base, pages, row, 0);
-    run_kv_cache_append({.src = in.latent, .src_token_stride = L, .n_tokens = T, .dim = L, .dst = cache,
-                         .batch_index = step.rows, .positions = step.positions},
+    run_kv_cache_append({.src = in.latent,
+                         .src_token_stride = L,
+                         .n_tokens = T,
+                         .dim = L,
+                         .dst = cache,
+                         .batch_index = step.rows,
+                         .positions = step.positions},
                         stream);
-    run_kv_cache_append({.src = in.k_rope, .src_token_stride = R, .n_tokens = T, .dim = R, .dst = cache,
-                         .dst_offset = L, .batch_index = step.rows, .positions = step.positions},
+    run_kv_cache_append({.src = in.k_rope,
+                         .src_token_stride = R,
+                         .n_tokens = T,
+                         .dim = R,
+                         .dst = cache,
+                         .dst_offset = L,
+                         .batch_index = step.rows,
+                         .positions = step.positions},
                         stream);
 
     if (decompressed_prefill(in)) {
@@ -329,15 +341,34 @@ class CudaMlaBackend final : public CudaAttentionBackend {
     __nv_bfloat16* v = ensure(v_, static_cast<size_t>(n_kv) * N * V, "mla decompressed V");
     const PagedRows<__nv_bfloat16> k_rows{.data = k, .token_stride = static_cast<int64_t>(N) * qk, .head_stride = qk};
     const PagedRows<__nv_bfloat16> v_rows{.data = v, .token_stride = static_cast<int64_t>(N) * V, .head_stride = V};
-    run_kv_cache_append({.src = kv, .src_token_stride = kv_width, .src_head_stride = P + V, .n_tokens = n_kv,
-                         .n_heads = N, .dim = P, .dst = k_rows, .positions = positions},
+    run_kv_cache_append({.src = kv,
+                         .src_token_stride = kv_width,
+                         .src_head_stride = P + V,
+                         .n_tokens = n_kv,
+                         .n_heads = N,
+                         .dim = P,
+                         .dst = k_rows,
+                         .positions = positions},
                         stream);
-    run_kv_cache_append({.src = cache + L, .src_type = AppendSourceType::bf16, .src_token_stride = row,
-                         .src_head_stride = 0, .n_tokens = n_kv, .n_heads = N, .dim = R, .dst = k_rows,
-                         .dst_offset = P, .positions = positions},
+    run_kv_cache_append({.src = cache + L,
+                         .src_type = AppendSourceType::bf16,
+                         .src_token_stride = row,
+                         .src_head_stride = 0,
+                         .n_tokens = n_kv,
+                         .n_heads = N,
+                         .dim = R,
+                         .dst = k_rows,
+                         .dst_offset = P,
+                         .positions = positions},
                         stream);
-    run_kv_cache_append({.src = kv + P, .src_token_stride = kv_width, .src_head_stride = P + V, .n_tokens = n_kv,
-                         .n_heads = N, .dim = V, .dst = v_rows, .positions = positions},
+    run_kv_cache_append({.src = kv + P,
+                         .src_token_stride = kv_width,
+                         .src_head_stride = P + V,
+                         .n_tokens = n_kv,
+                         .n_heads = N,
+                         .dim = V,
+                         .dst = v_rows,
+                         .positions = positions},
                         stream);
 
     __nv_bfloat16* q = ensure(q_bf16_, static_cast<size_t>(s.n_tokens) * N * qk, "mla prefill q bf16");
@@ -413,17 +444,36 @@ class CudaStandardBackend final : public CudaAttentionBackend {
             stream);
     const PagedRows<__nv_bfloat16> k_rows = row_pages<__nv_bfloat16>(base, pages, row, qk);
     const PagedRows<__nv_bfloat16> v_rows = row_pages<__nv_bfloat16>(base, pages, row, V, v_offset);
-    run_kv_cache_append({.src = kv, .src_token_stride = static_cast<int64_t>(N) * (P + V), .src_head_stride = P + V,
-                         .n_tokens = T, .n_heads = N, .dim = P, .dst = k_rows, .batch_index = step.rows,
+    run_kv_cache_append({.src = kv,
+                         .src_token_stride = static_cast<int64_t>(N) * (P + V),
+                         .src_head_stride = P + V,
+                         .n_tokens = T,
+                         .n_heads = N,
+                         .dim = P,
+                         .dst = k_rows,
+                         .batch_index = step.rows,
                          .positions = step.positions},
                         stream);
-    run_kv_cache_append({.src = in.k_rope, .src_token_stride = R, .src_head_stride = 0, .n_tokens = T, .n_heads = N,
-                         .dim = R, .dst = k_rows, .dst_offset = P, .batch_index = step.rows,
+    run_kv_cache_append({.src = in.k_rope,
+                         .src_token_stride = R,
+                         .src_head_stride = 0,
+                         .n_tokens = T,
+                         .n_heads = N,
+                         .dim = R,
+                         .dst = k_rows,
+                         .dst_offset = P,
+                         .batch_index = step.rows,
                          .positions = step.positions},
                         stream);
-    run_kv_cache_append({.src = kv + P, .src_token_stride = static_cast<int64_t>(N) * (P + V),
-                         .src_head_stride = P + V, .n_tokens = T, .n_heads = N, .dim = V, .dst = v_rows,
-                         .batch_index = step.rows, .positions = step.positions},
+    run_kv_cache_append({.src = kv + P,
+                         .src_token_stride = static_cast<int64_t>(N) * (P + V),
+                         .src_head_stride = P + V,
+                         .n_tokens = T,
+                         .n_heads = N,
+                         .dim = V,
+                         .dst = v_rows,
+                         .batch_index = step.rows,
+                         .positions = step.positions},
                         stream);
 
     __nv_bfloat16* q = ensure(q_bf16_, static_cast<size_t>(T) * N * qk, "standard q bf16");
@@ -493,12 +543,13 @@ bool standard_dims(const ModelConfig& c) {
 }  // namespace
 
 AttentionBackendInfo cuda_mla_backend_info() {
-  return {.name = "mla",
-          .description = "weight-absorbed MLA: bf16 latent cache c|k_pe (576 per token per layer), split-KV decode; CUDA",
-          .supports = [](const ModelConfig& c, Device d) { return d.is_cuda() && mla_dims(c); },
-          .create = [](const ModelConfig& c, Device) -> std::unique_ptr<AttentionBackend> {
-            return std::make_unique<CudaMlaBackend>(c);
-          }};
+  return {
+      .name = "mla",
+      .description = "weight-absorbed MLA: bf16 latent cache c|k_pe (576 per token per layer), split-KV decode; CUDA",
+      .supports = [](const ModelConfig& c, Device d) { return d.is_cuda() && mla_dims(c); },
+      .create = [](const ModelConfig& c, Device) -> std::unique_ptr<AttentionBackend> {
+        return std::make_unique<CudaMlaBackend>(c);
+      }};
 }
 
 AttentionBackendInfo cuda_standard_backend_info() {

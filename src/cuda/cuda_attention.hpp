@@ -28,14 +28,14 @@ namespace latte::cuda {
 /// Row-unit page tables: `pages[il * n_rows + row]` is the offset, in kDeviceRowUnit bytes from
 /// `base[il]`, of the layer-il cache rows of the sequence that batch row `row` belongs to.
 struct DeviceStep {
-  int n_rows = 0;                       ///< T
-  int n_layer = 0;                      ///< layers covered by the page tables
-  int max_kv_len = 0;                   ///< host: the longest visible length of any row
-  const int32_t* rows = nullptr;        ///< [T] 0, 1, ... T-1
-  const int32_t* positions = nullptr;   ///< [T] position of each row in its sequence
-  const int32_t* kv_lens = nullptr;     ///< [T] position + 1
-  const int32_t* attn_pages = nullptr;  ///< [n_layer, T]
-  const int32_t* index_pages = nullptr; ///< [n_layer, T] indexer key rows (glm-dsa) or nullptr
+  int n_rows = 0;                                ///< T
+  int n_layer = 0;                               ///< layers covered by the page tables
+  int max_kv_len = 0;                            ///< host: the longest visible length of any row
+  const int32_t* rows = nullptr;                 ///< [T] 0, 1, ... T-1
+  const int32_t* positions = nullptr;            ///< [T] position of each row in its sequence
+  const int32_t* kv_lens = nullptr;              ///< [T] position + 1
+  const int32_t* attn_pages = nullptr;           ///< [n_layer, T]
+  const int32_t* index_pages = nullptr;          ///< [n_layer, T] indexer key rows (glm-dsa) or nullptr
   const std::byte* const* attn_base = nullptr;   ///< host [n_layer] base of the attention page tables
   const std::byte* const* index_base = nullptr;  ///< host [n_layer] base of the indexer page tables
 };

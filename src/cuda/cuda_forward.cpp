@@ -30,12 +30,12 @@
 #include <latte/error.hpp>
 
 #include <algorithm>
-#include <cstdlib>
-#include <map>
-#include <string_view>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace latte::cuda {
@@ -79,7 +79,10 @@ class DecodeGraphs {
 class CudaForward final : public detail::ForwardPass {
  public:
   CudaForward(const detail::ModelState& model, CudaAttentionBackend& backend)
-      : model_(model), c_(model.config), weights_(model.device_weights), backend_(backend),
+      : model_(model),
+        c_(model.config),
+        weights_(model.device_weights),
+        backend_(backend),
         layout_(detail::attention_input_layout(model.config)) {
     if (!weights_) throw Error(ErrorCode::internal, "cuda forward: the model has no device weights");
     backend_.bind(weights_);
@@ -94,11 +97,10 @@ class CudaForward final : public detail::ForwardPass {
                                   rs.yarn_beta_fast, rs.yarn_beta_slow);
     }
     if (c_.has_indexer() && (c_.indexer.n_head > kDsaIndexHeads || c_.indexer.head_dim != kDsaIndexHeadDim)) {
-      throw Error(ErrorCode::unsupported, "cuda forward: the DSA indexer kernels need at most " +
-                                              std::to_string(kDsaIndexHeads) + " heads of " +
-                                              std::to_string(kDsaIndexHeadDim) + " dims (model: " +
-                                              std::to_string(c_.indexer.n_head) + " x " +
-                                              std::to_string(c_.indexer.head_dim) + ")");
+      throw Error(ErrorCode::unsupported,
+                  "cuda forward: the DSA indexer kernels need at most " + std::to_string(kDsaIndexHeads) +
+                      " heads of " + std::to_string(kDsaIndexHeadDim) + " dims (model: " +
+                      std::to_string(c_.indexer.n_head) + " x " + std::to_string(c_.indexer.head_dim) + ")");
     }
     if (c_.n_expert > moe_max_experts || c_.n_expert_used > moe_max_k || c_.n_expert_group > moe_max_expert_groups) {
       throw Error(ErrorCode::unsupported, "cuda forward: the MoE router handles at most " +
@@ -163,28 +165,28 @@ class CudaForward final : public detail::ForwardPass {
   /// Device activations of one step, T rows; widths in floats. Named so that per-layer values can be
   /// copied out between launches.
   struct Activations {
-    DeviceBuffer<float> x;         // [T, H] residual stream
-    DeviceBuffer<float> xn;        // [T, H] normalised input of the current sub-block
-    DeviceBuffer<float> proj;      // [T, layout.width] fused q_a|kv_a (or q|kv_a) output
-    DeviceBuffer<float> qa;        // [T, Lq] normalised q_a (q_lora models)
-    DeviceBuffer<float> q;         // [T, N(P+R)] per head [nope | rope]
-    DeviceBuffer<float> latent;    // [T, L] normalised c
-    DeviceBuffer<float> k_rope;    // [T, R]
-    DeviceBuffer<float> attn;      // [T, N V] attention output before attn_output
-    DeviceBuffer<float> hidden;    // [T, F] gated FFN activations
-    DeviceBuffer<float> gate_up;   // [T, 2F] gate|up products (beyond 8 rows)
-    DeviceBuffer<float> router;    // [T, E] router logits
-    DeviceBuffer<int32_t> ids;     // [T, K] chosen experts
-    DeviceBuffer<float> weights;   // [T, K] their weights
+    DeviceBuffer<float> x;                // [T, H] residual stream
+    DeviceBuffer<float> xn;               // [T, H] normalised input of the current sub-block
+    DeviceBuffer<float> proj;             // [T, layout.width] fused q_a|kv_a (or q|kv_a) output
+    DeviceBuffer<float> qa;               // [T, Lq] normalised q_a (q_lora models)
+    DeviceBuffer<float> q;                // [T, N(P+R)] per head [nope | rope]
+    DeviceBuffer<float> latent;           // [T, L] normalised c
+    DeviceBuffer<float> k_rope;           // [T, R]
+    DeviceBuffer<float> attn;             // [T, N V] attention output before attn_output
+    DeviceBuffer<float> hidden;           // [T, F] gated FFN activations
+    DeviceBuffer<float> gate_up;          // [T, 2F] gate|up products (beyond 8 rows)
+    DeviceBuffer<float> router;           // [T, E] router logits
+    DeviceBuffer<int32_t> ids;            // [T, K] chosen experts
+    DeviceBuffer<float> weights;          // [T, K] their weights
     DeviceBuffer<__nv_bfloat16> xn_bf16;  // [T, H] MoE prefill input
     DeviceBuffer<float> index_keys;       // [T, dI] indexer keys
     DeviceBuffer<float> index_q;          // [T, 32, dI] indexer queries (heads past nI stay zero)
     DeviceBuffer<__nv_bfloat16> index_q_bf16;
-    DeviceBuffer<float> index_w;          // [T, 32] indexer head weights (zero past nI)
-    DeviceBuffer<float> index_scores;     // [T, max_kv_len]
-    DeviceBuffer<int32_t> selection;      // [T, top_k]
-    DeviceBuffer<float> out_rows;         // [n_out, H] normalised rows whose logits are wanted
-    DeviceBuffer<float> logits;           // [n_out, vocab]
+    DeviceBuffer<float> index_w;       // [T, 32] indexer head weights (zero past nI)
+    DeviceBuffer<float> index_scores;  // [T, max_kv_len]
+    DeviceBuffer<int32_t> selection;   // [T, top_k]
+    DeviceBuffer<float> out_rows;      // [n_out, H] normalised rows whose logits are wanted
+    DeviceBuffer<float> logits;        // [n_out, vocab]
   };
 
   friend class DecodeGraphs;
@@ -198,8 +200,9 @@ class CudaForward final : public detail::ForwardPass {
       detail::KvCache& cache = *s.cache;
       if (cache.layout().values_per_token != layout.values_per_token ||
           cache.layout().element_type != layout.element_type) {
-        throw Error(ErrorCode::invalid_argument, "cuda forward: a sequence's cache was made for another backend than '" +
-                                                     std::string(backend_.name()) + "'");
+        throw Error(ErrorCode::invalid_argument,
+                    "cuda forward: a sequence's cache was made for another backend than '" +
+                        std::string(backend_.name()) + "'");
       }
       if (!cache.row_storage()) {
         cache.attach_row_storage(
@@ -401,14 +404,20 @@ class CudaForward final : public detail::ForwardPass {
                stream());
     rope(a.index_keys.data(), dI, 1, dI, 0, T);
     const size_t table = static_cast<size_t>(il) * static_cast<size_t>(T);
-    PagedRows<__nv_bfloat16> keys{.data = reinterpret_cast<__nv_bfloat16*>(const_cast<std::byte*>(step_.index_base[il])),
-                                  .page_table = step_.index_pages + table,
-                                  .page_stride = kDeviceRowUnit / 2,
-                                  .token_stride = dI,
-                                  .page_size = kRowPageSize,
-                                  .page_table_stride = 1};
-    run_kv_cache_append({.src = a.index_keys.data(), .src_token_stride = dI, .n_tokens = T, .dim = dI, .dst = keys,
-                         .batch_index = step_.rows, .positions = step_.positions},
+    PagedRows<__nv_bfloat16> keys{
+        .data = reinterpret_cast<__nv_bfloat16*>(const_cast<std::byte*>(step_.index_base[il])),
+        .page_table = step_.index_pages + table,
+        .page_stride = kDeviceRowUnit / 2,
+        .token_stride = dI,
+        .page_size = kRowPageSize,
+        .page_table_stride = 1};
+    run_kv_cache_append({.src = a.index_keys.data(),
+                         .src_token_stride = dI,
+                         .n_tokens = T,
+                         .dim = dI,
+                         .dst = keys,
+                         .batch_index = step_.rows,
+                         .positions = step_.positions},
                         stream());
     if (!any_sparse(batch)) return 0;
 
@@ -495,7 +504,8 @@ class CudaForward final : public detail::ForwardPass {
               stream());
     const DeviceExperts& x = w.experts;
     auto stack = [&](const DeviceMatrix& m, int64_t stride_rows) {
-      return ExpertStack{.type = m.type, .data = m.data, .bytes = m.bytes(), .matrix_stride_bytes = stride_rows * m.row_bytes};
+      return ExpertStack{
+          .type = m.type, .data = m.data, .bytes = m.bytes(), .matrix_stride_bytes = stride_rows * m.row_bytes};
     };
     const MoeExpertWeights experts{.gate = stack(x.gate, x.gate_up_stride_rows),
                                    .up = stack(x.up, x.gate_up_stride_rows),
@@ -508,8 +518,14 @@ class CudaForward final : public detail::ForwardPass {
     if (grouped_gemm) {
       convert_to_bf16(a.xn.data(), H, a.xn_bf16.data(), H, T, H, stream());
       moe_experts_prefill(experts, *moe_,
-                          {.ids = a.ids.data(), .weights = a.weights.data(), .n_tokens = T, .k = K,
-                           .x_bf16 = a.xn_bf16.data(), .x_stride = H, .out = a.x.data(), .out_stride = H,
+                          {.ids = a.ids.data(),
+                           .weights = a.weights.data(),
+                           .n_tokens = T,
+                           .k = K,
+                           .x_bf16 = a.xn_bf16.data(),
+                           .x_stride = H,
+                           .out = a.x.data(),
+                           .out_stride = H,
                            .accumulate = true},
                           stream());
       return;
@@ -518,8 +534,14 @@ class CudaForward final : public detail::ForwardPass {
       const int n = std::min(gemv_max_tokens, T - t0);
       const size_t pair0 = static_cast<size_t>(t0) * K, row0 = static_cast<size_t>(t0) * H;
       moe_experts_decode(experts, *moe_,
-                         {.ids = a.ids.data() + pair0, .weights = a.weights.data() + pair0, .n_tokens = n, .k = K,
-                          .x = a.xn.data() + row0, .x_stride = H, .out = a.x.data() + row0, .out_stride = H,
+                         {.ids = a.ids.data() + pair0,
+                          .weights = a.weights.data() + pair0,
+                          .n_tokens = n,
+                          .k = K,
+                          .x = a.xn.data() + row0,
+                          .x_stride = H,
+                          .out = a.x.data() + row0,
+                          .out_stride = H,
                           .accumulate = true},
                          stream());
     }
@@ -569,7 +591,6 @@ class CudaForward final : public detail::ForwardPass {
   std::vector<AttentionSequence> attention_sequences_;
   PinnedBuffer<float> logits_host_;
 };
-
 
 DecodeGraphs::DecodeGraphs() {
   const char* env = std::getenv("LATTE_CUDA_GRAPHS");

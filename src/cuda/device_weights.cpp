@@ -54,7 +54,10 @@ class Uploader {
     if (!v) return {};
     check_type(v);
     const size_t bytes = static_cast<size_t>(v.n_rows()) * v.row_bytes;
-    return {.type = v.type, .data = put(v.data, bytes, v.name), .rows = v.n_rows(), .k = v.ne[0],
+    return {.type = v.type,
+            .data = put(v.data, bytes, v.name),
+            .rows = v.n_rows(),
+            .k = v.ne[0],
             .row_bytes = static_cast<int64_t>(v.row_bytes)};
   }
 
@@ -72,7 +75,10 @@ class Uploader {
       std::memcpy(host.data() + bytes_a, b.data, bytes_b);
       data = out_.add(host.data(), host.size(), "stacked weights");
     }
-    return {.type = a.type, .data = data, .rows = a.n_rows() + b.n_rows(), .k = a.ne[0],
+    return {.type = a.type,
+            .data = data,
+            .rows = a.n_rows() + b.n_rows(),
+            .k = a.ne[0],
             .row_bytes = static_cast<int64_t>(a.row_bytes)};
   }
 
@@ -92,7 +98,10 @@ class Uploader {
     std::vector<uint16_t> bf16(owned.size());
     for (size_t i = 0; i < owned.size(); ++i) bf16[i] = fp32_to_bf16(owned[i]);
     const size_t bytes = bf16.size() * sizeof(uint16_t);
-    return {.type = GgmlType::bf16, .data = put(bf16.data(), bytes, v.name), .rows = v.n_rows(), .k = v.ne[0],
+    return {.type = GgmlType::bf16,
+            .data = put(bf16.data(), bytes, v.name),
+            .rows = v.n_rows(),
+            .k = v.ne[0],
             .row_bytes = v.ne[0] * 2};
   }
 
@@ -202,11 +211,10 @@ std::shared_ptr<const DeviceWeights> upload_weights(const detail::ModelState& st
     size_t free_bytes = 0, total_bytes = 0;
     LATTE_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
     if (counter.needed > free_bytes) {
-      throw Error(ErrorCode::out_of_memory, state.file.path() + ": the weights need " +
-                                                mib(static_cast<double>(counter.needed)) + " on cuda:" +
-                                                std::to_string(ordinal) + ", which has " +
-                                                mib(static_cast<double>(free_bytes)) + " free of " +
-                                                mib(static_cast<double>(total_bytes)));
+      throw Error(ErrorCode::out_of_memory,
+                  state.file.path() + ": the weights need " + mib(static_cast<double>(counter.needed)) +
+                      " on cuda:" + std::to_string(ordinal) + ", which has " + mib(static_cast<double>(free_bytes)) +
+                      " free of " + mib(static_cast<double>(total_bytes)));
     }
   }
   Uploader uploader(*out, /*counting=*/false);

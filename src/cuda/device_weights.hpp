@@ -51,44 +51,44 @@ struct DeviceGatedFfn {
 
 /// The routed experts of a MoE block: E stacked matrices each.
 struct DeviceExperts {
-  DeviceMatrix gate, up;  ///< all E matrices: rows = E * F (or the fused stack's rows, see stride)
-  DeviceMatrix down;      ///< rows = E * H
+  DeviceMatrix gate, up;            ///< all E matrices: rows = E * F (or the fused stack's rows, see stride)
+  DeviceMatrix down;                ///< rows = E * H
   int64_t gate_up_stride_rows = 0;  ///< rows between two experts' gate (and up) matrices: F, or 2F when fused
 };
 
 /// One inference block.
 struct DeviceLayer {
-  const float* attn_norm = nullptr;      ///< [H]
-  const float* q_a_norm = nullptr;       ///< [Lq] (q_lora models)
-  const float* kv_a_norm = nullptr;      ///< [L]
-  const float* ffn_norm = nullptr;       ///< [H]
-  const float* exp_probs_b = nullptr;    ///< [E] or nullptr
-  DeviceMatrix attn_input;               ///< [query | kv_a] {H, width} when fused, else empty
-  DeviceMatrix attn_query;               ///< attn_q_a {H, Lq} or attn_q {H, N(P+R)}
-  DeviceMatrix attn_kv_a;                ///< {H, L+R}
-  DeviceMatrix attn_q_b;                 ///< {Lq, N(P+R)}
-  DeviceMatrix k_b;                      ///< {P, L, N}: per head L rows of P values (W_UK_h transposed)
-  DeviceMatrix v_b;                      ///< {L, V, N}: per head V rows of L values
-  DeviceMatrix kv_b;                     ///< {L, N(P+V)}: per head P rows of W_UK_h then V rows of W_UV_h
-  DeviceMatrix attn_output;              ///< {N V, H}
-  DeviceGatedFfn dense;                  ///< dense blocks
-  DeviceMatrix router;                   ///< ffn_gate_inp {H, E}
-  DeviceExperts experts;                 ///< MoE blocks
-  DeviceGatedFfn shared;                 ///< shared experts (S F wide), may be absent
-  DeviceMatrix indexer_q_b;              ///< {Lq, nI dI} (glm-dsa)
-  DeviceMatrix indexer_k;                ///< {H, dI}
+  const float* attn_norm = nullptr;         ///< [H]
+  const float* q_a_norm = nullptr;          ///< [Lq] (q_lora models)
+  const float* kv_a_norm = nullptr;         ///< [L]
+  const float* ffn_norm = nullptr;          ///< [H]
+  const float* exp_probs_b = nullptr;       ///< [E] or nullptr
+  DeviceMatrix attn_input;                  ///< [query | kv_a] {H, width} when fused, else empty
+  DeviceMatrix attn_query;                  ///< attn_q_a {H, Lq} or attn_q {H, N(P+R)}
+  DeviceMatrix attn_kv_a;                   ///< {H, L+R}
+  DeviceMatrix attn_q_b;                    ///< {Lq, N(P+R)}
+  DeviceMatrix k_b;                         ///< {P, L, N}: per head L rows of P values (W_UK_h transposed)
+  DeviceMatrix v_b;                         ///< {L, V, N}: per head V rows of L values
+  DeviceMatrix kv_b;                        ///< {L, N(P+V)}: per head P rows of W_UK_h then V rows of W_UV_h
+  DeviceMatrix attn_output;                 ///< {N V, H}
+  DeviceGatedFfn dense;                     ///< dense blocks
+  DeviceMatrix router;                      ///< ffn_gate_inp {H, E}
+  DeviceExperts experts;                    ///< MoE blocks
+  DeviceGatedFfn shared;                    ///< shared experts (S F wide), may be absent
+  DeviceMatrix indexer_q_b;                 ///< {Lq, nI dI} (glm-dsa)
+  DeviceMatrix indexer_k;                   ///< {H, dI}
   const float* indexer_k_norm = nullptr;    ///< [dI]
   const float* indexer_k_norm_b = nullptr;  ///< [dI]
-  DeviceMatrix indexer_proj;             ///< {H, nI}
+  DeviceMatrix indexer_proj;                ///< {H, nI}
 };
 
 /// Every device tensor of a model, owning the allocations.
 class DeviceWeights {
  public:
   int ordinal = 0;
-  DeviceMatrix token_embd;              ///< {H, vocab}
+  DeviceMatrix token_embd;             ///< {H, vocab}
   const float* output_norm = nullptr;  ///< [H]
-  DeviceMatrix output;                  ///< {H, vocab}
+  DeviceMatrix output;                 ///< {H, vocab}
   std::vector<DeviceLayer> layers;
   size_t total_bytes = 0;  ///< device bytes held
 

@@ -27,8 +27,8 @@ struct ModelState {
   ModelWeights weights{};  ///< views into `file`
   Device device;
   std::shared_ptr<const cuda::DeviceWeights> device_weights{};  ///< CUDA models: the uploaded weights
-  std::optional<Tokenizer> tokenizer{};             ///< when the file has a usable tokenizer
-  Error tokenizer_error{ErrorCode::not_found, ""};  ///< why `tokenizer` is empty
+  std::optional<Tokenizer> tokenizer{};                         ///< when the file has a usable tokenizer
+  Error tokenizer_error{ErrorCode::not_found, ""};              ///< why `tokenizer` is empty
 };
 
 }  // namespace latte::detail

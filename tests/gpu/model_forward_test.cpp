@@ -25,8 +25,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <string>
@@ -176,7 +176,8 @@ TEST_CASE("CUDA greedy continuation equals the CPU's for 32 tokens on a well-con
   float best_margin = -1;
   for (uint32_t p = 0; p < 16; ++p) {
     std::vector<latte::Token> candidate(8);
-    for (int i = 0; i < 8; ++i) candidate[static_cast<size_t>(i)] = static_cast<latte::Token>((p * 131 + i * 37 + 5) % vocab);
+    for (int i = 0; i < 8; ++i)
+      candidate[static_cast<size_t>(i)] = static_cast<latte::Token>((p * 131 + i * 37 + 5) % vocab);
     float margin = 0;
     auto reference = greedy(m.cpu, candidate, &margin);
     if (margin > best_margin) {
@@ -281,7 +282,9 @@ TEST_CASE("a batch mixing a prefill chunk and decode tokens of other sequences e
       const latte::Token t = chunk[0];
       const latte::detail::BatchSequence one{.cache = a2.get(), .n_tokens = 1};
       const int row = 0;
-      pass->run({.tokens = std::span(&t, 1), .sequences = std::span(&one, 1), .logit_rows = std::span(&row, 1),
+      pass->run({.tokens = std::span(&t, 1),
+                 .sequences = std::span(&one, 1),
+                 .logit_rows = std::span(&row, 1),
                  .logits = apart.data() + 12 * c.n_vocab});
     }
     {

@@ -155,9 +155,9 @@ std::vector<std::byte> gguf_from_checkpoint(const std::string& dir, const ::latt
   }
   // The split layout too, from the fused one.
   const ::latte::KvBDims dims{.n_head = c.n_head,
-                            .kv_lora_rank = c.kv_lora_rank,
-                            .qk_nope_head_dim = c.qk_nope_head_dim,
-                            .v_head_dim = c.v_head_dim};
+                              .kv_lora_rank = c.kv_lora_rank,
+                              .qk_nope_head_dim = c.qk_nope_head_dim,
+                              .v_head_dim = c.v_head_dim};
   const auto L = static_cast<uint64_t>(c.kv_lora_rank), P = static_cast<uint64_t>(c.qk_nope_head_dim);
   const auto V = static_cast<uint64_t>(c.v_head_dim), N = static_cast<uint64_t>(c.n_head);
   for (int il = 0; il < c.n_layer; ++il) {
