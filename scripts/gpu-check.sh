@@ -5,12 +5,15 @@
 #   3. latte_gpu_tests, LATTE_CUDA_PORTABLE=1   the same with the portable path forced
 #   4. compute-sanitizer memcheck and racecheck on a short subset
 #   5. latte kernel-bench               times at DeepSeek-V2-Lite shapes vs measured ceilings
+#   6. the whole model on CUDA: a random DeepSeek-V2-Lite-shaped Q4_K_M file (27 layers, vocab 129280)
+#      through `latte generate --timing` (both backends) and `latte bench` where the CLI has it
 # and prints a summary table last. Logs go to $OUT (if set) or out/gpu-check/.
 #
 # The GPU machine has CUDA, cmake and ninja but no Eigen/doctest and no network: run
 # scripts/prepare-gpu-deps.sh on the build machine first and carry .deps/ with the tree.
 #   LATTE_GPU_ARCH   CMAKE_CUDA_ARCHITECTURES (default 90a-real: Hopper only, fast to build)
-#   LATTE_GPU_SKIP   space-separated steps to skip: host tests portable sanitizer bench
+#   LATTE_GPU_SKIP   space-separated steps to skip: host tests portable sanitizer bench model
+#   LATTE_GPU_TESTS  doctest filter (-tc) for the gpu tests steps, e.g. '*CUDA*' for the whole-model cases
 #   LATTE_GPU_BENCH_FILTER   passed to kernel-bench --filter
 # A device call is limited to 10 minutes: the build output (build-gpu/) stays on a warm machine, so
 # run it in two calls, e.g. LATTE_GPU_SKIP="sanitizer bench" then LATTE_GPU_SKIP="host tests portable".
@@ -75,9 +78,11 @@ if [ $build_ok = 1 ]; then
   T=build-gpu/tests/gpu
   skipped host || step "host tests (decoders)" host-tests.log timeout 300 $T/latte_cuda_host_tests
   export LATTE_GPU_TEST_TRACE=1  # the log names the last case started before a crash
-  skipped tests || step "gpu tests" gpu-tests.log timeout 300 $T/latte_gpu_tests
+  FILTER=()
+  [ -n "${LATTE_GPU_TESTS:-}" ] && FILTER=(-tc="$LATTE_GPU_TESTS")
+  skipped tests || step "gpu tests" gpu-tests.log timeout 300 $T/latte_gpu_tests "${FILTER[@]}"
   skipped portable || step "gpu tests, LATTE_CUDA_PORTABLE=1" gpu-tests-portable.log \
-    env LATTE_CUDA_PORTABLE=1 timeout 300 $T/latte_gpu_tests
+    env LATTE_CUDA_PORTABLE=1 timeout 300 $T/latte_gpu_tests "${FILTER[@]}"
   if ! skipped sanitizer; then
     SANITIZER=$(command -v compute-sanitizer || ls /usr/local/cuda/compute-sanitizer/compute-sanitizer 2>/dev/null || true)
     if [ -n "$SANITIZER" ]; then
@@ -86,8 +91,24 @@ if [ $build_ok = 1 ]; then
         --leak-check full --error-exitcode 3 $T/latte_gpu_tests -tc="$SUBSET"
       step "compute-sanitizer racecheck" racecheck.log timeout 300 "$SANITIZER" --tool racecheck \
         --error-exitcode 3 $T/latte_gpu_tests -tc='*grouped*,*gated*,*moe_sort*,*layer_norm*'
+      step "compute-sanitizer memcheck, whole model" memcheck-model.log timeout 300 "$SANITIZER" --tool memcheck \
+        --error-exitcode 3 $T/latte_gpu_tests -tc='*prefill chunk and decode tokens*'
     else
       NAMES+=("compute-sanitizer"); STATUS+=("not installed"); SECONDS_TAKEN+=(0)
+    fi
+  fi
+  if ! skipped model; then
+    LATTE=build-gpu/tools/latte/latte
+    MODEL_FILE=build-gpu/v2lite-q4km.gguf
+    [ -f "$MODEL_FILE" ] || step "convert random deepseek-v2-lite q4_k_m" convert.log timeout 300 $LATTE convert \
+      --random --preset deepseek-v2-lite --vocab 129280 --type q4_k_m --no-progress -o "$MODEL_FILE"
+    PROMPT=$(seq -s ' ' 100 611)  # 512 prompt tokens
+    for backend in mla standard; do
+      step "generate pp512 + tg128 ($backend)" generate-$backend.log timeout 200 $LATTE generate \
+        --model "$MODEL_FILE" --device cuda:0 --attention $backend --tokens "$PROMPT" -n 128 --greedy --timing
+    done
+    if $LATTE bench --help >/dev/null 2>&1; then
+      step "latte bench" model-bench.log timeout 300 $LATTE bench --model "$MODEL_FILE" -p 512 -n 128 -r 3
     fi
   fi
   skipped bench || step "kernel-bench" kernel-bench.log timeout 420 build-gpu/tools/latte/latte kernel-bench \
@@ -97,6 +118,9 @@ fi
 echo
 echo "== failures (first lines) =="
 grep -h -E "ERROR|FAILED|error:" "$LOG_DIR"/gpu-tests*.log "$LOG_DIR"/*check.log 2>/dev/null | head -n 40
+for f in "$LOG_DIR"/generate-*.log "$LOG_DIR"/model-bench.log; do
+  [ -f "$f" ] && { echo; echo "== $(basename "$f") =="; tail -n 6 "$f"; }
+done
 if [ -f "$LOG_DIR/kernel-bench.log" ]; then
   echo
   echo "== kernel-bench =="

@@ -1,6 +1,10 @@
 // The process-wide attention backend registry and the backend selection rules.
 #include "attention/cpu_backends.hpp"
 
+#ifdef LATTE_WITH_CUDA
+#include "cuda/cuda_attention.hpp"
+#endif
+
 #include <latte/attention.hpp>
 #include <latte/error.hpp>
 
@@ -24,6 +28,10 @@ struct AttentionRegistry::Impl {
 AttentionRegistry::AttentionRegistry() : impl_(std::make_unique<Impl>()) {
   impl_->entries.push_back(detail::cpu_standard_backend_info());
   impl_->entries.insert(impl_->entries.begin(), detail::cpu_mla_backend_info());
+#ifdef LATTE_WITH_CUDA
+  impl_->entries.insert(impl_->entries.begin(), cuda::cuda_standard_backend_info());
+  impl_->entries.insert(impl_->entries.begin(), cuda::cuda_mla_backend_info());
+#endif
 }
 
 AttentionRegistry& AttentionRegistry::instance() {

@@ -6,6 +6,10 @@
 #include <latte/gguf.hpp>
 #include <latte/model.hpp>
 
+#ifdef LATTE_WITH_CUDA
+#include "cuda/device_weights.hpp"
+#endif
+
 namespace latte {
 
 namespace {
@@ -30,15 +34,23 @@ Model Model::from_file(gguf::File file, ModelParams params) {
         params.tensor_parallel < 1 ? ErrorCode::invalid_argument : ErrorCode::unsupported,
         "tensor_parallel = " + std::to_string(params.tensor_parallel) + ": this build runs a model on one device only");
   }
+#ifndef LATTE_WITH_CUDA
   if (!params.device.is_cpu()) {
-    throw Error(ErrorCode::unsupported,
-                "device " + params.device.to_string() + ": only the CPU forward pass is available in this build");
+    throw Error(ErrorCode::unsupported, "device " + params.device.to_string() +
+                                            ": latte was built without CUDA (only the CPU forward pass is available)");
   }
+#endif
   auto state = std::make_shared<detail::ModelState>(std::move(file), params.device);
   state->config = ModelConfig::from_gguf(state->file);
   report_progress(params, 0.3f);
   state->audit = audit_weights(state->file, state->config);
   state->weights = detail::map_weights(state->file, state->config, state->audit);
+#ifdef LATTE_WITH_CUDA
+  if (params.device.is_cuda()) {
+    report_progress(params, 0.4f);
+    state->device_weights = cuda::upload_weights(*state, params.device.index);
+  }
+#endif
   if (state->file.find("tokenizer.ggml.tokens")) {
     try {
       state->tokenizer = Tokenizer::from_gguf(state->file);

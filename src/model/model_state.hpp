@@ -8,8 +8,13 @@
 #include <latte/model.hpp>
 #include <latte/tokenizer.hpp>
 
+#include <memory>
 #include <optional>
 #include <string>
+
+namespace latte::cuda {
+class DeviceWeights;
+}
 
 namespace latte::detail {
 
@@ -21,8 +26,9 @@ struct ModelState {
   WeightAudit audit{};
   ModelWeights weights{};  ///< views into `file`
   Device device;
-  std::optional<Tokenizer> tokenizer{};             ///< when the file has a usable tokenizer
-  Error tokenizer_error{ErrorCode::not_found, ""};  ///< why `tokenizer` is empty
+  std::shared_ptr<const cuda::DeviceWeights> device_weights{};  ///< CUDA models: the uploaded weights
+  std::optional<Tokenizer> tokenizer{};                         ///< when the file has a usable tokenizer
+  Error tokenizer_error{ErrorCode::not_found, ""};              ///< why `tokenizer` is empty
 };
 
 }  // namespace latte::detail

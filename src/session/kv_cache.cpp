@@ -23,6 +23,11 @@ void KvCache::reserve(int n_tokens) {
   if (n_tokens <= capacity_) return;
   // Grow geometrically (amortised copies), never past n_ctx.
   const int new_capacity = std::min(n_ctx_, std::max(n_tokens, std::max(64, capacity_ * 2)));
+  if (storage_) {
+    storage_->grow(new_capacity, n_tokens_);
+    capacity_ = new_capacity;
+    return;
+  }
   const size_t row = layout_.bytes_per_token();
   for (auto& layer : attention_) layer.resize(static_cast<size_t>(new_capacity) * row);
   if (indexer_dim_ > 0) {
@@ -37,6 +42,16 @@ void KvCache::set_n_tokens(int n) {
                 "KV cache: " + std::to_string(n) + " tokens outside capacity " + std::to_string(capacity_));
   }
   n_tokens_ = n;
+}
+
+void KvCache::attach_row_storage(std::unique_ptr<KvRowStorage> storage) {
+  if (n_tokens_ != 0 || storage_) {
+    throw Error(ErrorCode::internal, "KV cache: row storage can only be attached to an empty cache, once");
+  }
+  storage_ = std::move(storage);
+  for (auto& layer : attention_) std::vector<std::byte>().swap(layer);
+  for (auto& layer : indexer_) std::vector<float>().swap(layer);
+  capacity_ = 0;
 }
 
 size_t KvCache::bytes_per_token() const noexcept {

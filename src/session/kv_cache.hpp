@@ -10,10 +10,23 @@
 #include <latte/attention.hpp>
 
 #include <cstddef>
+#include <memory>
 #include <span>
 #include <vector>
 
 namespace latte::detail {
+
+/// Rows kept outside the host vectors (device memory), supplied by a device forward pass. Layer `il`'s
+/// attention rows are [capacity, layout.bytes_per_token()] bytes and its indexer keys [capacity, row]
+/// in the storage's own element type, both token-ordered like the host rows.
+class KvRowStorage {
+ public:
+  virtual ~KvRowStorage() = default;
+  /// Makes room for at least `capacity` tokens, keeping the rows of the first `keep` tokens.
+  virtual void grow(int capacity, int keep) = 0;
+  [[nodiscard]] virtual std::byte* attention_rows(int il) noexcept = 0;
+  [[nodiscard]] virtual std::byte* indexer_keys(int il) noexcept = 0;
+};
 
 /// Token rows of every layer of one sequence. Capacity grows on demand up to n_ctx.
 class KvCache {
@@ -47,6 +60,13 @@ class KvCache {
   /// Bytes of valid state per token over all layers (attention rows plus indexer keys).
   [[nodiscard]] size_t bytes_per_token() const noexcept;
 
+  /// Moves the rows into `storage` (device memory) before any token is cached; from then on reserve()
+  /// grows the storage and attention_rows() / indexer_keys() must not be used (host rows stay empty).
+  /// Throws Error(internal) when tokens are already cached.
+  void attach_row_storage(std::unique_ptr<KvRowStorage> storage);
+  /// The attached storage, or nullptr for host rows.
+  [[nodiscard]] KvRowStorage* row_storage() const noexcept { return storage_.get(); }
+
  private:
   KvLayout layout_;
   int indexer_dim_ = 0;
@@ -55,6 +75,7 @@ class KvCache {
   int capacity_ = 0;
   std::vector<std::vector<std::byte>> attention_;  // per layer [capacity * bytes_per_token]
   std::vector<std::vector<float>> indexer_;        // per layer [capacity * indexer_dim]
+  std::unique_ptr<KvRowStorage> storage_;          // device rows, when attached
 };
 
 }  // namespace latte::detail

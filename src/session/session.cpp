@@ -10,6 +10,10 @@
 #include <latte/error.hpp>
 #include <latte/session.hpp>
 
+#ifdef LATTE_WITH_CUDA
+#include "cuda/cuda_forward.hpp"
+#endif
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -35,6 +39,12 @@ struct Session::Impl {
               model.config().has_indexer() ? model.config().indexer.head_dim : 0, params.n_ctx) {
     const detail::ModelState& state = model.state();
     backend->prepare(state.weights.attention_weights());
+#ifdef LATTE_WITH_CUDA
+    if (model.device().is_cuda()) {
+      forward = cuda::create_cuda_forward(state, *backend);
+      return;
+    }
+#endif
     forward = detail::architecture_ops(state.config.arch).create_cpu_forward(state, *backend, runner);
   }
 

@@ -1,0 +1,564 @@
+// The CUDA `mla` and `standard` attention backends (see cuda_attention.hpp).
+#include "cuda/cuda_attention.hpp"
+
+#include "cuda/activations.hpp"
+#include "cuda/check.hpp"
+#include "cuda/device_kv_storage.hpp"
+#include "cuda/flash_prefill.hpp"
+#include "cuda/gemm_bf16.hpp"
+#include "cuda/gemm_quant.hpp"
+#include "cuda/gemv_quant.hpp"
+#include "cuda/kv_cache_append.hpp"
+#include "cuda/linear.hpp"
+#include "cuda/mla_decode.hpp"
+#include "cuda/standard_decode.hpp"
+
+#include <latte/error.hpp>
+
+#include <algorithm>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <string_view>
+
+namespace latte::cuda {
+
+// ---- step tables -----------------------------------------------------------------------------
+
+void DeviceStepTables::upload(cudaStream_t stream) {
+  LATTE_CUDA_CHECK(
+      cudaMemcpyAsync(device_.data(), staging_.data(), host_.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
+}
+
+DeviceStep DeviceStepTables::stage(std::span<const Sequence> sequences, int n_rows, int n_layer) {
+  const bool indexer = !sequences.empty() && sequences.front().index_rows != nullptr;
+  attn_base_.assign(static_cast<size_t>(n_layer), nullptr);
+  index_base_.assign(static_cast<size_t>(n_layer), nullptr);
+  for (int il = 0; il < n_layer; ++il) {
+    for (const Sequence& s : sequences) {
+      const std::byte* a = s.attn_rows[il];
+      if (!attn_base_[il] || a < attn_base_[il]) attn_base_[il] = a;
+      if (indexer) {
+        const std::byte* k = s.index_rows[il];
+        if (!index_base_[il] || k < index_base_[il]) index_base_[il] = k;
+      }
+    }
+  }
+  // Layout: rows [T], positions [T], kv_lens [T], attn pages [n_layer, T], index pages [n_layer, T].
+  const size_t T = static_cast<size_t>(n_rows);
+  const size_t n_tables = indexer ? 2 : 1;
+  host_.assign(3 * T + n_tables * static_cast<size_t>(n_layer) * T, 0);
+  int max_kv_len = 0;
+  auto page = [&](const std::byte* rows, const std::byte* base) {
+    const int64_t bytes = rows - base;
+    const int64_t unit = bytes / kDeviceRowUnit;
+    if (bytes % kDeviceRowUnit != 0 || unit > INT32_MAX) {
+      throw Error(ErrorCode::internal,
+                  "cuda attention: cache rows " + std::to_string(bytes) + " bytes apart cannot share one page table");
+    }
+    return static_cast<int32_t>(unit);
+  };
+  for (const Sequence& s : sequences) {
+    for (int i = 0; i < s.n_tokens; ++i) {
+      const size_t row = static_cast<size_t>(s.first_row + i);
+      host_[row] = static_cast<int32_t>(row);
+      host_[T + row] = s.n_past + i;
+      host_[2 * T + row] = s.n_past + i + 1;
+      max_kv_len = std::max(max_kv_len, s.n_past + i + 1);
+      for (int il = 0; il < n_layer; ++il) {
+        host_[3 * T + static_cast<size_t>(il) * T + row] = page(s.attn_rows[il], attn_base_[il]);
+        if (indexer) {
+          host_[3 * T + (static_cast<size_t>(n_layer) + il) * T + row] = page(s.index_rows[il], index_base_[il]);
+        }
+      }
+    }
+  }
+  if (staging_.size() < host_.size()) {
+    staging_ = PinnedBuffer<int32_t>(host_.size() * 2);
+    device_ = DeviceBuffer<int32_t>(host_.size() * 2, "attention step tables");
+    bump_scratch_generation();
+  }
+  std::copy(host_.begin(), host_.end(), staging_.data());
+  const int32_t* d = device_.data();
+  return {.n_rows = n_rows,
+          .n_layer = n_layer,
+          // An upper bound in whole 256-position blocks: plans and grids then change once per block,
+          // so a captured decode graph serves 256 steps.
+          .max_kv_len = (max_kv_len + 255) / 256 * 256,
+          .rows = d,
+          .positions = d + T,
+          .kv_lens = d + 2 * T,
+          .attn_pages = d + 3 * T,
+          .index_pages = indexer ? d + 3 * T + static_cast<size_t>(n_layer) * T : nullptr,
+          .attn_base = attn_base_.data(),
+          .index_base = indexer ? index_base_.data() : nullptr};
+}
+
+// ---- shared backend plumbing -----------------------------------------------------------------
+
+const DeviceLayer& CudaAttentionBackend::layer(int il) const {
+  if (!weights_) {
+    throw Error(ErrorCode::invalid_argument,
+                std::string(name()) + " (CUDA): no device weights bound; run it through a CUDA model's session");
+  }
+  if (il < 0 || il >= static_cast<int>(weights_->layers.size())) {
+    throw Error(ErrorCode::internal, std::string(name()) + " (CUDA): layer " + std::to_string(il) + " out of range");
+  }
+  return weights_->layers[static_cast<size_t>(il)];
+}
+
+void CudaAttentionBackend::forward(const AttentionInput& in) {
+  if (!standalone_) standalone_ = std::make_unique<DeviceStepTables>();
+  std::vector<DeviceStepTables::Sequence> seqs;
+  std::vector<const std::byte*> rows(in.sequences.size());
+  for (size_t i = 0; i < in.sequences.size(); ++i) {
+    const AttentionSequence& s = in.sequences[i];
+    rows[i] = s.cache;
+    seqs.push_back({.first_row = s.first_row, .n_tokens = s.n_tokens, .n_past = s.n_past, .attn_rows = &rows[i]});
+  }
+  auto stream = static_cast<cudaStream_t>(in.stream);
+  LATTE_CUDA_CHECK(cudaStreamSynchronize(stream));  // the staging buffer may feed an earlier copy
+  const DeviceStep step = standalone_->stage(seqs, in.n_rows, 1);
+  standalone_->upload(stream);
+  forward_device(in, step);  // tables of one layer: forward_device reads them as layer 0
+}
+
+namespace {
+
+/// PagedRows over row-unit page tables: row r reads base + pages[r] * unit + pos * token_stride.
+template <class T>
+PagedRows<T> row_pages(const std::byte* base, const int32_t* pages, int64_t token_stride, int64_t head_stride,
+                       int64_t element_offset = 0) {
+  using Elem = std::remove_const_t<T>;
+  return {.data = reinterpret_cast<T*>(const_cast<std::byte*>(base)) + element_offset,
+          .page_table = pages,
+          .page_stride = kDeviceRowUnit / static_cast<int64_t>(sizeof(Elem)),
+          .token_stride = token_stride,
+          .head_stride = head_stride,
+          .page_size = kRowPageSize,
+          .page_table_stride = 1};
+}
+
+/// Grows `buf` to at least n elements.
+template <class T>
+T* ensure(DeviceBuffer<T>& buf, size_t n, const char* what) {
+  if (buf.size() < n) {
+    buf = DeviceBuffer<T>(n, what);
+    bump_scratch_generation();
+  }
+  return buf.data();
+}
+
+/// Per-head gathered-GEMV groups for T rows of N heads: group (h, chunk) multiplies head h's matrix
+/// with rows chunk*8 .. of that head, reading and writing row t*N + h of [T, N, *] arrays.
+class HeadGroups {
+ public:
+  struct Groups {
+    const GemvGroup* groups;
+    const int32_t* count;
+    int n;
+  };
+  Groups get(int T, int N) {
+    auto it = cache_.find(T);
+    if (it == cache_.end()) {
+      std::vector<GemvGroup> host;
+      for (int h = 0; h < N; ++h) {
+        for (int t0 = 0; t0 < T; t0 += gemv_max_tokens) {
+          GemvGroup g{};
+          g.matrix = h;
+          g.count = std::min(gemv_max_tokens, T - t0);
+          for (int i = 0; i < g.count; ++i) g.x_row[i] = g.y_row[i] = (t0 + i) * N + h;
+          host.push_back(g);
+        }
+      }
+      Entry e{DeviceBuffer<GemvGroup>(host.size(), "head groups"), DeviceBuffer<int32_t>(1, "head group count"),
+              static_cast<int>(host.size())};
+      const int32_t n = e.n;
+      LATTE_CUDA_CHECK(
+          cudaMemcpy(e.groups.data(), host.data(), host.size() * sizeof(GemvGroup), cudaMemcpyHostToDevice));
+      LATTE_CUDA_CHECK(cudaMemcpy(e.count.data(), &n, sizeof(n), cudaMemcpyHostToDevice));
+      it = cache_.emplace(T, std::move(e)).first;
+    }
+    return {it->second.groups.data(), it->second.count.data(), it->second.n};
+  }
+
+ private:
+  struct Entry {
+    DeviceBuffer<GemvGroup> groups;
+    DeviceBuffer<int32_t> count;
+    int n;
+  };
+  std::map<int, Entry> cache_;
+};
+
+/// y[t, h] = M_h x[t, h] for every row t and head h, one launch (M_h: matrix h of `stack`, `rows_per_head` rows).
+void per_head_gemv(const DeviceMatrix& stack, int64_t rows_per_head, HeadGroups::Groups g, const float* x,
+                   int64_t x_stride, float* y, int64_t y_stride, cudaStream_t stream) {
+  if (g.n > 65535) {
+    throw Error(ErrorCode::unsupported, "cuda attention: " + std::to_string(g.n) + " head groups exceed one launch");
+  }
+  gemv_quant({.type = stack.type,
+              .weight = stack.data,
+              .weight_bytes = stack.bytes(),
+              .matrix_stride_bytes = rows_per_head * stack.row_bytes,
+              .n_rows = static_cast<int>(rows_per_head),
+              .k = static_cast<int>(stack.k),
+              .x = x,
+              .x_stride = x_stride,
+              .y = y,
+              .y_stride = y_stride,
+              .groups = g.groups,
+              .n_groups = g.count,
+              .max_groups = g.n,
+              .max_tokens_per_group = gemv_max_tokens},
+             stream);
+}
+
+// ---- mla --------------------------------------------------------------------------------------
+
+class CudaMlaBackend final : public CudaAttentionBackend {
+ public:
+  explicit CudaMlaBackend(const ModelConfig& c) : c_(c) {}
+  [[nodiscard]] std::string_view name() const noexcept override { return "mla"; }
+  [[nodiscard]] KvLayout kv_layout() const override {
+    return {.values_per_token = c_.kv_lora_rank + c_.qk_rope_head_dim, .element_type = GgmlType::bf16};
+  }
+
+  void forward_device(const AttentionInput& in, const DeviceStep& step) override {
+    const int T = in.n_rows, N = c_.n_head, L = c_.kv_lora_rank, R = c_.qk_rope_head_dim, P = c_.qk_nope_head_dim;
+    const int V = c_.v_head_dim, qk = P + R, row = L + R;
+    const int table = step.n_layer == 1 ? 0 : in.layer;
+    const DeviceLayer& w = layer(in.layer);
+    auto stream = static_cast<cudaStream_t>(in.stream);
+    const size_t TN = static_cast<size_t>(T) * N;
+    const int32_t* pages = step.attn_pages + static_cast<size_t>(table) * T;
+    const std::byte* base = step.attn_base[table];
+
+    // Cache rows: c (L) then k_pe (R), bf16.
+    const PagedRows<__nv_bfloat16> cache = row_pages<__nv_bfloat16>(base, pages, row, 0);
+    run_kv_cache_append({.src = in.latent,
+                         .src_token_stride = L,
+                         .n_tokens = T,
+                         .dim = L,
+                         .dst = cache,
+                         .batch_index = step.rows,
+                         .positions = step.positions},
+                        stream);
+    run_kv_cache_append({.src = in.k_rope,
+                         .src_token_stride = R,
+                         .n_tokens = T,
+                         .dim = R,
+                         .dst = cache,
+                         .dst_offset = L,
+                         .batch_index = step.rows,
+                         .positions = step.positions},
+                        stream);
+
+    if (decompressed_prefill(in)) {
+      prefill_decompressed(in, w, stream);
+      return;
+    }
+
+    // q_lat[t, h] = W_UK_h^T q_nope[t, h] (all heads, one launch); bf16 copies for the kernel.
+    float* q_lat = ensure(q_lat_, TN * L, "mla q_lat");
+    __nv_bfloat16* q_lat_bf16 = ensure(q_lat_bf16_, TN * L, "mla q_lat bf16");
+    __nv_bfloat16* q_rope_bf16 = ensure(q_rope_bf16_, TN * R, "mla q_rope bf16");
+    float* o_lat = ensure(o_lat_, TN * L, "mla o_lat");
+    const HeadGroups::Groups groups = groups_.get(T, N);
+    per_head_gemv(w.k_b, L, groups, in.q, qk, q_lat, L, stream);
+    convert_to_bf16(q_lat, L, q_lat_bf16, L, static_cast<int>(TN), L, stream);
+    convert_to_bf16(in.q + P, qk, q_rope_bf16, R, static_cast<int>(TN), R, stream);
+
+    MlaDecodeParams p{.q_latent = q_lat_bf16,
+                      .q_latent_token_stride = static_cast<int64_t>(N) * L,
+                      .q_latent_head_stride = L,
+                      .q_rope = q_rope_bf16,
+                      .q_rope_token_stride = static_cast<int64_t>(N) * R,
+                      .q_rope_head_stride = R,
+                      .cache = row_pages<const __nv_bfloat16>(base, pages, row, 0),
+                      .kv_lens = step.kv_lens,
+                      .indices = in.selection,
+                      .index_stride = in.selection ? in.selection_width : 0,
+                      .top_k = in.selection ? in.selection_width : 0,
+                      .batch = T,
+                      .q_len = 1,
+                      .n_heads = N,
+                      .max_kv_len = step.max_kv_len,
+                      .scale = in.scale,
+                      .out_type = AttnOutputType::f32,
+                      .out = o_lat};
+    const MlaDecodePlan plan = plan_mla_decode(p);
+    void* ws = plan.workspace_bytes ? ensure(workspace_, plan.workspace_bytes, "mla split-KV workspace") : nullptr;
+    run_mla_decode(p, plan, ws, plan.workspace_bytes, stream);
+
+    // out[t, h] = W_UV_h o_lat[t, h].
+    per_head_gemv(w.v_b, V, groups, o_lat, L, in.out, V, stream);
+  }
+
+ private:
+  /// Dense prefill chunks of one sequence of at least this many tokens run decompressed.
+  static constexpr int kMinDecompressedChunk = 16;
+
+  [[nodiscard]] bool decompressed_prefill(const AttentionInput& in) const {
+    return !absorbed_only_ && in.selection == nullptr && in.sequences.size() == 1 &&
+           in.sequences[0].n_tokens >= kMinDecompressedChunk && in.sequences[0].cache != nullptr;
+  }
+
+  /// Decompressed attention over the latent cache for one sequence's chunk: per head K = [W_UK c | k_pe]
+  /// and V = W_UV c of every visible position (one GEMM over the cache rows with attn_kv_b), then
+  /// flash-attention prefill. Costs 2 n_kv L N (P + V) FLOPs per layer for the decompression, which
+  /// a chunk of T queries repays against the absorbed kernel's 2 T n_kv N (L + R + L).
+  void prefill_decompressed(const AttentionInput& in, const DeviceLayer& w, cudaStream_t stream) {
+    const AttentionSequence& s = in.sequences[0];
+    const int N = c_.n_head, L = c_.kv_lora_rank, R = c_.qk_rope_head_dim, P = c_.qk_nope_head_dim;
+    const int V = c_.v_head_dim, qk = P + R, row = L + R, n_kv = s.n_past + s.n_tokens;
+    const int64_t kv_width = static_cast<int64_t>(N) * (P + V);
+    const auto* cache = reinterpret_cast<const __nv_bfloat16*>(s.cache);
+
+    // kv [n_kv, N(P+V)] = c attn_kv_b^T, with the cache rows (bf16, 576 apart) as the A operand.
+    float* kv = ensure(kv_, static_cast<size_t>(n_kv) * kv_width, "mla decompressed kv");
+    const QuantGemmParams gemm{.type = w.kv_b.type,
+                               .weight = w.kv_b.data,
+                               .weight_bytes = w.kv_b.bytes(),
+                               .n_rows = static_cast<int>(w.kv_b.rows),
+                               .k = static_cast<int>(w.kv_b.k),
+                               .a = cache,
+                               .lda = row,
+                               .c = kv,
+                               .ldc = kv_width,
+                               .m = n_kv};
+    if (gemm_quant_supports(w.kv_b.type) && reinterpret_cast<uintptr_t>(w.kv_b.data) % 16 == 0) {
+      gemm_quant(gemm, stream);
+    } else {
+      if (!blas_) blas_ = std::make_unique<BlasHandle>();
+      const size_t elems = static_cast<size_t>(w.kv_b.rows) * static_cast<size_t>(w.kv_b.k);
+      gemm_quant_via_bf16(*blas_, gemm, ensure(weight_bf16_, elems, "mla kv_b bf16"), elems, stream);
+    }
+
+    // K [n_kv, N, P+R] and V [n_kv, N, V] in bf16: k_nope and v from kv, k_pe from the cache rows.
+    const int32_t* positions = iota(n_kv);
+    __nv_bfloat16* k = ensure(k_, static_cast<size_t>(n_kv) * N * qk, "mla decompressed K");
+    __nv_bfloat16* v = ensure(v_, static_cast<size_t>(n_kv) * N * V, "mla decompressed V");
+    const PagedRows<__nv_bfloat16> k_rows{.data = k, .token_stride = static_cast<int64_t>(N) * qk, .head_stride = qk};
+    const PagedRows<__nv_bfloat16> v_rows{.data = v, .token_stride = static_cast<int64_t>(N) * V, .head_stride = V};
+    run_kv_cache_append({.src = kv,
+                         .src_token_stride = kv_width,
+                         .src_head_stride = P + V,
+                         .n_tokens = n_kv,
+                         .n_heads = N,
+                         .dim = P,
+                         .dst = k_rows,
+                         .positions = positions},
+                        stream);
+    run_kv_cache_append({.src = cache + L,
+                         .src_type = AppendSourceType::bf16,
+                         .src_token_stride = row,
+                         .src_head_stride = 0,
+                         .n_tokens = n_kv,
+                         .n_heads = N,
+                         .dim = R,
+                         .dst = k_rows,
+                         .dst_offset = P,
+                         .positions = positions},
+                        stream);
+    run_kv_cache_append({.src = kv + P,
+                         .src_token_stride = kv_width,
+                         .src_head_stride = P + V,
+                         .n_tokens = n_kv,
+                         .n_heads = N,
+                         .dim = V,
+                         .dst = v_rows,
+                         .positions = positions},
+                        stream);
+
+    __nv_bfloat16* q = ensure(q_bf16_, static_cast<size_t>(s.n_tokens) * N * qk, "mla prefill q bf16");
+    convert_to_bf16(in.q + static_cast<size_t>(s.first_row) * N * qk, static_cast<int64_t>(N) * qk, q,
+                    static_cast<int64_t>(N) * qk, s.n_tokens, N * qk, stream);
+    run_flash_prefill({.q = q,
+                       .q_token_stride = static_cast<int64_t>(N) * qk,
+                       .q_head_stride = qk,
+                       .k_cache = {.data = k, .token_stride = static_cast<int64_t>(N) * qk, .head_stride = qk},
+                       .v_cache = {.data = v, .token_stride = static_cast<int64_t>(N) * V, .head_stride = V},
+                       .n_queries = s.n_tokens,
+                       .pos0 = s.n_past,
+                       .n_heads = N,
+                       .head_dim_qk = qk,
+                       .head_dim_v = V,
+                       .scale = in.scale,
+                       .out_type = AttnOutputType::f32,
+                       .out = in.out + static_cast<size_t>(s.first_row) * N * V},
+                      stream);
+  }
+
+  /// Device [n] = 0, 1, ..., n - 1.
+  const int32_t* iota(int n) {
+    if (static_cast<int>(iota_.size()) < n) {
+      std::vector<int32_t> host(static_cast<size_t>(std::max(n, 1024)));
+      for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<int32_t>(i);
+      iota_ = DeviceBuffer<int32_t>(host.size(), "positions 0..n-1");
+      bump_scratch_generation();
+      LATTE_CUDA_CHECK(cudaMemcpy(iota_.data(), host.data(), host.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+    }
+    return iota_.data();
+  }
+
+  ModelConfig c_;
+  bool absorbed_only_ = [] {
+    const char* env = std::getenv("LATTE_MLA_PREFILL");
+    return env && std::string_view(env) == "absorbed";
+  }();
+  std::unique_ptr<BlasHandle> blas_;
+  DeviceBuffer<float> kv_;
+  DeviceBuffer<__nv_bfloat16> k_, v_, q_bf16_, weight_bf16_;
+  DeviceBuffer<int32_t> iota_;
+  HeadGroups groups_;
+  DeviceBuffer<float> q_lat_, o_lat_;
+  DeviceBuffer<__nv_bfloat16> q_lat_bf16_, q_rope_bf16_;
+  DeviceBuffer<std::byte> workspace_;
+};
+
+// ---- standard ---------------------------------------------------------------------------------
+
+class CudaStandardBackend final : public CudaAttentionBackend {
+ public:
+  explicit CudaStandardBackend(const ModelConfig& c) : c_(c) {}
+  [[nodiscard]] std::string_view name() const noexcept override { return "standard"; }
+  [[nodiscard]] KvLayout kv_layout() const override {
+    return {.values_per_token = c_.n_head * (c_.qk_head_dim() + c_.v_head_dim), .element_type = GgmlType::bf16};
+  }
+
+  void forward_device(const AttentionInput& in, const DeviceStep& step) override {
+    const int T = in.n_rows, N = c_.n_head, L = c_.kv_lora_rank, R = c_.qk_rope_head_dim, P = c_.qk_nope_head_dim;
+    const int V = c_.v_head_dim, qk = P + R;
+    const int64_t row = static_cast<int64_t>(N) * (qk + V);  // K [N, qk] then V [N, V]
+    const int table = step.n_layer == 1 ? 0 : in.layer;
+    const DeviceLayer& w = layer(in.layer);
+    auto stream = static_cast<cudaStream_t>(in.stream);
+    const int32_t* pages = step.attn_pages + static_cast<size_t>(table) * T;
+    const std::byte* base = step.attn_base[table];
+    const int64_t v_offset = static_cast<int64_t>(N) * qk;
+
+    // [k_nope | v] per head = attn_kv_b c for the new rows, then into the cache with the shared k_pe.
+    float* kv = ensure(kv_, static_cast<size_t>(T) * N * (P + V), "standard decompressed kv");
+    linear_(w.kv_b, {.x = in.latent, .x_stride = L, .rows = T, .y = kv, .y_stride = static_cast<int64_t>(N) * (P + V)},
+            stream);
+    const PagedRows<__nv_bfloat16> k_rows = row_pages<__nv_bfloat16>(base, pages, row, qk);
+    const PagedRows<__nv_bfloat16> v_rows = row_pages<__nv_bfloat16>(base, pages, row, V, v_offset);
+    run_kv_cache_append({.src = kv,
+                         .src_token_stride = static_cast<int64_t>(N) * (P + V),
+                         .src_head_stride = P + V,
+                         .n_tokens = T,
+                         .n_heads = N,
+                         .dim = P,
+                         .dst = k_rows,
+                         .batch_index = step.rows,
+                         .positions = step.positions},
+                        stream);
+    run_kv_cache_append({.src = in.k_rope,
+                         .src_token_stride = R,
+                         .src_head_stride = 0,
+                         .n_tokens = T,
+                         .n_heads = N,
+                         .dim = R,
+                         .dst = k_rows,
+                         .dst_offset = P,
+                         .batch_index = step.rows,
+                         .positions = step.positions},
+                        stream);
+    run_kv_cache_append({.src = kv + P,
+                         .src_token_stride = static_cast<int64_t>(N) * (P + V),
+                         .src_head_stride = P + V,
+                         .n_tokens = T,
+                         .n_heads = N,
+                         .dim = V,
+                         .dst = v_rows,
+                         .batch_index = step.rows,
+                         .positions = step.positions},
+                        stream);
+
+    __nv_bfloat16* q = ensure(q_bf16_, static_cast<size_t>(T) * N * qk, "standard q bf16");
+    convert_to_bf16(in.q, static_cast<int64_t>(N) * qk, q, static_cast<int64_t>(N) * qk, T, N * qk, stream);
+    const PagedRows<const __nv_bfloat16> k_read = row_pages<const __nv_bfloat16>(base, pages, row, qk);
+    const PagedRows<const __nv_bfloat16> v_read = row_pages<const __nv_bfloat16>(base, pages, row, V, v_offset);
+
+    // Dense chunks of several tokens: flash-attention prefill per sequence.
+    bool prefill = in.selection == nullptr;
+    for (const AttentionSequence& s : in.sequences) prefill = prefill && s.n_tokens > 1;
+    if (prefill) {
+      for (const AttentionSequence& s : in.sequences) {
+        run_flash_prefill({.q = q + static_cast<size_t>(s.first_row) * N * qk,
+                           .q_token_stride = static_cast<int64_t>(N) * qk,
+                           .q_head_stride = qk,
+                           .k_cache = k_read,
+                           .v_cache = v_read,
+                           .cache_batch = s.first_row,
+                           .n_queries = s.n_tokens,
+                           .pos0 = s.n_past,
+                           .n_heads = N,
+                           .head_dim_qk = qk,
+                           .head_dim_v = V,
+                           .scale = in.scale,
+                           .out_type = AttnOutputType::f32,
+                           .out = in.out + static_cast<size_t>(s.first_row) * N * V},
+                          stream);
+      }
+      return;
+    }
+    // Otherwise every row is one decode entry (dense or sparse), all in one launch.
+    StandardDecodeParams p{.q = q,
+                           .q_batch_stride = static_cast<int64_t>(N) * qk,
+                           .q_head_stride = qk,
+                           .k_cache = k_read,
+                           .v_cache = v_read,
+                           .kv_lens = step.kv_lens,
+                           .indices = in.selection,
+                           .index_stride = in.selection ? in.selection_width : 0,
+                           .top_k = in.selection ? in.selection_width : 0,
+                           .batch = T,
+                           .n_heads = N,
+                           .head_dim_qk = qk,
+                           .head_dim_v = V,
+                           .max_kv_len = step.max_kv_len,
+                           .scale = in.scale,
+                           .out_type = AttnOutputType::f32,
+                           .out = in.out};
+    const StandardDecodePlan plan = plan_standard_decode(p);
+    void* ws = plan.workspace_bytes ? ensure(workspace_, plan.workspace_bytes, "standard split-KV workspace") : nullptr;
+    run_standard_decode(p, plan, ws, plan.workspace_bytes, stream);
+  }
+
+ private:
+  ModelConfig c_;
+  Linear linear_;
+  DeviceBuffer<float> kv_;
+  DeviceBuffer<__nv_bfloat16> q_bf16_;
+  DeviceBuffer<std::byte> workspace_;
+};
+
+bool mla_dims(const ModelConfig& c) { return c.kv_lora_rank == kMlaLatentDim && c.qk_rope_head_dim == kMlaRopeDim; }
+bool standard_dims(const ModelConfig& c) {
+  return (c.qk_head_dim() == 192 && c.v_head_dim == 128) || (c.qk_head_dim() == 256 && c.v_head_dim == 256);
+}
+
+}  // namespace
+
+AttentionBackendInfo cuda_mla_backend_info() {
+  return {
+      .name = "mla",
+      .description = "weight-absorbed MLA: bf16 latent cache c|k_pe (576 per token per layer), split-KV decode; CUDA",
+      .supports = [](const ModelConfig& c, Device d) { return d.is_cuda() && mla_dims(c); },
+      .create = [](const ModelConfig& c, Device) -> std::unique_ptr<AttentionBackend> {
+        return std::make_unique<CudaMlaBackend>(c);
+      }};
+}
+
+AttentionBackendInfo cuda_standard_backend_info() {
+  return {.name = "standard",
+          .description = "decompressed attention: bf16 per-head K|V cache, flash prefill + split-KV decode; CUDA",
+          .supports = [](const ModelConfig& c, Device d) { return d.is_cuda() && standard_dims(c); },
+          .create = [](const ModelConfig& c, Device) -> std::unique_ptr<AttentionBackend> {
+            return std::make_unique<CudaStandardBackend>(c);
+          }};
+}
+
+}  // namespace latte::cuda

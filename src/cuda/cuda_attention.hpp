@@ -1,0 +1,93 @@
+// The CUDA attention backends `mla` and `standard`, registered next to the CPU ones (supports() takes
+// Device::cuda). AttentionInput pointers are device pointers, `stream` the cudaStream_t, the sequences'
+// cache pointers are their device rows of the layer (DeviceKvStorage).
+//
+// Every query row of a step is one entry of the attention kernels, with its own visible length
+// (position + 1) and a page table that points it at its sequence's cache rows: so prefill chunks,
+// decode steps and batches of several sessions (each with its own n_past) run through one launch.
+//   mla:      latent cache c|k_pe (576 bf16 per token per layer); q_lat = W_UK^T q_nope by one gathered
+//             GEMV over all heads, split-KV absorbed decode kernel (dense or DSA-sparse), W_UV after.
+//   standard: per-head K [N, P+R] | V [N, V] bf16 rows, decompressed with attn_kv_b; flash-attention
+//             prefill for dense multi-token chunks, split-KV decode (dense or sparse) otherwise.
+#pragma once
+
+#include "cuda/device_buffer.hpp"
+#include "cuda/device_weights.hpp"
+#include "cuda/linear.hpp"
+
+#include <latte/attention.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+namespace latte::cuda {
+
+/// Row-unit page tables: `pages[il * n_rows + row]` is the offset, in kDeviceRowUnit bytes from
+/// `base[il]`, of the layer-il cache rows of the sequence that batch row `row` belongs to.
+struct DeviceStep {
+  int n_rows = 0;                                ///< T
+  int n_layer = 0;                               ///< layers covered by the page tables
+  int max_kv_len = 0;                            ///< host: the longest visible length of any row
+  const int32_t* rows = nullptr;                 ///< [T] 0, 1, ... T-1
+  const int32_t* positions = nullptr;            ///< [T] position of each row in its sequence
+  const int32_t* kv_lens = nullptr;              ///< [T] position + 1
+  const int32_t* attn_pages = nullptr;           ///< [n_layer, T]
+  const int32_t* index_pages = nullptr;          ///< [n_layer, T] indexer key rows (glm-dsa) or nullptr
+  const std::byte* const* attn_base = nullptr;   ///< host [n_layer] base of the attention page tables
+  const std::byte* const* index_base = nullptr;  ///< host [n_layer] base of the indexer page tables
+};
+
+/// A page-table position that no real position reaches: every position lands in page 0 of its row.
+inline constexpr int32_t kRowPageSize = 1 << 30;
+
+/// Builds DeviceStep tables on the host and uploads them (one copy per step).
+class DeviceStepTables {
+ public:
+  struct Sequence {
+    int first_row = 0, n_tokens = 0, n_past = 0;
+    const std::byte* const* attn_rows = nullptr;   ///< host [n_layer] layer row pointers
+    const std::byte* const* index_rows = nullptr;  ///< host [n_layer] or nullptr
+  };
+  /// Fills the pinned staging copy of the tables (the caller makes sure no earlier upload still reads
+  /// it); the returned step's device pointers hold them once upload() has run on the stream.
+  DeviceStep stage(std::span<const Sequence> sequences, int n_rows, int n_layer);
+  /// Enqueues the copy of the staged tables (graph-capturable: the copy reads the staging at run time).
+  void upload(cudaStream_t stream);
+
+ private:
+  std::vector<const std::byte*> attn_base_, index_base_;
+  std::vector<int32_t> host_;
+  PinnedBuffer<int32_t> staging_;
+  DeviceBuffer<int32_t> device_;
+};
+
+/// Interface of the CUDA backends beyond AttentionBackend: forward with the step's tables built once
+/// for all layers by the forward pass.
+class CudaAttentionBackend : public AttentionBackend {
+ public:
+  /// The model's device weights (the up-projections); the CUDA forward pass binds them before use.
+  void bind(std::shared_ptr<const DeviceWeights> weights) { weights_ = std::move(weights); }
+  /// Appends the new rows to the caches and writes input.out, with tables built once per step.
+  /// Tables of one layer (step.n_layer == 1) are read as that layer's whatever input.layer is.
+  virtual void forward_device(const AttentionInput& input, const DeviceStep& step) = 0;
+  /// Builds the tables of this one layer from input.sequences, then forward_device.
+  void forward(const AttentionInput& input) override;
+  void prepare(std::span<const AttentionLayerWeights> layers) override { n_layer_ = static_cast<int>(layers.size()); }
+
+ protected:
+  [[nodiscard]] const DeviceLayer& layer(int il) const;
+  std::shared_ptr<const DeviceWeights> weights_;
+  int n_layer_ = 0;
+
+ private:
+  std::unique_ptr<DeviceStepTables> standalone_;
+};
+
+/// Registry entries of the CUDA backends.
+AttentionBackendInfo cuda_mla_backend_info();
+AttentionBackendInfo cuda_standard_backend_info();
+
+}  // namespace latte::cuda

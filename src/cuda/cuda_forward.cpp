@@ -1,0 +1,660 @@
+// The CUDA forward pass (see cuda_forward.hpp). Per block, on T rows (x = residual stream):
+//   xn = RMSNorm(x);  proj = xn [query ; kv_a]^T                 one product over the stacked weights
+//   c = RMSNorm(proj[L part]);  k_pe = proj[R part];  q = q_b(RMSNorm(q_a)) or the query part
+//   RoPE(q_pe of every head, k_pe)                              interleaved, YaRN frequencies
+//   [glm-dsa] indexer keys into the cache; top-k positions per row when a sequence exceeds top_k
+//   attn = backend(q, c, k_pe)                                   [T, N V]
+//   x += attn attn_output^T                                      residual fused into the product
+//   xn = RMSNorm(x);  x += dense FFN | routed experts + shared experts
+// then logits = RMSNorm(x) output^T for the requested rows, copied into pinned host memory.
+#include "cuda/cuda_forward.hpp"
+
+#include "cuda/activations.hpp"
+#include "cuda/check.hpp"
+#include "cuda/cuda_attention.hpp"
+#include "cuda/device_buffer.hpp"
+#include "cuda/device_kv_storage.hpp"
+#include "cuda/device_weights.hpp"
+#include "cuda/dsa_indexer.hpp"
+#include "cuda/embedding.hpp"
+#include "cuda/gemm_quant.hpp"
+#include "cuda/kv_cache_append.hpp"
+#include "cuda/linear.hpp"
+#include "cuda/logits_transfer.hpp"
+#include "cuda/moe_experts.hpp"
+#include "cuda/moe_router.hpp"
+#include "cuda/norms.hpp"
+#include "cuda/rope_yarn.hpp"
+#include "model/deepseek2.hpp"
+
+#include <latte/error.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace latte::cuda {
+
+namespace {
+
+template <class T>
+T* ensure(DeviceBuffer<T>& buf, size_t n, const char* what) {
+  if (buf.size() < n) {
+    buf = DeviceBuffer<T>(n, what);
+    bump_scratch_generation();
+  }
+  return buf.data();
+}
+
+class CudaForward;
+
+/// Decode steps (one token per sequence) as CUDA graphs, keyed by CudaForward::graph_key: the first
+/// step of a key runs eagerly (it sizes every buffer), the second is captured, later ones replay.
+/// Capture failures fall back to eager launches for that key. LATTE_CUDA_GRAPHS=0 turns graphs off.
+class DecodeGraphs {
+ public:
+  DecodeGraphs();
+  ~DecodeGraphs();
+  DecodeGraphs(const DecodeGraphs&) = delete;
+  DecodeGraphs& operator=(const DecodeGraphs&) = delete;
+  /// Runs the step as a graph and returns true, or returns false: the caller enqueues it eagerly.
+  bool run(CudaForward& pass, const detail::ForwardBatch& batch);
+
+ private:
+  struct Entry {
+    int seen = 0;
+    cudaGraphExec_t exec = nullptr;
+    bool failed = false;
+  };
+  void clear() noexcept;
+  bool enabled_ = true;
+  std::map<std::vector<uint64_t>, Entry> entries_;
+};
+
+class CudaForward final : public detail::ForwardPass {
+ public:
+  CudaForward(const detail::ModelState& model, CudaAttentionBackend& backend)
+      : model_(model),
+        c_(model.config),
+        weights_(model.device_weights),
+        backend_(backend),
+        layout_(detail::attention_input_layout(model.config)) {
+    if (!weights_) throw Error(ErrorCode::internal, "cuda forward: the model has no device weights");
+    backend_.bind(weights_);
+    const RopeScaling& rs = c_.rope_scaling;
+    rope_ = {.freq_base = c_.rope_freq_base};
+    if (rs.type == RopeScalingType::linear) {
+      rope_.freq_scale = 1.0f / rs.factor;
+    } else if (rs.type == RopeScalingType::yarn && rs.factor != 1.0f) {
+      rope_.freq_scale = 1.0f / rs.factor;
+      rope_.ext_factor = 1.0f;
+      rope_.corr = yarn_corr_dims(c_.qk_rope_head_dim, static_cast<int>(rs.original_context_length), c_.rope_freq_base,
+                                  rs.yarn_beta_fast, rs.yarn_beta_slow);
+    }
+    if (c_.has_indexer() && (c_.indexer.n_head > kDsaIndexHeads || c_.indexer.head_dim != kDsaIndexHeadDim)) {
+      throw Error(ErrorCode::unsupported,
+                  "cuda forward: the DSA indexer kernels need at most " + std::to_string(kDsaIndexHeads) +
+                      " heads of " + std::to_string(kDsaIndexHeadDim) + " dims (model: " +
+                      std::to_string(c_.indexer.n_head) + " x " + std::to_string(c_.indexer.head_dim) + ")");
+    }
+    if (c_.n_expert > moe_max_experts || c_.n_expert_used > moe_max_k || c_.n_expert_group > moe_max_expert_groups) {
+      throw Error(ErrorCode::unsupported, "cuda forward: the MoE router handles at most " +
+                                              std::to_string(moe_max_experts) + " experts, " +
+                                              std::to_string(moe_max_k) + " per token and " +
+                                              std::to_string(moe_max_expert_groups) + " groups");
+    }
+  }
+
+  void run(const detail::ForwardBatch& batch) override {
+    use_device(weights_->ordinal);
+    const int T = static_cast<int>(batch.tokens.size());
+    if (T == 0) return;
+    stream_.synchronize();  // the previous step no longer reads the pinned staging buffers
+    prepare_caches(batch);
+    ensure_capacity(T, static_cast<int>(batch.logit_rows.size()));
+    stage_tokens(batch);
+    stage_step(batch);
+    if (!graphs_.run(*this, batch)) enqueue(batch);
+    finish_logits(batch);
+    for (const detail::BatchSequence& s : batch.sequences) s.cache->set_n_tokens(s.cache->n_tokens() + s.n_tokens);
+  }
+
+  /// Everything a step runs on the stream, from the staged inputs to the logits in pinned memory.
+  void enqueue(const detail::ForwardBatch& batch) {
+    const int T = static_cast<int>(batch.tokens.size());
+    LATTE_CUDA_CHECK(cudaMemcpyAsync(tokens_.data(), tokens_host_.data(), static_cast<size_t>(T) * sizeof(int32_t),
+                                     cudaMemcpyHostToDevice, stream()));
+    tables_.upload(stream());
+    embedding_lookup({.type = weights_->token_embd.type,
+                      .table = weights_->token_embd.data,
+                      .table_bytes = weights_->token_embd.bytes(),
+                      .vocab = static_cast<int>(weights_->token_embd.rows),
+                      .hidden = c_.n_embd,
+                      .ids = tokens_.data(),
+                      .n_tokens = T,
+                      .out = act_.x.data(),
+                      .out_stride = c_.n_embd},
+                     stream());
+    for (int il = 0; il < c_.n_layer_main(); ++il) {
+      attention_block(il, batch);
+      feed_forward_block(il);
+    }
+    output_logits(batch);
+  }
+
+  /// What a captured decode graph depends on besides the staged inputs: the shape, every host-side
+  /// branch, and every device address the launches bake in.
+  [[nodiscard]] std::vector<uint64_t> graph_key(const detail::ForwardBatch& batch) const {
+    std::vector<uint64_t> key{static_cast<uint64_t>(batch.tokens.size()), static_cast<uint64_t>(step_.max_kv_len),
+                              any_sparse(batch) ? 1u : 0u, scratch_generation(),
+                              reinterpret_cast<uintptr_t>(logits_host_.data())};
+    for (int r : batch.logit_rows) key.push_back(static_cast<uint64_t>(r));
+    for (int il = 0; il < step_.n_layer; ++il) {
+      key.push_back(reinterpret_cast<uintptr_t>(step_.attn_base[il]));
+      if (step_.index_base) key.push_back(reinterpret_cast<uintptr_t>(step_.index_base[il]));
+    }
+    return key;
+  }
+
+ private:
+  /// Device activations of one step, T rows; widths in floats. Named so that per-layer values can be
+  /// copied out between launches.
+  struct Activations {
+    DeviceBuffer<float> x;                // [T, H] residual stream
+    DeviceBuffer<float> xn;               // [T, H] normalised input of the current sub-block
+    DeviceBuffer<float> proj;             // [T, layout.width] fused q_a|kv_a (or q|kv_a) output
+    DeviceBuffer<float> qa;               // [T, Lq] normalised q_a (q_lora models)
+    DeviceBuffer<float> q;                // [T, N(P+R)] per head [nope | rope]
+    DeviceBuffer<float> latent;           // [T, L] normalised c
+    DeviceBuffer<float> k_rope;           // [T, R]
+    DeviceBuffer<float> attn;             // [T, N V] attention output before attn_output
+    DeviceBuffer<float> hidden;           // [T, F] gated FFN activations
+    DeviceBuffer<float> gate_up;          // [T, 2F] gate|up products (beyond 8 rows)
+    DeviceBuffer<float> router;           // [T, E] router logits
+    DeviceBuffer<int32_t> ids;            // [T, K] chosen experts
+    DeviceBuffer<float> weights;          // [T, K] their weights
+    DeviceBuffer<__nv_bfloat16> xn_bf16;  // [T, H] MoE prefill input
+    DeviceBuffer<float> index_keys;       // [T, dI] indexer keys
+    DeviceBuffer<float> index_q;          // [T, 32, dI] indexer queries (heads past nI stay zero)
+    DeviceBuffer<__nv_bfloat16> index_q_bf16;
+    DeviceBuffer<float> index_w;       // [T, 32] indexer head weights (zero past nI)
+    DeviceBuffer<float> index_scores;  // [T, max_kv_len]
+    DeviceBuffer<int32_t> selection;   // [T, top_k]
+    DeviceBuffer<float> out_rows;      // [n_out, H] normalised rows whose logits are wanted
+    DeviceBuffer<float> logits;        // [n_out, vocab]
+  };
+
+  friend class DecodeGraphs;
+  cudaStream_t stream() const noexcept { return stream_.get(); }
+
+  void prepare_caches(const detail::ForwardBatch& batch) {
+    const KvLayout layout = backend_.kv_layout();
+    const size_t index_row = c_.has_indexer() ? static_cast<size_t>(c_.indexer.head_dim) * 2 : 0;
+    bool synced = false;
+    for (const detail::BatchSequence& s : batch.sequences) {
+      detail::KvCache& cache = *s.cache;
+      if (cache.layout().values_per_token != layout.values_per_token ||
+          cache.layout().element_type != layout.element_type) {
+        throw Error(ErrorCode::invalid_argument,
+                    "cuda forward: a sequence's cache was made for another backend than '" +
+                        std::string(backend_.name()) + "'");
+      }
+      if (!cache.row_storage()) {
+        cache.attach_row_storage(
+            std::make_unique<DeviceKvStorage>(c_.n_layer_main(), layout.bytes_per_token(), index_row));
+      }
+      if (cache.capacity() < cache.n_tokens() + s.n_tokens) {
+        if (!synced) stream_.synchronize();  // growing copies rows the stream may still be writing
+        synced = true;
+        cache.reserve(cache.n_tokens() + s.n_tokens);
+      }
+    }
+  }
+
+  void ensure_capacity(int T, int n_out) {
+    if (static_cast<size_t>(n_out) * c_.n_vocab > logits_host_.size()) {
+      logits_host_ = PinnedBuffer<float>(static_cast<size_t>(std::max(n_out, 1)) * c_.n_vocab);
+      act_.logits = DeviceBuffer<float>(static_cast<size_t>(std::max(n_out, 1)) * c_.n_vocab, "logits");
+      bump_scratch_generation();
+    }
+    if (T <= capacity_) return;
+    bump_scratch_generation();
+    tokens_host_ = PinnedBuffer<int32_t>(static_cast<size_t>(T));
+    tokens_ = DeviceBuffer<int32_t>(static_cast<size_t>(T), "token ids");
+    const size_t t = static_cast<size_t>(T);
+    const int H = c_.n_embd, N = c_.n_head, qk = c_.qk_head_dim();
+    const int F = std::max({c_.n_ff, c_.n_ff_expert * std::max(1, c_.n_expert_shared), 1});
+    Activations& a = act_;
+    a.x = DeviceBuffer<float>(t * H, "residual stream");
+    a.xn = DeviceBuffer<float>(t * H, "normalised activations");
+    a.proj = DeviceBuffer<float>(t * layout_.width, "attention input projection");
+    a.qa = DeviceBuffer<float>(t * std::max(1, c_.q_lora_rank), "query latent");
+    a.q = DeviceBuffer<float>(t * N * qk, "queries");
+    a.latent = DeviceBuffer<float>(t * c_.kv_lora_rank, "latent");
+    a.k_rope = DeviceBuffer<float>(t * c_.qk_rope_head_dim, "k_pe");
+    a.attn = DeviceBuffer<float>(t * N * c_.v_head_dim, "attention output");
+    a.hidden = DeviceBuffer<float>(t * F, "FFN activations");
+    a.gate_up = DeviceBuffer<float>(t * 2 * F, "FFN gate|up");
+    if (c_.n_expert > 0) {
+      a.router = DeviceBuffer<float>(t * c_.n_expert, "router logits");
+      a.ids = DeviceBuffer<int32_t>(t * c_.n_expert_used, "expert ids");
+      a.weights = DeviceBuffer<float>(t * c_.n_expert_used, "expert weights");
+      a.xn_bf16 = DeviceBuffer<__nv_bfloat16>(t * H, "bf16 activations");
+      if (c_.n_dense_lead < c_.n_layer_main()) {
+        moe_ = std::make_unique<MoeWorkspace>(MoeWorkspaceShape{
+            .max_tokens = T, .k = c_.n_expert_used, .n_experts = c_.n_expert, .hidden = H, .ffn = c_.n_ff_expert});
+      }
+    }
+    if (c_.has_indexer()) {
+      const int dI = c_.indexer.head_dim;
+      a.index_keys = DeviceBuffer<float>(t * dI, "indexer keys");
+      a.index_q = DeviceBuffer<float>(t * kDsaIndexHeads * dI, "indexer queries");
+      a.index_q_bf16 = DeviceBuffer<__nv_bfloat16>(t * kDsaIndexHeads * dI, "indexer queries bf16");
+      a.index_w = DeviceBuffer<float>(t * kDsaIndexHeads, "indexer head weights");
+      a.selection = DeviceBuffer<int32_t>(t * c_.indexer.top_k, "selected positions");
+      // Heads past nI are never written: zero once, so they add nothing to the index scores.
+      LATTE_CUDA_CHECK(cudaMemsetAsync(a.index_q.data(), 0, a.index_q.bytes(), stream()));
+      LATTE_CUDA_CHECK(cudaMemsetAsync(a.index_w.data(), 0, a.index_w.bytes(), stream()));
+    }
+    a.out_rows = DeviceBuffer<float>(t * H, "output rows");
+    capacity_ = T;
+  }
+
+  void stage_tokens(const detail::ForwardBatch& batch) {
+    const size_t T = batch.tokens.size();
+    for (size_t i = 0; i < T; ++i) tokens_host_.data()[i] = static_cast<int32_t>(batch.tokens[i]);
+    validate_token_ids(std::span<const int32_t>(tokens_host_.data(), T), weights_->token_embd.rows);
+  }
+
+  [[nodiscard]] bool any_sparse(const detail::ForwardBatch& batch) const {
+    if (!c_.has_indexer()) return false;
+    for (const detail::BatchSequence& s : batch.sequences) {
+      if (s.cache->n_tokens() + s.n_tokens > c_.indexer.top_k) return true;
+    }
+    return false;
+  }
+
+  void stage_step(const detail::ForwardBatch& batch) {
+    const int n_layer = c_.n_layer_main();
+    rows_.assign(batch.sequences.size() * static_cast<size_t>(n_layer), nullptr);
+    index_rows_.assign(batch.sequences.size() * static_cast<size_t>(n_layer), nullptr);
+    std::vector<DeviceStepTables::Sequence> seqs;
+    attention_sequences_.clear();
+    for (size_t i = 0; i < batch.sequences.size(); ++i) {
+      const detail::BatchSequence& s = batch.sequences[i];
+      detail::KvRowStorage* storage = s.cache->row_storage();
+      for (int il = 0; il < n_layer; ++il) {
+        rows_[i * n_layer + il] = storage->attention_rows(il);
+        if (c_.has_indexer()) index_rows_[i * n_layer + il] = storage->indexer_keys(il);
+      }
+      seqs.push_back({.first_row = s.first_row,
+                      .n_tokens = s.n_tokens,
+                      .n_past = s.cache->n_tokens(),
+                      .attn_rows = rows_.data() + i * n_layer,
+                      .index_rows = c_.has_indexer() ? index_rows_.data() + i * n_layer : nullptr});
+      attention_sequences_.push_back(
+          {.cache = nullptr, .n_past = s.cache->n_tokens(), .first_row = s.first_row, .n_tokens = s.n_tokens});
+    }
+    step_ = tables_.stage(seqs, static_cast<int>(batch.tokens.size()), n_layer);
+  }
+
+  void linear(const DeviceMatrix& w, const float* x, int64_t x_stride, int rows, float* y, int64_t y_stride,
+              const float* residual = nullptr) {
+    linear_(w, {.x = x, .x_stride = x_stride, .rows = rows, .y = y, .y_stride = y_stride, .residual = residual},
+            stream());
+  }
+
+  void rms(const float* x, int64_t x_stride, const float* weight, int n, int rows, float* out, int64_t out_stride) {
+    rms_norm({.x = x,
+              .x_stride = x_stride,
+              .weight = weight,
+              .n = n,
+              .rows = rows,
+              .eps = c_.rms_norm_eps,
+              .out = out,
+              .out_stride = out_stride},
+             stream());
+  }
+
+  void rope(float* data, int64_t token_stride, int n_heads, int64_t head_stride, int rot_offset, int T) {
+    RopeYarnParams p = rope_;
+    p.data = data;
+    p.token_stride = token_stride;
+    p.n_heads = n_heads;
+    p.head_stride = head_stride;
+    p.rot_offset = rot_offset;
+    p.n_rot = c_.qk_rope_head_dim;
+    p.positions = step_.positions;
+    p.n_tokens = T;
+    rope_yarn(p, stream());
+  }
+
+  void attention_block(int il, const detail::ForwardBatch& batch) {
+    const DeviceLayer& w = weights_->layers[static_cast<size_t>(il)];
+    const int T = static_cast<int>(batch.tokens.size()), H = c_.n_embd, N = c_.n_head, L = c_.kv_lora_rank;
+    const int R = c_.qk_rope_head_dim, P = c_.qk_nope_head_dim, qk = P + R, width = layout_.width;
+    Activations& a = act_;
+
+    rms(a.x.data(), H, w.attn_norm, H, T, a.xn.data(), H);
+    if (w.attn_input) {
+      linear(w.attn_input, a.xn.data(), H, T, a.proj.data(), width);
+    } else {
+      linear(w.attn_query, a.xn.data(), H, T, a.proj.data() + layout_.query_offset, width);
+      linear(w.attn_kv_a, a.xn.data(), H, T, a.proj.data() + layout_.latent_offset, width);
+    }
+    rms(a.proj.data() + layout_.latent_offset, width, w.kv_a_norm, L, T, a.latent.data(), L);
+    LATTE_CUDA_CHECK(cudaMemcpy2DAsync(a.k_rope.data(), R * sizeof(float), a.proj.data() + layout_.latent_offset + L,
+                                       width * sizeof(float), R * sizeof(float), static_cast<size_t>(T),
+                                       cudaMemcpyDeviceToDevice, stream()));
+    if (c_.q_lora_rank > 0) {
+      rms(a.proj.data() + layout_.query_offset, width, w.q_a_norm, c_.q_lora_rank, T, a.qa.data(), c_.q_lora_rank);
+      linear(w.attn_q_b, a.qa.data(), c_.q_lora_rank, T, a.q.data(), static_cast<int64_t>(N) * qk);
+    } else {
+      LATTE_CUDA_CHECK(cudaMemcpy2DAsync(a.q.data(), static_cast<size_t>(N) * qk * sizeof(float),
+                                         a.proj.data() + layout_.query_offset, width * sizeof(float),
+                                         static_cast<size_t>(N) * qk * sizeof(float), static_cast<size_t>(T),
+                                         cudaMemcpyDeviceToDevice, stream()));
+    }
+    rope(a.q.data(), static_cast<int64_t>(N) * qk, N, qk, P, T);
+    rope(a.k_rope.data(), R, 1, R, 0, T);
+
+    const int selection_width = c_.has_indexer() ? select_positions(il, batch) : 0;
+    for (size_t i = 0; i < attention_sequences_.size(); ++i) {
+      attention_sequences_[i].cache = const_cast<std::byte*>(rows_[i * static_cast<size_t>(c_.n_layer_main()) + il]);
+    }
+
+    backend_.forward_device({.layer = il,
+                             .n_rows = T,
+                             .q = a.q.data(),
+                             .latent = a.latent.data(),
+                             .k_rope = a.k_rope.data(),
+                             .sequences = attention_sequences_,
+                             .selection = selection_width > 0 ? a.selection.data() : nullptr,
+                             .selection_width = selection_width,
+                             .scale = c_.attention_scale(),
+                             .out = a.attn.data(),
+                             .stream = stream()},
+                            step_);
+    const int64_t nv = static_cast<int64_t>(N) * c_.v_head_dim;
+    linear(w.attn_output, a.attn.data(), nv, T, a.x.data(), H, a.x.data());
+  }
+
+  /// glm-dsa: appends the indexer keys; returns top_k with a.selection filled, or 0 for dense attention.
+  int select_positions(int il, const detail::ForwardBatch& batch) {
+    const DeviceLayer& w = weights_->layers[static_cast<size_t>(il)];
+    const int T = static_cast<int>(batch.tokens.size()), H = c_.n_embd, dI = c_.indexer.head_dim;
+    const int nI = c_.indexer.n_head, top_k = c_.indexer.top_k;
+    Activations& a = act_;
+
+    linear(w.indexer_k, a.xn.data(), H, T, a.index_keys.data(), dI);
+    layer_norm({.x = a.index_keys.data(),
+                .x_stride = dI,
+                .weight = w.indexer_k_norm,
+                .bias = w.indexer_k_norm_b,
+                .n = dI,
+                .rows = T,
+                .eps = c_.indexer.norm_eps,
+                .out = a.index_keys.data(),
+                .out_stride = dI},
+               stream());
+    rope(a.index_keys.data(), dI, 1, dI, 0, T);
+    const size_t table = static_cast<size_t>(il) * static_cast<size_t>(T);
+    PagedRows<__nv_bfloat16> keys{
+        .data = reinterpret_cast<__nv_bfloat16*>(const_cast<std::byte*>(step_.index_base[il])),
+        .page_table = step_.index_pages + table,
+        .page_stride = kDeviceRowUnit / 2,
+        .token_stride = dI,
+        .page_size = kRowPageSize,
+        .page_table_stride = 1};
+    run_kv_cache_append({.src = a.index_keys.data(),
+                         .src_token_stride = dI,
+                         .n_tokens = T,
+                         .dim = dI,
+                         .dst = keys,
+                         .batch_index = step_.rows,
+                         .positions = step_.positions},
+                        stream());
+    if (!any_sparse(batch)) return 0;
+
+    const int64_t q_stride = static_cast<int64_t>(kDsaIndexHeads) * dI;
+    linear(w.indexer_q_b, a.qa.data(), c_.q_lora_rank, T, a.index_q.data(), q_stride);
+    rope(a.index_q.data(), q_stride, nI, dI, 0, T);
+    convert_to_bf16(a.index_q.data(), q_stride, a.index_q_bf16.data(), q_stride, T, static_cast<int>(q_stride),
+                    stream());
+    linear(w.indexer_proj, a.xn.data(), H, T, a.index_w.data(), kDsaIndexHeads);
+    const int64_t scores_stride = (step_.max_kv_len + 7) / 8 * 8;
+    float* scores = ensure(a.index_scores, static_cast<size_t>(T) * scores_stride, "indexer scores");
+
+    keys.page_stride = kDeviceRowUnit / 2;
+    run_dsa_index_scores({.q = a.index_q_bf16.data(),
+                          .q_token_stride = q_stride,
+                          .q_head_stride = dI,
+                          .weights = a.index_w.data(),
+                          .weights_token_stride = kDsaIndexHeads,
+                          .k_cache = {.data = keys.data,
+                                      .page_table = keys.page_table,
+                                      .page_stride = keys.page_stride,
+                                      .token_stride = keys.token_stride,
+                                      .page_size = keys.page_size,
+                                      .page_table_stride = 1},
+                          .kv_lens = step_.kv_lens,
+                          .batch = T,
+                          .q_len = 1,
+                          .max_kv_len = step_.max_kv_len,
+                          // sum_h w_h ReLU(s q.k) = sum_h (s w_h) ReLU(q.k): both scales of the reference
+                          .scale = 1.0f / std::sqrt(static_cast<float>(nI)) / std::sqrt(static_cast<float>(dI)),
+                          .scores = scores,
+                          .scores_stride = scores_stride},
+                         stream());
+    run_dsa_top_k({.scores = scores,
+                   .scores_stride = scores_stride,
+                   .kv_lens = step_.kv_lens,
+                   .batch = T,
+                   .q_len = 1,
+                   .top_k = top_k,
+                   .indices = a.selection.data(),
+                   .index_stride = top_k},
+                  stream());
+    return top_k;
+  }
+
+  void feed_forward_block(int il) {
+    const DeviceLayer& w = weights_->layers[static_cast<size_t>(il)];
+    const int T = step_.n_rows, H = c_.n_embd;
+    Activations& a = act_;
+    rms(a.x.data(), H, w.ffn_norm, H, T, a.xn.data(), H);
+    if (!c_.is_moe_layer(il)) {
+      gated_ffn(w.dense, T);
+      return;
+    }
+    routed_experts(w, T);
+    if (w.shared) gated_ffn(w.shared, T);
+  }
+
+  /// x += down(silu(gate xn) * up xn).
+  void gated_ffn(const DeviceGatedFfn& f, int T) {
+    Activations& a = act_;
+    const int64_t F = f.gate.rows;
+    linear_.gated(f, a.xn.data(), c_.n_embd, T, a.hidden.data(), F, a.gate_up.data(), stream());
+    linear(f.down, a.hidden.data(), F, T, a.x.data(), c_.n_embd, a.x.data());
+  }
+
+  void routed_experts(const DeviceLayer& w, int T) {
+    Activations& a = act_;
+    const int H = c_.n_embd, E = c_.n_expert, K = c_.n_expert_used, F = c_.n_ff_expert;
+    linear(w.router, a.xn.data(), H, T, a.router.data(), E);
+    moe_route({.logits = a.router.data(),
+               .logits_stride = E,
+               .n_tokens = T,
+               .n_experts = E,
+               .selection_bias = w.exp_probs_b,
+               .gating = c_.expert_gating == ExpertGating::sigmoid ? MoeGating::sigmoid : MoeGating::softmax,
+               .k = K,
+               .n_groups = c_.n_expert_group,
+               .groups_used = c_.n_expert_group_used,
+               .normalize = c_.expert_weights_norm,
+               .scale = c_.expert_weights_scale,
+               .ids = a.ids.data(),
+               .weights = a.weights.data()},
+              stream());
+    const DeviceExperts& x = w.experts;
+    auto stack = [&](const DeviceMatrix& m, int64_t stride_rows) {
+      return ExpertStack{
+          .type = m.type, .data = m.data, .bytes = m.bytes(), .matrix_stride_bytes = stride_rows * m.row_bytes};
+    };
+    const MoeExpertWeights experts{.gate = stack(x.gate, x.gate_up_stride_rows),
+                                   .up = stack(x.up, x.gate_up_stride_rows),
+                                   .down = stack(x.down, H),
+                                   .n_experts = E,
+                                   .hidden = H,
+                                   .ffn = F};
+    const bool grouped_gemm = T > gemv_max_tokens && gemm_quant_supports(x.gate.type) &&
+                              gemm_quant_supports(x.up.type) && gemm_quant_supports(x.down.type);
+    if (grouped_gemm) {
+      convert_to_bf16(a.xn.data(), H, a.xn_bf16.data(), H, T, H, stream());
+      moe_experts_prefill(experts, *moe_,
+                          {.ids = a.ids.data(),
+                           .weights = a.weights.data(),
+                           .n_tokens = T,
+                           .k = K,
+                           .x_bf16 = a.xn_bf16.data(),
+                           .x_stride = H,
+                           .out = a.x.data(),
+                           .out_stride = H,
+                           .accumulate = true},
+                          stream());
+      return;
+    }
+    for (int t0 = 0; t0 < T; t0 += gemv_max_tokens) {
+      const int n = std::min(gemv_max_tokens, T - t0);
+      const size_t pair0 = static_cast<size_t>(t0) * K, row0 = static_cast<size_t>(t0) * H;
+      moe_experts_decode(experts, *moe_,
+                         {.ids = a.ids.data() + pair0,
+                          .weights = a.weights.data() + pair0,
+                          .n_tokens = n,
+                          .k = K,
+                          .x = a.xn.data() + row0,
+                          .x_stride = H,
+                          .out = a.x.data() + row0,
+                          .out_stride = H,
+                          .accumulate = true},
+                         stream());
+    }
+  }
+
+  void output_logits(const detail::ForwardBatch& batch) {
+    const int H = c_.n_embd, vocab = c_.n_vocab;
+    const int n_out = static_cast<int>(batch.logit_rows.size());
+    if (n_out == 0) return;
+    Activations& a = act_;
+    // Normalise the wanted rows into out_rows, one launch per run of consecutive rows.
+    for (int i = 0; i < n_out;) {
+      int j = i + 1;
+      while (j < n_out && batch.logit_rows[j] == batch.logit_rows[j - 1] + 1) ++j;
+      rms(a.x.data() + static_cast<size_t>(batch.logit_rows[i]) * H, H, weights_->output_norm, H, j - i,
+          a.out_rows.data() + static_cast<size_t>(i) * H, H);
+      i = j;
+    }
+    float* logits = a.logits.data();
+    linear(weights_->output, a.out_rows.data(), H, n_out, logits, vocab);
+    copy_logits_to_host(logits, n_out, vocab, vocab, logits_host_, stream());
+  }
+
+  void finish_logits(const detail::ForwardBatch& batch) {
+    stream_.synchronize();
+    const size_t n = batch.logit_rows.size() * static_cast<size_t>(c_.n_vocab);
+    if (n) std::memcpy(batch.logits, logits_host_.data(), n * sizeof(float));
+  }
+
+  const detail::ModelState& model_;
+  const ModelConfig& c_;
+  std::shared_ptr<const DeviceWeights> weights_;
+  CudaAttentionBackend& backend_;
+  detail::AttentionInputLayout layout_;
+  RopeYarnParams rope_{};
+  Stream stream_;
+  Linear linear_;
+  Activations act_;
+  std::unique_ptr<MoeWorkspace> moe_;
+  int capacity_ = 0;
+  PinnedBuffer<int32_t> tokens_host_;
+  DeviceBuffer<int32_t> tokens_;
+  DecodeGraphs graphs_;
+  DeviceStepTables tables_;
+  DeviceStep step_{};
+  std::vector<const std::byte*> rows_, index_rows_;
+  std::vector<AttentionSequence> attention_sequences_;
+  PinnedBuffer<float> logits_host_;
+};
+
+DecodeGraphs::DecodeGraphs() {
+  const char* env = std::getenv("LATTE_CUDA_GRAPHS");
+  enabled_ = !(env && std::string_view(env) == "0");
+}
+
+DecodeGraphs::~DecodeGraphs() { clear(); }
+
+void DecodeGraphs::clear() noexcept {
+  for (auto& [key, e] : entries_) {
+    if (e.exec) cudaGraphExecDestroy(e.exec);
+  }
+  entries_.clear();
+}
+
+bool DecodeGraphs::run(CudaForward& pass, const detail::ForwardBatch& batch) {
+  if (!enabled_) return false;
+  for (const detail::BatchSequence& s : batch.sequences) {
+    if (s.n_tokens != 1) return false;  // prefill chunks run eagerly
+  }
+  std::vector<uint64_t> key = pass.graph_key(batch);
+  if (entries_.size() >= 16 && !entries_.contains(key)) clear();
+  Entry& e = entries_[key];
+  const cudaStream_t stream = pass.stream();
+  if (e.failed) return false;
+  if (e.exec) {
+    LATTE_CUDA_CHECK(cudaGraphLaunch(e.exec, stream));
+    return true;
+  }
+  if (e.seen++ == 0) return false;  // the first step of a key sizes the buffers eagerly
+
+  auto give_up = [&](cudaGraph_t graph) {
+    if (graph) cudaGraphDestroy(graph);
+    cudaGetLastError();  // clear the capture's error state
+    e.failed = true;
+    return false;
+  };
+  if (cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) != cudaSuccess) return give_up(nullptr);
+  cudaGraph_t graph = nullptr;
+  try {
+    pass.enqueue(batch);
+  } catch (const Error&) {
+    cudaStreamEndCapture(stream, &graph);
+    return give_up(graph);  // the caller runs the step eagerly (and reports a real error there)
+  }
+  if (cudaStreamEndCapture(stream, &graph) != cudaSuccess || graph == nullptr) return give_up(graph);
+  cudaGraphExec_t exec = nullptr;
+  if (cudaGraphInstantiate(&exec, graph, 0) != cudaSuccess) return give_up(graph);
+  cudaGraphDestroy(graph);
+  e.exec = exec;
+  LATTE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  return true;
+}
+
+}  // namespace
+
+std::unique_ptr<detail::ForwardPass> create_cuda_forward(const detail::ModelState& model, AttentionBackend& backend) {
+  auto* cuda_backend = dynamic_cast<CudaAttentionBackend*>(&backend);
+  if (!cuda_backend) {
+    throw Error(ErrorCode::unsupported, "attention backend '" + std::string(backend.name()) +
+                                            "' does not run on CUDA; choose a CUDA backend (mla, standard)");
+  }
+  use_device(model.device.index);
+  return std::make_unique<CudaForward>(model, *cuda_backend);
+}
+
+}  // namespace latte::cuda

@@ -1,0 +1,225 @@
+// Uploading a model's weights to a CUDA device (see device_weights.hpp).
+#include "cuda/device_weights.hpp"
+
+#include "attention/up_projections.hpp"
+#include "cpu/matmul.hpp"
+#include "cuda/check.hpp"
+#include "cuda/gemv_quant.hpp"
+
+#include <latte/error.hpp>
+
+#include <cuda_runtime.h>
+
+#include <cstring>
+#include <string>
+
+namespace latte::cuda {
+
+void use_device(int ordinal) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    count = 0;
+  }
+  if (ordinal < 0 || ordinal >= count) {
+    throw Error(ErrorCode::invalid_argument, "device cuda:" + std::to_string(ordinal) + " does not exist (" +
+                                                 std::to_string(count) + " CUDA device" + (count == 1 ? "" : "s") +
+                                                 " present)");
+  }
+  LATTE_CUDA_CHECK(cudaSetDevice(ordinal));
+}
+
+const std::byte* DeviceWeights::add(const void* host, size_t bytes, const char* what) {
+  DeviceBuffer<std::byte> buffer(bytes, what);
+  LATTE_CUDA_CHECK(cudaMemcpy(buffer.data(), host, bytes, cudaMemcpyHostToDevice));
+  total_bytes += bytes;
+  buffers_.push_back(std::move(buffer));
+  return buffers_.back().data();
+}
+
+namespace {
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+std::string mib(double bytes) { return std::to_string(static_cast<int64_t>(bytes / kMiB + 0.5)) + " MiB"; }
+
+/// Builds the device tensors. In the counting pass nothing is allocated: `needed` sums the bytes.
+class Uploader {
+ public:
+  Uploader(DeviceWeights& out, bool counting) : out_(out), counting_(counting) {}
+
+  size_t needed = 0;
+
+  DeviceMatrix matrix(const TensorView& v) {
+    if (!v) return {};
+    check_type(v);
+    const size_t bytes = static_cast<size_t>(v.n_rows()) * v.row_bytes;
+    return {.type = v.type,
+            .data = put(v.data, bytes, v.name),
+            .rows = v.n_rows(),
+            .k = v.ne[0],
+            .row_bytes = static_cast<int64_t>(v.row_bytes)};
+  }
+
+  /// Two matrices with the same k and type stored back to back: the first's rows, then the second's.
+  DeviceMatrix stacked(const TensorView& a, const TensorView& b) {
+    check_type(a);
+    check_type(b);
+    const size_t bytes_a = static_cast<size_t>(a.n_rows()) * a.row_bytes;
+    const size_t bytes_b = static_cast<size_t>(b.n_rows()) * b.row_bytes;
+    const std::byte* data = nullptr;
+    needed += bytes_a + bytes_b;
+    if (!counting_) {
+      std::vector<std::byte> host(bytes_a + bytes_b);
+      std::memcpy(host.data(), a.data, bytes_a);
+      std::memcpy(host.data() + bytes_a, b.data, bytes_b);
+      data = out_.add(host.data(), host.size(), "stacked weights");
+    }
+    return {.type = a.type,
+            .data = data,
+            .rows = a.n_rows() + b.n_rows(),
+            .k = a.ne[0],
+            .row_bytes = static_cast<int64_t>(a.row_bytes)};
+  }
+
+  /// A small vector as fp32.
+  const float* vector(const TensorView& v) {
+    if (!v) return nullptr;
+    const size_t bytes = static_cast<size_t>(v.ne[0] * v.n_rows()) * sizeof(float);
+    needed += bytes;
+    if (counting_) return nullptr;
+    const std::vector<float> values = cpu::dequantize_tensor(v);
+    return reinterpret_cast<const float*>(out_.add(values.data(), bytes, "norm weights"));
+  }
+
+  /// An up-projection view: uploaded as is when it views the file, as bf16 when it was converted.
+  DeviceMatrix up_projection(const TensorView& v, const std::vector<float>& owned) {
+    if (owned.empty()) return matrix(v);
+    std::vector<uint16_t> bf16(owned.size());
+    for (size_t i = 0; i < owned.size(); ++i) bf16[i] = fp32_to_bf16(owned[i]);
+    const size_t bytes = bf16.size() * sizeof(uint16_t);
+    return {.type = GgmlType::bf16,
+            .data = put(bf16.data(), bytes, v.name),
+            .rows = v.n_rows(),
+            .k = v.ne[0],
+            .row_bytes = v.ne[0] * 2};
+  }
+
+ private:
+  void check_type(const TensorView& v) const {
+    if (!gemv_supports(v.type)) {
+      throw Error(ErrorCode::unsupported, "tensor " + std::string(v.name) + ": type " +
+                                              std::string(type_traits(v.type).name) + " has no CUDA kernel");
+    }
+  }
+  const std::byte* put(const void* host, size_t bytes, std::string_view name) {
+    needed += bytes;
+    if (counting_) return nullptr;
+    const std::string what = "weight " + std::string(name);
+    return out_.add(host, bytes, what.c_str());
+  }
+
+  DeviceWeights& out_;
+  bool counting_;
+};
+
+DeviceGatedFfn gated_ffn(Uploader& up, const TensorView& gate, const TensorView& upv, const TensorView& down) {
+  DeviceGatedFfn f;
+  if (!gate) return f;
+  if (gate.type == upv.type) {
+    f.gate_up = up.stacked(gate, upv);
+    f.gate = f.gate_up.slice(0, gate.n_rows());
+    f.up = f.gate_up.slice(gate.n_rows(), upv.n_rows());
+  } else {
+    f.gate = up.matrix(gate);
+    f.up = up.matrix(upv);
+  }
+  f.down = up.matrix(down);
+  return f;
+}
+
+void build(const detail::ModelState& state, Uploader& up, DeviceWeights& out) {
+  const ModelConfig& c = state.config;
+  const detail::ModelWeights& w = state.weights;
+  out.token_embd = up.matrix(w.token_embd);
+  out.output_norm = up.vector(w.output_norm);
+  out.output = w.output.data == w.token_embd.data ? out.token_embd : up.matrix(w.output);
+  out.layers.assign(w.layers.size(), {});
+  const auto attention = w.attention_weights();
+  for (size_t il = 0; il < w.layers.size(); ++il) {
+    const detail::LayerWeights& lw = w.layers[il];
+    DeviceLayer& d = out.layers[il];
+    d.attn_norm = up.vector(lw.attn_norm);
+    d.q_a_norm = up.vector(lw.attn_q_a_norm);
+    d.kv_a_norm = up.vector(lw.attn_kv_a_norm);
+    d.ffn_norm = up.vector(lw.ffn_norm);
+    d.exp_probs_b = up.vector(lw.exp_probs_b);
+    const TensorView& query = c.q_lora_rank > 0 ? lw.attn_q_a : lw.attn_q;
+    if (query.type == lw.attn_kv_a_mqa.type) {
+      // Stacked in kAttentionInputFusionOrder: the query part first, then c|k_pe.
+      d.attn_input = up.stacked(query, lw.attn_kv_a_mqa);
+      d.attn_query = d.attn_input.slice(0, query.n_rows());
+      d.attn_kv_a = d.attn_input.slice(query.n_rows(), lw.attn_kv_a_mqa.n_rows());
+    } else {
+      d.attn_query = up.matrix(query);
+      d.attn_kv_a = up.matrix(lw.attn_kv_a_mqa);
+    }
+    d.attn_q_b = up.matrix(lw.attn_q_b);
+    {
+      const detail::AbsorbedUpProjections absorbed = detail::absorbed_up_projections(attention[il], c);
+      d.k_b = up.up_projection(absorbed.k_b, absorbed.owned_k_b);
+      d.v_b = up.up_projection(absorbed.v_b, absorbed.owned_v_b);
+      const detail::FusedUpProjection fused = detail::fused_up_projection(attention[il], c);
+      d.kv_b = up.up_projection(fused.kv_b, fused.owned);
+    }
+    d.attn_output = up.matrix(lw.attn_output);
+    if (!c.is_moe_layer(static_cast<int>(il))) {
+      d.dense = gated_ffn(up, lw.ffn_gate, lw.ffn_up, lw.ffn_down);
+    } else {
+      d.router = up.matrix(lw.ffn_gate_inp);
+      if (lw.ffn_gate_exps && lw.ffn_up_exps) {
+        d.experts.gate = up.matrix(lw.ffn_gate_exps);
+        d.experts.up = up.matrix(lw.ffn_up_exps);
+        d.experts.gate_up_stride_rows = c.n_ff_expert;
+      } else {
+        const DeviceMatrix fused = up.matrix(lw.ffn_gate_up_exps);
+        d.experts.gate = fused;
+        d.experts.up = fused.slice(c.n_ff_expert, fused.rows - c.n_ff_expert);
+        d.experts.gate_up_stride_rows = 2LL * c.n_ff_expert;
+      }
+      d.experts.down = up.matrix(lw.ffn_down_exps);
+      d.shared = gated_ffn(up, lw.ffn_gate_shexp, lw.ffn_up_shexp, lw.ffn_down_shexp);
+    }
+    d.indexer_q_b = up.matrix(lw.indexer_attn_q_b);
+    d.indexer_k = up.matrix(lw.indexer_attn_k);
+    d.indexer_k_norm = up.vector(lw.indexer_k_norm);
+    d.indexer_k_norm_b = up.vector(lw.indexer_k_norm_b);
+    d.indexer_proj = up.matrix(lw.indexer_proj);
+  }
+}
+
+}  // namespace
+
+std::shared_ptr<const DeviceWeights> upload_weights(const detail::ModelState& state, int ordinal) {
+  use_device(ordinal);
+  auto out = std::make_shared<DeviceWeights>();
+  out->ordinal = ordinal;
+  {
+    DeviceWeights scratch;
+    Uploader counter(scratch, /*counting=*/true);
+    build(state, counter, scratch);
+    size_t free_bytes = 0, total_bytes = 0;
+    LATTE_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    if (counter.needed > free_bytes) {
+      throw Error(ErrorCode::out_of_memory,
+                  state.file.path() + ": the weights need " + mib(static_cast<double>(counter.needed)) +
+                      " on cuda:" + std::to_string(ordinal) + ", which has " + mib(static_cast<double>(free_bytes)) +
+                      " free of " + mib(static_cast<double>(total_bytes)));
+    }
+  }
+  Uploader uploader(*out, /*counting=*/false);
+  build(state, uploader, *out);
+  return out;
+}
+
+}  // namespace latte::cuda

@@ -1,0 +1,111 @@
+// A model's weights in device memory, uploaded once at Model::load(path, {.device = Device::cuda(n)}).
+// Large matrices keep their GGUF type and bytes (the kernels decode them in place); the stacks the
+// forward pass multiplies together are stored back to back so that one launch reads them:
+//   attention input  [attn_q_a | attn_kv_a_mqa]  (or [attn_q | attn_kv_a_mqa])  when both share a type
+//   gated FFNs       [gate | up]                  (dense, shared experts)       when both share a type
+// Norm weights and biases are fp32. The attention up-projections are held in both layouts the two
+// attention backends read (absorbed attn_k_b / attn_v_b and fused attn_kv_b); a layout the file lacks
+// is converted once on the host and stored as bf16.
+//
+//   auto weights = latte::cuda::upload_weights(state, 0);   // throws Error(out_of_memory) with the sizes
+//   gemv(weights->layers[0].attn_output, ...);
+#pragma once
+
+#include "cuda/device_buffer.hpp"
+#include "model/model_state.hpp"
+
+#include <latte/quant.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace latte::cuda {
+
+/// One weight matrix in device memory: `rows` rows of `k` values of `type` (GGUF row layout).
+struct DeviceMatrix {
+  GgmlType type = GgmlType::f32;
+  const std::byte* data = nullptr;  ///< nullptr when absent
+  int64_t rows = 0;
+  int64_t k = 0;
+  int64_t row_bytes = 0;
+  [[nodiscard]] explicit operator bool() const noexcept { return data != nullptr; }
+  [[nodiscard]] int64_t bytes() const noexcept { return rows * row_bytes; }
+  /// `count` rows from row `first`.
+  [[nodiscard]] DeviceMatrix slice(int64_t first, int64_t count) const noexcept {
+    DeviceMatrix m = *this;
+    m.data = data + first * row_bytes;
+    m.rows = count;
+    return m;
+  }
+};
+
+/// A gated FFN's weights: gate and up (possibly one stacked matrix) and down.
+struct DeviceGatedFfn {
+  DeviceMatrix gate;     ///< {in, F}
+  DeviceMatrix up;       ///< {in, F}
+  DeviceMatrix gate_up;  ///< {in, 2F}: gate rows then up rows, when gate and up share a type
+  DeviceMatrix down;     ///< {F, out}
+  [[nodiscard]] explicit operator bool() const noexcept { return static_cast<bool>(down); }
+};
+
+/// The routed experts of a MoE block: E stacked matrices each.
+struct DeviceExperts {
+  DeviceMatrix gate, up;            ///< all E matrices: rows = E * F (or the fused stack's rows, see stride)
+  DeviceMatrix down;                ///< rows = E * H
+  int64_t gate_up_stride_rows = 0;  ///< rows between two experts' gate (and up) matrices: F, or 2F when fused
+};
+
+/// One inference block.
+struct DeviceLayer {
+  const float* attn_norm = nullptr;         ///< [H]
+  const float* q_a_norm = nullptr;          ///< [Lq] (q_lora models)
+  const float* kv_a_norm = nullptr;         ///< [L]
+  const float* ffn_norm = nullptr;          ///< [H]
+  const float* exp_probs_b = nullptr;       ///< [E] or nullptr
+  DeviceMatrix attn_input;                  ///< [query | kv_a] {H, width} when fused, else empty
+  DeviceMatrix attn_query;                  ///< attn_q_a {H, Lq} or attn_q {H, N(P+R)}
+  DeviceMatrix attn_kv_a;                   ///< {H, L+R}
+  DeviceMatrix attn_q_b;                    ///< {Lq, N(P+R)}
+  DeviceMatrix k_b;                         ///< {P, L, N}: per head L rows of P values (W_UK_h transposed)
+  DeviceMatrix v_b;                         ///< {L, V, N}: per head V rows of L values
+  DeviceMatrix kv_b;                        ///< {L, N(P+V)}: per head P rows of W_UK_h then V rows of W_UV_h
+  DeviceMatrix attn_output;                 ///< {N V, H}
+  DeviceGatedFfn dense;                     ///< dense blocks
+  DeviceMatrix router;                      ///< ffn_gate_inp {H, E}
+  DeviceExperts experts;                    ///< MoE blocks
+  DeviceGatedFfn shared;                    ///< shared experts (S F wide), may be absent
+  DeviceMatrix indexer_q_b;                 ///< {Lq, nI dI} (glm-dsa)
+  DeviceMatrix indexer_k;                   ///< {H, dI}
+  const float* indexer_k_norm = nullptr;    ///< [dI]
+  const float* indexer_k_norm_b = nullptr;  ///< [dI]
+  DeviceMatrix indexer_proj;                ///< {H, nI}
+};
+
+/// Every device tensor of a model, owning the allocations.
+class DeviceWeights {
+ public:
+  int ordinal = 0;
+  DeviceMatrix token_embd;             ///< {H, vocab}
+  const float* output_norm = nullptr;  ///< [H]
+  DeviceMatrix output;                 ///< {H, vocab}
+  std::vector<DeviceLayer> layers;
+  size_t total_bytes = 0;  ///< device bytes held
+
+  /// Allocates and fills device memory for `bytes` bytes; returns the device copy.
+  const std::byte* add(const void* host, size_t bytes, const char* what);
+
+ private:
+  std::vector<DeviceBuffer<std::byte>> buffers_;
+};
+
+/// Uploads the weights of a loaded model to CUDA device `ordinal`. Throws Error(invalid_argument) for
+/// a bad ordinal (naming the device count), Error(out_of_memory) saying how many bytes are needed and
+/// how many are free, Error(unsupported) for a tensor type without a GPU kernel (naming the tensor).
+std::shared_ptr<const DeviceWeights> upload_weights(const detail::ModelState& state, int ordinal);
+
+/// Makes `ordinal` the calling thread's current device; throws Error(invalid_argument) when it does
+/// not exist (the message names the count of devices).
+void use_device(int ordinal);
+
+}  // namespace latte::cuda

@@ -1,0 +1,108 @@
+#include "cuda/linear.hpp"
+
+#include "cuda/activations.hpp"
+#include "cuda/gemm_quant.hpp"
+#include "cuda/gemv_quant.hpp"
+
+#include <latte/error.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+
+namespace latte::cuda {
+
+namespace {
+std::atomic<uint64_t> g_scratch_generation{0};
+}  // namespace
+
+uint64_t scratch_generation() noexcept { return g_scratch_generation.load(); }
+void bump_scratch_generation() noexcept { g_scratch_generation.fetch_add(1); }
+
+namespace {
+
+GemvParams gemv_params(const DeviceMatrix& w, const float* x, int64_t x_stride, float* y, int64_t y_stride,
+                       const float* residual, int n_tokens) {
+  return {.type = w.type,
+          .weight = w.data,
+          .weight_bytes = w.bytes(),
+          .n_rows = static_cast<int>(w.rows),
+          .k = static_cast<int>(w.k),
+          .x = x,
+          .x_stride = x_stride,
+          .y = y,
+          .y_stride = y_stride,
+          .residual = residual,
+          .n_tokens = n_tokens};
+}
+
+}  // namespace
+
+__nv_bfloat16* Linear::staged(const float* x, int64_t x_stride, int rows, int k, cudaStream_t stream) {
+  const size_t need = static_cast<size_t>(rows) * static_cast<size_t>(k);
+  if (x_bf16_.size() < need) {
+    x_bf16_ = DeviceBuffer<__nv_bfloat16>(need, "bf16 activations");
+    bump_scratch_generation();
+  }
+  convert_to_bf16(x, x_stride, x_bf16_.data(), k, rows, k, stream);
+  return x_bf16_.data();
+}
+
+void Linear::operator()(const DeviceMatrix& w, const LinearCall& c, cudaStream_t stream) {
+  if (!w) throw Error(ErrorCode::internal, "linear: absent weight matrix");
+  if (c.rows <= 0) return;
+  const bool gemm = c.rows > gemv_max_tokens && gemm_quant_supports(w.type) && w.k % 32 == 0 &&
+                    reinterpret_cast<uintptr_t>(w.data) % 16 == 0;
+  if (gemm) {
+    const __nv_bfloat16* a = staged(c.x, c.x_stride, c.rows, static_cast<int>(w.k), stream);
+    gemm_quant({.type = w.type,
+                .weight = w.data,
+                .weight_bytes = w.bytes(),
+                .n_rows = static_cast<int>(w.rows),
+                .k = static_cast<int>(w.k),
+                .a = a,
+                .lda = w.k,
+                .c = c.y,
+                .ldc = c.y_stride,
+                .residual = c.residual,
+                .m = c.rows},
+               stream);
+    return;
+  }
+  for (int r0 = 0; r0 < c.rows; r0 += gemv_max_tokens) {
+    const int n = std::min(gemv_max_tokens, c.rows - r0);
+    gemv_quant(gemv_params(w, c.x + r0 * c.x_stride, c.x_stride, c.y + r0 * c.y_stride, c.y_stride,
+                           c.residual ? c.residual + r0 * c.y_stride : nullptr, n),
+               stream);
+  }
+}
+
+void Linear::gated(const DeviceGatedFfn& ffn, const float* x, int64_t x_stride, int rows, float* y, int64_t y_stride,
+                   float* scratch, cudaStream_t stream) {
+  const int64_t F = ffn.gate.rows;
+  if (rows <= gemv_max_tokens && ffn.gate.type == ffn.up.type) {
+    GemvParams p = gemv_params(ffn.gate, x, x_stride, y, y_stride, nullptr, rows);
+    p.weight_up = ffn.up.data;
+    gemv_quant(p, stream);
+    return;
+  }
+  // [gate | up] into scratch [rows, 2F], then silu(gate) * up.
+  if (ffn.gate_up) {
+    (*this)(ffn.gate_up, {.x = x, .x_stride = x_stride, .rows = rows, .y = scratch, .y_stride = 2 * F}, stream);
+  } else {
+    (*this)(ffn.gate, {.x = x, .x_stride = x_stride, .rows = rows, .y = scratch, .y_stride = 2 * F}, stream);
+    (*this)(ffn.up, {.x = x, .x_stride = x_stride, .rows = rows, .y = scratch + F, .y_stride = 2 * F}, stream);
+  }
+  silu_gate({.gate = scratch,
+             .gate_stride = 2 * F,
+             .up = scratch + F,
+             .up_stride = 2 * F,
+             .out = y,
+             .out_stride = y_stride,
+             .out_type = ActOut::f32,
+             .rows = rows,
+             .cols = static_cast<int>(F)},
+            stream);
+}
+
+}  // namespace latte::cuda

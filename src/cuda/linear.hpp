@@ -1,0 +1,50 @@
+// y = x W^T (+ residual) for a device weight matrix of any GGUF type and any number of rows of x:
+// up to 8 rows through one quantized GEMV pass (fp32 exact), more rows through the tensor-core GEMM
+// (x rounded to bf16) when the type has one, else through GEMV passes of 8 rows.
+//
+//   latte::cuda::Linear linear;                       // owns the bf16 staging of x
+//   linear(w, {.x = xn, .x_stride = H, .rows = T, .y = q, .y_stride = Nqk}, stream);
+#pragma once
+
+#include "cuda/device_buffer.hpp"
+#include "cuda/device_weights.hpp"
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace latte::cuda {
+
+/// Counts reallocations of the forward pass's device scratch (activations, staging, workspaces).
+/// A captured CUDA graph bakes in buffer addresses: graphs recorded under another count are stale.
+uint64_t scratch_generation() noexcept;
+/// Records that some scratch buffer was reallocated.
+void bump_scratch_generation() noexcept;
+
+/// Operands of one product. Device pointers, fp32.
+struct LinearCall {
+  const float* x = nullptr;  ///< [rows, x_stride], 16-byte aligned, x_stride % 8 == 0
+  int64_t x_stride = 0;
+  int rows = 0;
+  float* y = nullptr;  ///< [rows, y_stride]
+  int64_t y_stride = 0;
+  const float* residual = nullptr;  ///< optional: y = x W^T + residual (may equal y)
+};
+
+/// Runs products, keeping a bf16 copy of x for the GEMM path. One per stream.
+class Linear {
+ public:
+  void operator()(const DeviceMatrix& w, const LinearCall& call, cudaStream_t stream);
+
+  /// y = silu(x G^T) * (x U^T) [rows, F] for a gated FFN (GEMV gated mode; GEMM + silu_gate beyond 8
+  /// rows, with `scratch` of rows * 2F floats).
+  void gated(const DeviceGatedFfn& ffn, const float* x, int64_t x_stride, int rows, float* y, int64_t y_stride,
+             float* scratch, cudaStream_t stream);
+
+ private:
+  __nv_bfloat16* staged(const float* x, int64_t x_stride, int rows, int k, cudaStream_t stream);
+  DeviceBuffer<__nv_bfloat16> x_bf16_;
+};
+
+}  // namespace latte::cuda

@@ -1,0 +1,35 @@
+// Loading a model on a CUDA device from the CPU suite: a clear latte::Error whenever the device cannot
+// be used (a build without CUDA, or no such device), never a crash.
+#include "model/presets.hpp"
+#include "model/random_model.hpp"
+
+#include <latte/device.hpp>
+#include <latte/error.hpp>
+#include <latte/gguf.hpp>
+#include <latte/model.hpp>
+
+#include <doctest/doctest.h>
+
+#include <string>
+
+TEST_CASE("loading on a CUDA device that cannot be used is an Error naming the device") {
+  const auto bytes = latte::random_model_bytes(latte::model_preset("test-v2-lite"), {.seed = 5});
+  const int devices = latte::Device::cuda_device_count();
+  const int ordinal = devices + 3;  // never present
+  try {
+    (void)latte::Model::from_file(latte::gguf::File::from_bytes(bytes, "m.gguf"),
+                                  {.device = latte::Device::cuda(ordinal)});
+    FAIL("loading on a missing device should fail");
+  } catch (const latte::Error& e) {
+    const std::string message = e.what();
+    INFO(message);
+#ifdef LATTE_WITH_CUDA
+    CHECK(e.code() == latte::ErrorCode::invalid_argument);
+    CHECK(message.find("cuda:" + std::to_string(ordinal)) != std::string::npos);
+    CHECK(message.find("does not exist") != std::string::npos);
+#else
+    CHECK(e.code() == latte::ErrorCode::unsupported);
+    CHECK(message.find("built without CUDA") != std::string::npos);
+#endif
+  }
+}
