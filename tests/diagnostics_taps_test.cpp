@@ -11,12 +11,13 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
-#include <iterator>
 #include <numeric>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,13 @@ const diag::TapRecord& find_tap(const std::vector<diag::TapRecord>& taps, const 
   }
   FAIL("no tap " << name);
   throw std::logic_error("unreachable");
+}
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
 }
 
 /// mla with the output of one layer perturbed: a fault the comparison must localise.
@@ -139,6 +147,20 @@ TEST_CASE("the taps are consistent with the residual stream and the logits") {
     for (size_t i = 0; i < x.size(); ++i) sum[i] = x[i] + a[i] + f[i];
     x = find_tap(taps, b + "residual").data;
     CHECK(latte::test::relative_error(sum, x) < 1e-6);
+    // RoPE rotates pairs (2i, 2i+1): q_pe's pair norms are those of the rope part of q.
+    const auto& q = find_tap(taps, b + "q").data;
+    const auto& q_pe = find_tap(taps, b + "q_pe").data;
+    const int qk = c.qk_head_dim(), R = c.qk_rope_head_dim;
+    double worst = 0;
+    for (size_t row = 0; row < q_pe.size() / static_cast<size_t>(R); ++row) {
+      for (int i = 0; i < R; i += 2) {
+        const float* before = q.data() + row * static_cast<size_t>(qk) + c.qk_nope_head_dim + i;
+        const float* after = q_pe.data() + row * static_cast<size_t>(R) + i;
+        const double n0 = std::hypot(before[0], before[1]), n1 = std::hypot(after[0], after[1]);
+        worst = std::max(worst, std::abs(n0 - n1) / std::max(n0, 1e-6));
+      }
+    }
+    CHECK(worst < 1e-5);
     // MoE: the chosen experts are the top by router logit only up to bias/groups; at least check ids.
     if (c.is_moe_layer(il)) {
       const auto& ids = find_tap(taps, b + "expert_ids").data;
@@ -224,8 +246,7 @@ TEST_CASE("tap dumps round-trip through .npy files that numpy can read") {
 
   // The exact bytes numpy.save writes for these shapes: magic, version 1.0, header length, the
   // dict padded to a 64-byte boundary, then little-endian float32 in C order.
-  std::ifstream in(dir.file("logits.npy"), std::ios::binary);
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string bytes = file_bytes(dir.file("logits.npy"));
   const std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (7,), }";
   REQUIRE(bytes.size() == 128 + 7 * 4);
   CHECK(bytes.substr(0, 8) == std::string("\x93NUMPY\x01\x00", 8));
@@ -236,8 +257,7 @@ TEST_CASE("tap dumps round-trip through .npy files that numpy can read") {
   float first = 0;
   std::memcpy(&first, bytes.data() + 128, 4);
   CHECK(first == taps[1].data[0]);
-  std::ifstream in3(dir.file("blk.0.q.npy"), std::ios::binary);
-  const std::string bytes3((std::istreambuf_iterator<char>(in3)), std::istreambuf_iterator<char>());
+  const std::string bytes3 = file_bytes(dir.file("blk.0.q.npy"));
   CHECK(bytes3.find("'shape': (2, 3, 5), }") != std::string::npos);
 }
 
@@ -246,8 +266,7 @@ TEST_CASE("malformed .npy files and dumps give errors naming the file") {
   const std::vector<int64_t> shape{4};
   const std::vector<float> values{1, 2, 3, 4};
   diag::write_npy(dir.file("a.npy"), shape, values);
-  std::ifstream in(dir.file("a.npy"), std::ios::binary);
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string bytes = file_bytes(dir.file("a.npy"));
   auto error_of = [](auto&& f) -> std::string {
     try {
       f();
