@@ -1,5 +1,6 @@
 # `latte diagnose` and `latte perplexity` on random-weight test-v3 models (one with a byte-level
 # vocabulary, so text prompts work).
+set(_model ${CMAKE_CURRENT_BINARY_DIR}/cli-test-v3.gguf)  # written by the cli_model fixture (model.tests.cmake)
 set(_bytes_model ${CMAKE_CURRENT_BINARY_DIR}/cli-test-v3-bytes.gguf)
 add_test(NAME cli_bytes_model_fixture COMMAND latte_write_test_model test-v3 ${_bytes_model} split+bytes)
 set_tests_properties(cli_bytes_model_fixture PROPERTIES FIXTURES_SETUP cli_bytes_model LABELS cli)
