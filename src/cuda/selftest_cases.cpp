@@ -9,13 +9,13 @@
 // hidden size 7168 for the 256-value block types, the glm-4.7-flash hidden size 2048 for the others.
 // Types latte cannot quantize on the CPU (no reference encoder, e.g. mxfp4) are not covered here; the
 // attention kernels (MLA decode, standard decode, flash prefill, DSA) are not covered yet either.
+#include "diagnostics/selftest_cases.hpp"
 #include "cuda/check.hpp"
 #include "cuda/dequantize.hpp"
 #include "cuda/device_buffer.hpp"
 #include "cuda/device_caps.hpp"
 #include "cuda/gemv_quant.hpp"
 #include "cuda/norms.hpp"
-#include "diagnostics/selftest_cases.hpp"
 
 #include <latte/error.hpp>
 #include <latte/quant.hpp>
@@ -112,9 +112,8 @@ void dequantize_and_gemv(GgmlType type, int rows, int k, std::mt19937_64& rng, T
                          .out_stride = k,
                          .out_type = cuda::DequantOut::f32},
                         nullptr);
-  table.add("dequantize_rows " + label, shape, rel_error(download(out.data(), dense.size()),
-                                                         std::vector<double>(dense.begin(), dense.end())),
-            1e-6);
+  table.add("dequantize_rows " + label, shape,
+            rel_error(download(out.data(), dense.size()), std::vector<double>(dense.begin(), dense.end())), 1e-6);
 
   // gemv_quant, 1 and 4 tokens
   if (!cuda::gemv_supports(type)) return;
@@ -126,7 +125,8 @@ void dequantize_and_gemv(GgmlType type, int rows, int k, std::mt19937_64& rng, T
     for (int t = 0; t < n_tokens; ++t) {
       for (int r = 0; r < rows; ++r) {
         double s = 0;
-        for (int i = 0; i < k; ++i) s += static_cast<double>(dense[static_cast<size_t>(r) * k + i]) * x[static_cast<size_t>(t) * k + i];
+        for (int i = 0; i < k; ++i)
+          s += static_cast<double>(dense[static_cast<size_t>(r) * k + i]) * x[static_cast<size_t>(t) * k + i];
         ref[static_cast<size_t>(t) * rows + r] = s;
       }
     }
@@ -159,9 +159,11 @@ void rms_norm_case(int rows, int n, std::mt19937_64& rng, Table& table) {
   std::vector<double> ref(x.size());
   for (int r = 0; r < rows; ++r) {
     double ss = 0;
-    for (int i = 0; i < n; ++i) ss += static_cast<double>(x[static_cast<size_t>(r) * n + i]) * x[static_cast<size_t>(r) * n + i];
+    for (int i = 0; i < n; ++i)
+      ss += static_cast<double>(x[static_cast<size_t>(r) * n + i]) * x[static_cast<size_t>(r) * n + i];
     const double inv = 1.0 / std::sqrt(ss / n + eps);
-    for (int i = 0; i < n; ++i) ref[static_cast<size_t>(r) * n + i] = x[static_cast<size_t>(r) * n + i] * inv * w[static_cast<size_t>(i)];
+    for (int i = 0; i < n; ++i)
+      ref[static_cast<size_t>(r) * n + i] = x[static_cast<size_t>(r) * n + i] * inv * w[static_cast<size_t>(i)];
   }
   const auto dx = upload(x);
   const auto dw = upload(w);
@@ -177,8 +179,8 @@ void rms_norm_case(int rows, int n, std::mt19937_64& rng, Table& table) {
   p.out = out.data();
   p.out_stride = n;
   cuda::rms_norm(p, nullptr);
-  table.add("rms_norm f32", std::to_string(rows) + "x" + std::to_string(n), rel_error(download(out.data(), x.size()), ref),
-            1e-5);
+  table.add("rms_norm f32", std::to_string(rows) + "x" + std::to_string(n),
+            rel_error(download(out.data(), x.size()), ref), 1e-5);
 }
 
 }  // namespace
