@@ -5,24 +5,29 @@
 //   dequantize_rows, fp32 output, every GPU type      1e-6   (exact decode; only fp32 rounding)
 //   gemv_quant, 1 and 4 tokens, every GPU type        1e-4   (fp32 sums in another order)
 //   rms_norm, fp32                                     1e-5
+//   mla_decode (absorbed MLA attention, bf16 inputs)   1e-2   (bf16 probabilities inside the kernel)
 // Shapes: rows = the latent projection's L + R = 576 (not a multiple of any tile); k = the deepseek-v3
 // hidden size 7168 for the 256-value block types, the glm-4.7-flash hidden size 2048 for the others.
 // Types latte cannot quantize on the CPU (no reference encoder, e.g. mxfp4) are not covered here; the
-// attention kernels (MLA decode, standard decode, flash prefill, DSA) are not covered yet either.
+// attention kernels but dense MLA decode (standard decode, flash prefill, DSA) are not covered yet.
 #include "diagnostics/selftest_cases.hpp"
 #include "cuda/check.hpp"
 #include "cuda/dequantize.hpp"
 #include "cuda/device_buffer.hpp"
 #include "cuda/device_caps.hpp"
 #include "cuda/gemv_quant.hpp"
+#include "cuda/mla_decode.hpp"
 #include "cuda/norms.hpp"
 
 #include <latte/error.hpp>
 #include <latte/quant.hpp>
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <random>
@@ -183,6 +188,90 @@ void rms_norm_case(int rows, int n, std::mt19937_64& rng, Table& table) {
             rel_error(download(out.data(), x.size()), ref), 1e-5);
 }
 
+/// Dense MLA decode, one query token per sequence, fp32 output, against a float64 softmax over the
+/// same bf16 values. Cache: [batch, capacity, 576] contiguous.
+void mla_decode_case(int n_heads, std::vector<int> kv_lens, std::mt19937_64& rng, Table& table) {
+  constexpr int L = cuda::kMlaLatentDim, R = cuda::kMlaRopeDim, row = cuda::kMlaCacheRow;
+  const int batch = static_cast<int>(kv_lens.size());
+  int capacity = 0;
+  for (int n : kv_lens) capacity = std::max(capacity, n);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto bf16_values = [&](size_t n, std::vector<uint16_t>& bits, std::vector<double>& values) {
+    bits.resize(n);
+    values.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      bits[i] = fp32_to_bf16(normal(rng));
+      values[i] = bf16_to_fp32(bits[i]);
+    }
+  };
+  std::vector<uint16_t> q_lat_bits, q_rope_bits, cache_bits;
+  std::vector<double> q_lat, q_rope, cache;
+  bf16_values(static_cast<size_t>(batch) * n_heads * L, q_lat_bits, q_lat);
+  bf16_values(static_cast<size_t>(batch) * n_heads * R, q_rope_bits, q_rope);
+  bf16_values(static_cast<size_t>(batch) * capacity * row, cache_bits, cache);
+  const float scale = 1.0f / std::sqrt(192.0f);
+
+  std::vector<double> ref(static_cast<size_t>(batch) * n_heads * L, 0.0);
+  std::vector<double> p(static_cast<size_t>(capacity));
+  for (int b = 0; b < batch; ++b) {
+    for (int h = 0; h < n_heads; ++h) {
+      const double* ql = q_lat.data() + (static_cast<size_t>(b) * n_heads + h) * L;
+      const double* qr = q_rope.data() + (static_cast<size_t>(b) * n_heads + h) * R;
+      double max = -INFINITY;
+      for (int s = 0; s < kv_lens[static_cast<size_t>(b)]; ++s) {
+        const double* c = cache.data() + (static_cast<size_t>(b) * capacity + s) * row;
+        double dot = 0;
+        for (int d = 0; d < L; ++d) dot += ql[d] * c[d];
+        for (int d = 0; d < R; ++d) dot += qr[d] * c[L + d];
+        p[static_cast<size_t>(s)] = scale * dot;
+        max = std::max(max, p[static_cast<size_t>(s)]);
+      }
+      double sum = 0;
+      for (int s = 0; s < kv_lens[static_cast<size_t>(b)]; ++s)
+        sum += (p[static_cast<size_t>(s)] = std::exp(p[static_cast<size_t>(s)] - max));
+      double* o = ref.data() + (static_cast<size_t>(b) * n_heads + h) * L;
+      for (int s = 0; s < kv_lens[static_cast<size_t>(b)]; ++s) {
+        const double* c = cache.data() + (static_cast<size_t>(b) * capacity + s) * row;
+        for (int d = 0; d < L; ++d) o[d] += p[static_cast<size_t>(s)] / sum * c[d];
+      }
+    }
+  }
+
+  const auto d_q_lat = upload(q_lat_bits);
+  const auto d_q_rope = upload(q_rope_bits);
+  const auto d_cache = upload(cache_bits);
+  const auto d_lens = upload(std::vector<int32_t>(kv_lens.begin(), kv_lens.end()));
+  cuda::DeviceBuffer<float> out(ref.size(), "selftest output");
+  LATTE_CUDA_CHECK(cudaMemset(out.data(), 0xFF, out.bytes()));
+  cuda::MlaDecodeParams params;
+  params.q_latent = reinterpret_cast<const __nv_bfloat16*>(d_q_lat.data());
+  params.q_latent_token_stride = static_cast<int64_t>(n_heads) * L;
+  params.q_latent_head_stride = L;
+  params.q_rope = reinterpret_cast<const __nv_bfloat16*>(d_q_rope.data());
+  params.q_rope_token_stride = static_cast<int64_t>(n_heads) * R;
+  params.q_rope_head_stride = R;
+  params.cache.data = reinterpret_cast<const __nv_bfloat16*>(d_cache.data());
+  params.cache.page_stride = static_cast<int64_t>(capacity) * row;
+  params.cache.token_stride = row;
+  params.kv_lens = d_lens.data();
+  params.batch = batch;
+  params.q_len = 1;
+  params.n_heads = n_heads;
+  params.max_kv_len = capacity;
+  params.scale = scale;
+  params.out_type = cuda::AttnOutputType::f32;
+  params.out = out.data();
+  const cuda::MlaDecodePlan plan = cuda::plan_mla_decode(params);
+  cuda::DeviceBuffer<std::byte> workspace(std::max<size_t>(plan.workspace_bytes, 16), "selftest workspace");
+  cuda::run_mla_decode(params, plan, workspace.data(), workspace.bytes(), nullptr);
+  std::string shape = std::to_string(n_heads) + " heads, kv";
+  for (int n : kv_lens) {
+    shape += ' ';
+    shape += std::to_string(n);
+  }
+  table.add("mla_decode bf16", shape, rel_error(download(out.data(), ref.size()), ref), 1e-2);
+}
+
 }  // namespace
 
 bool selftest_built() noexcept { return true; }
@@ -206,6 +295,8 @@ SelftestResult run_selftest_cases(int ordinal) {
   }
   rms_norm_case(7, 7168, rng, table);
   rms_norm_case(5, 512, rng, table);
+  mla_decode_case(16, {37, 700}, rng, table);   // deepseek-v2-lite heads
+  mla_decode_case(128, {1000, 5}, rng, table);  // deepseek-v3 heads
   SelftestResult r;
   r.ran = true;
   r.passed = table.passed;
