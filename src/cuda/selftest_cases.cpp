@@ -6,10 +6,11 @@
 //   gemv_quant, 1 and 4 tokens, every GPU type        1e-4   (fp32 sums in another order)
 //   rms_norm, fp32                                     1e-5
 //   mla_decode (absorbed MLA attention, bf16 inputs)   1e-2   (bf16 probabilities inside the kernel)
+//   standard_decode (per-head K/V, bf16 inputs)        1e-2
 // Shapes: rows = the latent projection's L + R = 576 (not a multiple of any tile); k = the deepseek-v3
 // hidden size 7168 for the 256-value block types, the glm-4.7-flash hidden size 2048 for the others.
 // Types latte cannot quantize on the CPU (no reference encoder, e.g. mxfp4) are not covered here; the
-// attention kernels but dense MLA decode (standard decode, flash prefill, DSA) are not covered yet.
+// attention kernels but dense MLA and standard decode (flash prefill, DSA) are not covered yet.
 #include "diagnostics/selftest_cases.hpp"
 #include "cuda/check.hpp"
 #include "cuda/dequantize.hpp"
@@ -18,6 +19,7 @@
 #include "cuda/gemv_quant.hpp"
 #include "cuda/mla_decode.hpp"
 #include "cuda/norms.hpp"
+#include "cuda/standard_decode.hpp"
 
 #include <latte/error.hpp>
 #include <latte/quant.hpp>
@@ -272,6 +274,89 @@ void mla_decode_case(int n_heads, std::vector<int> kv_lens, std::mt19937_64& rng
   table.add("mla_decode bf16", shape, rel_error(download(out.data(), ref.size()), ref), 1e-2);
 }
 
+/// Dense standard decode, fp32 output: K [batch, capacity, heads, qk], V [batch, capacity, heads, v].
+void standard_decode_case(int n_heads, int qk, int v, std::vector<int> kv_lens, std::mt19937_64& rng, Table& table) {
+  const int batch = static_cast<int>(kv_lens.size());
+  int capacity = 0;
+  for (int n : kv_lens) capacity = std::max(capacity, n);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto bf16_values = [&](size_t n, std::vector<uint16_t>& bits, std::vector<double>& values) {
+    bits.resize(n);
+    values.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      bits[i] = fp32_to_bf16(normal(rng));
+      values[i] = bf16_to_fp32(bits[i]);
+    }
+  };
+  std::vector<uint16_t> q_bits, k_bits, v_bits;
+  std::vector<double> q, k, vv;
+  bf16_values(static_cast<size_t>(batch) * n_heads * qk, q_bits, q);
+  bf16_values(static_cast<size_t>(batch) * capacity * n_heads * qk, k_bits, k);
+  bf16_values(static_cast<size_t>(batch) * capacity * n_heads * v, v_bits, vv);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(qk));
+
+  std::vector<double> ref(static_cast<size_t>(batch) * n_heads * v, 0.0);
+  std::vector<double> p(static_cast<size_t>(capacity));
+  for (int b = 0; b < batch; ++b) {
+    const int n_kv = kv_lens[static_cast<size_t>(b)];
+    for (int h = 0; h < n_heads; ++h) {
+      const double* qh = q.data() + (static_cast<size_t>(b) * n_heads + h) * qk;
+      double max = -INFINITY;
+      for (int s = 0; s < n_kv; ++s) {
+        const double* kh = k.data() + ((static_cast<size_t>(b) * capacity + s) * n_heads + h) * qk;
+        double dot = 0;
+        for (int d = 0; d < qk; ++d) dot += qh[d] * kh[d];
+        p[static_cast<size_t>(s)] = scale * dot;
+        max = std::max(max, p[static_cast<size_t>(s)]);
+      }
+      double sum = 0;
+      for (int s = 0; s < n_kv; ++s) sum += (p[static_cast<size_t>(s)] = std::exp(p[static_cast<size_t>(s)] - max));
+      double* o = ref.data() + (static_cast<size_t>(b) * n_heads + h) * v;
+      for (int s = 0; s < n_kv; ++s) {
+        const double* vh = vv.data() + ((static_cast<size_t>(b) * capacity + s) * n_heads + h) * v;
+        for (int d = 0; d < v; ++d) o[d] += p[static_cast<size_t>(s)] / sum * vh[d];
+      }
+    }
+  }
+
+  const auto d_q = upload(q_bits);
+  const auto d_k = upload(k_bits);
+  const auto d_v = upload(v_bits);
+  const auto d_lens = upload(std::vector<int32_t>(kv_lens.begin(), kv_lens.end()));
+  cuda::DeviceBuffer<float> out(ref.size(), "selftest output");
+  LATTE_CUDA_CHECK(cudaMemset(out.data(), 0xFF, out.bytes()));
+  cuda::StandardDecodeParams params;
+  params.q = reinterpret_cast<const __nv_bfloat16*>(d_q.data());
+  params.q_batch_stride = static_cast<int64_t>(n_heads) * qk;
+  params.q_head_stride = qk;
+  params.k_cache.data = reinterpret_cast<const __nv_bfloat16*>(d_k.data());
+  params.k_cache.page_stride = static_cast<int64_t>(capacity) * n_heads * qk;
+  params.k_cache.token_stride = static_cast<int64_t>(n_heads) * qk;
+  params.k_cache.head_stride = qk;
+  params.v_cache.data = reinterpret_cast<const __nv_bfloat16*>(d_v.data());
+  params.v_cache.page_stride = static_cast<int64_t>(capacity) * n_heads * v;
+  params.v_cache.token_stride = static_cast<int64_t>(n_heads) * v;
+  params.v_cache.head_stride = v;
+  params.kv_lens = d_lens.data();
+  params.batch = batch;
+  params.n_heads = n_heads;
+  params.head_dim_qk = qk;
+  params.head_dim_v = v;
+  params.max_kv_len = capacity;
+  params.scale = scale;
+  params.out_type = cuda::AttnOutputType::f32;
+  params.out = out.data();
+  const cuda::StandardDecodePlan plan = cuda::plan_standard_decode(params);
+  cuda::DeviceBuffer<std::byte> workspace(std::max<size_t>(plan.workspace_bytes, 16), "selftest workspace");
+  cuda::run_standard_decode(params, plan, workspace.data(), workspace.bytes(), nullptr);
+  std::string shape = std::to_string(n_heads) + "x(" + std::to_string(qk) + "," + std::to_string(v) + "), kv";
+  for (int n : kv_lens) {
+    shape += ' ';
+    shape += std::to_string(n);
+  }
+  table.add("standard_decode bf16", shape, rel_error(download(out.data(), ref.size()), ref), 1e-2);
+}
+
 }  // namespace
 
 bool selftest_built() noexcept { return true; }
@@ -295,8 +380,10 @@ SelftestResult run_selftest_cases(int ordinal) {
   }
   rms_norm_case(7, 7168, rng, table);
   rms_norm_case(5, 512, rng, table);
-  mla_decode_case(16, {37, 700}, rng, table);   // deepseek-v2-lite heads
-  mla_decode_case(128, {1000, 5}, rng, table);  // deepseek-v3 heads
+  mla_decode_case(16, {37, 700}, rng, table);                 // deepseek-v2-lite heads
+  mla_decode_case(128, {1000, 5}, rng, table);                // deepseek-v3 heads
+  standard_decode_case(16, 192, 128, {37, 700}, rng, table);  // deepseek dims
+  standard_decode_case(8, 256, 256, {300, 9}, rng, table);    // glm-5 dims
   SelftestResult r;
   r.ran = true;
   r.passed = table.passed;
