@@ -282,6 +282,11 @@ TEST_CASE("malformed .npy files and dumps give errors naming the file") {
   i4.replace(i4.find("<f4"), 3, "<i4");
   latte::test::write_text_file(dir.file("int.npy"), i4);
   CHECK(error_of([&] { (void)diag::read_npy(dir.file("int.npy")); }).find("dtype '<i4'") != std::string::npos);
+  std::string huge = bytes;
+  huge.replace(huge.find("(4,)"), 4, "(9999999999,)");  // same header length: the padding shrinks
+  huge.erase(huge.find('\n', 10) - 9, 9);
+  latte::test::write_text_file(dir.file("huge.npy"), huge);
+  CHECK(error_of([&] { (void)diag::read_npy(dir.file("huge.npy")); }).find("holds more than") != std::string::npos);
   latte::test::write_text_file(dir.file("text.npy"), "hello world");
   CHECK(error_of([&] { (void)diag::read_npy(dir.file("text.npy")); }).find("not a .npy file") != std::string::npos);
   CHECK(error_of([&] { (void)diag::read_tap_dump(dir.file("nowhere")); }).find("index.json") != std::string::npos);

@@ -24,6 +24,7 @@ static_assert(std::endian::native == std::endian::little, "the .npy writer assum
 
 constexpr char kMagic[] = "\x93NUMPY";
 constexpr size_t kMagicSize = 6;
+constexpr int64_t kMaxValues = int64_t{1} << 32;  // a tap larger than 16 GiB is a corrupt header
 
 std::string npy_header(std::span<const int64_t> shape) {
   std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (";
@@ -118,11 +119,18 @@ TapRecord read_npy(const std::string& path) {
     if (i >= tuple.size() || tuple[i] == ')') break;
     size_t j = i;
     while (j < tuple.size() && tuple[j] >= '0' && tuple[j] <= '9') ++j;
-    if (j == i) throw Error(ErrorCode::invalid_file, path + ": malformed shape " + tuple);
+    if (j == i || j - i > 12) throw Error(ErrorCode::invalid_file, path + ": malformed shape " + tuple);
     r.shape.push_back(std::stoll(tuple.substr(i, j - i)));
     i = j;
   }
-  const int64_t n = std::accumulate(r.shape.begin(), r.shape.end(), int64_t{1}, std::multiplies<>());
+  int64_t n = 1;
+  for (int64_t d : r.shape) {
+    n *= d;
+    if (n > kMaxValues) {
+      throw Error(ErrorCode::invalid_file,
+                  path + ": shape " + tuple + " holds more than " + std::to_string(kMaxValues) + " values");
+    }
+  }
   r.data.resize(static_cast<size_t>(n));
   if (descr == "<f4") {
     in.read(reinterpret_cast<char*>(r.data.data()), static_cast<std::streamsize>(n * 4));
