@@ -9,9 +9,11 @@
 #include <latte/batch.hpp>
 #include <latte/chat.hpp>
 #include <latte/device.hpp>
+#include <latte/diagnostics.hpp>
 #include <latte/error.hpp>
 #include <latte/gguf.hpp>
 #include <latte/model.hpp>
+#include <latte/perplexity.hpp>
 #include <latte/quant.hpp>
 #include <latte/quant_blocks.hpp>
 #include <latte/sampler.hpp>

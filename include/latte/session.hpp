@@ -5,6 +5,7 @@
 //   s.eval(prompt_ids); std::span<const float> next = s.logits();
 #pragma once
 
+#include <latte/diagnostics.hpp>
 #include <latte/model.hpp>
 #include <latte/token.hpp>
 
@@ -62,6 +63,9 @@ class Session {
   void truncate(int n);
   /// The attention backend in use ("mla", "standard", ...), after resolving "auto".
   [[nodiscard]] const std::string& backend_name() const noexcept;
+  /// Observes the activation taps of every later eval (include/latte/diagnostics.hpp lists them);
+  /// an observer with an empty on_tap removes it. Observing does not change any result.
+  void set_tap_observer(TapObserver observer);
   /// The model this session runs.
   [[nodiscard]] const Model& model() const noexcept;
 

@@ -208,13 +208,29 @@ void Deepseek2CpuForward::run(const ForwardBatch& batch) {
         {.cache = nullptr, .n_past = n_past, .first_row = s.first_row, .n_tokens = s.n_tokens});
   }
 
+  taps_ = batch.taps;
+  std::string tap;
   embed_tokens(batch);
+  if (tapping(-1, "token_embd", tap)) taps_->emit(tap, -1, {T, H}, act_.x.data());
   for (int il = 0; il < config_.n_layer_main(); ++il) {
     attention_block(il, batch);
     feed_forward_block(il);
+    if (tapping(il, "residual", tap)) taps_->emit(tap, il, {T, H}, act_.x.data());
   }
   output_logits(batch);
   for (const BatchSequence& s : batch.sequences) s.cache->set_n_tokens(s.cache->n_tokens() + s.n_tokens);
+}
+
+bool Deepseek2CpuForward::tapping(int il, std::string_view tap, std::string& name) const {
+  if (taps_ == nullptr) return false;
+  name = il < 0 ? std::string(tap) : TapSink::block_name(il, tap);
+  return taps_->wants(name);
+}
+
+void Deepseek2CpuForward::emit_update(const std::string& name, int il) {
+  const size_t n = static_cast<size_t>(act_.n_rows) * config_.n_embd;
+  for (size_t i = 0; i < n; ++i) x_before_[i] = act_.x[i] - x_before_[i];
+  taps_->emit(name, il, {act_.n_rows, config_.n_embd}, x_before_.data());
 }
 
 void Deepseek2CpuForward::embed_tokens(const ForwardBatch& batch) {
@@ -234,6 +250,8 @@ void Deepseek2CpuForward::attention_block(int il, const ForwardBatch& batch) {
 
   // xn = RMSNorm(x); proj = xn [query ; kv_a]^T
   cpu::rms_norm_rows(act_.x.data(), H, act_.xn.data(), H, T, H, bv.attn_norm.data(), c.rms_norm_eps);
+  std::string tap;
+  if (tapping(il, "attn_norm", tap)) taps_->emit(tap, il, {T, H}, act_.xn.data());
   ensure_size(act_.proj, static_cast<size_t>(T) * layout.width);
   project_attention_input(runner_, c, lw, act_.xn.data(), T, act_.proj.data());
 
@@ -263,6 +281,9 @@ void Deepseek2CpuForward::attention_block(int il, const ForwardBatch& batch) {
     }
   }
 
+  if (tapping(il, "q", tap)) taps_->emit(tap, il, {T, N, qk}, act_.q.data());
+  if (tapping(il, "kv_latent", tap)) taps_->emit(tap, il, {T, L}, act_.latent.data());
+
   // RoPE on the last R dims of every query head and on k_pe.
   for (int t = 0; t < T; ++t) {
     const float* cs = act_.rope_cos.data() + static_cast<size_t>(t) * half;
@@ -273,6 +294,11 @@ void Deepseek2CpuForward::attention_block(int il, const ForwardBatch& batch) {
     }
     cpu::RotaryEmbedding::rotate_pairs(act_.k_rope.data() + static_cast<size_t>(t) * R, cs, sn, half);
   }
+
+  if (tapping(il, "q_pe", tap)) {
+    taps_->emit_rows(tap, il, {T, N, R}, act_.q.data() + c.qk_nope_head_dim, static_cast<int64_t>(T) * N, R, qk);
+  }
+  if (tapping(il, "k_pe", tap)) taps_->emit(tap, il, {T, R}, act_.k_rope.data());
 
   const int width = select_positions(il, batch, act_, selection_);
 
@@ -293,9 +319,14 @@ void Deepseek2CpuForward::attention_block(int il, const ForwardBatch& batch) {
                     .out = act_.attn.data(),
                     .runner = &runner_});
 
+  if (tapping(il, "attn_heads", tap)) taps_->emit(tap, il, {T, N, c.v_head_dim}, act_.attn.data());
+
   // x += o attn_output^T
+  const bool tap_out = tapping(il, "attn_out", tap);
+  if (tap_out) x_before_.assign(act_.x.begin(), act_.x.begin() + static_cast<std::ptrdiff_t>(T) * H);
   cpu::matmul(runner_, {lw.attn_output}, act_.attn.data(), T, N * c.v_head_dim, act_.x.data(), H,
               /*accumulate=*/true);
+  if (tap_out) emit_update(tap, il);
 }
 
 void Deepseek2CpuForward::feed_forward_block(int il) {
@@ -304,15 +335,20 @@ void Deepseek2CpuForward::feed_forward_block(int il) {
   const int T = act_.n_rows, H = c.n_embd;
   cpu::rms_norm_rows(act_.x.data(), H, act_.xn.data(), H, T, H, blocks_[static_cast<size_t>(il)].ffn_norm.data(),
                      c.rms_norm_eps);
+  std::string tap;
+  if (tapping(il, "ffn_norm", tap)) taps_->emit(tap, il, {T, H}, act_.xn.data());
+  const bool tap_out = tapping(il, "ffn_out", tap);
+  if (tap_out) x_before_.assign(act_.x.begin(), act_.x.begin() + static_cast<std::ptrdiff_t>(T) * H);
   if (!c.is_moe_layer(il)) {
     gated_ffn(runner_, lw.ffn_gate, lw.ffn_up, lw.ffn_down, act_.xn.data(), T, H, act_.x.data(), H, act_.hidden);
-    return;
+  } else {
+    moe_feed_forward(il);
+    if (lw.ffn_gate_shexp) {
+      gated_ffn(runner_, lw.ffn_gate_shexp, lw.ffn_up_shexp, lw.ffn_down_shexp, act_.xn.data(), T, H, act_.x.data(), H,
+                act_.hidden);
+    }
   }
-  moe_feed_forward(il);
-  if (lw.ffn_gate_shexp) {
-    gated_ffn(runner_, lw.ffn_gate_shexp, lw.ffn_up_shexp, lw.ffn_down_shexp, act_.xn.data(), T, H, act_.x.data(), H,
-              act_.hidden);
-  }
+  if (tap_out) emit_update(tap, il);
 }
 
 void Deepseek2CpuForward::moe_feed_forward(int il) {
@@ -329,6 +365,26 @@ void Deepseek2CpuForward::moe_feed_forward(int il) {
   for (int t = 0; t < T; ++t) {
     router_.route(std::span<const float>(act_.router.data() + static_cast<size_t>(t) * E, static_cast<size_t>(E)), bias,
                   std::span<ExpertChoice>(choices_.data() + static_cast<size_t>(t) * K, static_cast<size_t>(K)));
+  }
+  std::string tap;
+  if (tapping(il, "router_logits", tap)) taps_->emit(tap, il, {T, E}, act_.router.data());
+  const bool tap_ids = tapping(il, "expert_ids", tap);
+  std::string weights_tap;
+  const bool tap_weights = tapping(il, "expert_weights", weights_tap);
+  if (tap_ids || tap_weights) {
+    // Per row, ascending expert id (the order of selection is an implementation detail).
+    std::vector<ExpertChoice> sorted(choices_.begin(), choices_.begin() + static_cast<std::ptrdiff_t>(T) * K);
+    std::vector<float> ids(sorted.size()), weights(sorted.size());
+    for (int t = 0; t < T; ++t) {
+      const auto row = sorted.begin() + static_cast<std::ptrdiff_t>(t) * K;
+      std::sort(row, row + K, [](const ExpertChoice& a, const ExpertChoice& b) { return a.expert < b.expert; });
+    }
+    for (size_t i = 0; i < sorted.size(); ++i) {
+      ids[i] = static_cast<float>(sorted[i].expert);
+      weights[i] = sorted[i].weight;
+    }
+    if (tap_ids) taps_->emit(tap, il, {T, K}, ids.data());
+    if (tap_weights) taps_->emit(weights_tap, il, {T, K}, weights.data());
   }
 
   // Tokens per expert, in token order; experts run in index order (deterministic sums).
@@ -380,7 +436,10 @@ void Deepseek2CpuForward::output_logits(const ForwardBatch& batch) {
                        gathered_.data() + static_cast<size_t>(i) * H, H, 1, H, output_norm_.data(),
                        config_.rms_norm_eps);
   }
+  std::string tap;
+  if (tapping(-1, "output_norm", tap)) taps_->emit(tap, -1, {n_out, H}, gathered_.data());
   cpu::matmul(runner_, {weights_.output}, gathered_.data(), n_out, H, batch.logits, config_.n_vocab);
+  if (tapping(-1, "logits", tap)) taps_->emit(tap, -1, {n_out, config_.n_vocab}, batch.logits);
 }
 
 // ---- architecture entry points ---------------------------------------------------------------

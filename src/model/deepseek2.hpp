@@ -12,6 +12,8 @@
 
 #include <array>
 #include <cstdint>
+#include <string>
+#include <string_view>
 #include <vector>
 
 namespace latte::detail {
@@ -98,8 +100,14 @@ class Deepseek2CpuForward : public ForwardPass {
   void feed_forward_block(int il);
   void moe_feed_forward(int il);
   void output_logits(const ForwardBatch& batch);
+  /// Whether tap blk.<il>.<tap> (or <tap> for il < 0) is observed this step; sets `name`.
+  bool tapping(int il, std::string_view tap, std::string& name) const;
+  /// Emits `name` = x - before ([T, H]): the residual update of a sub-block.
+  void emit_update(const std::string& name, int il);
 
   ExpertRouter router_;
+  const TapSink* taps_ = nullptr;  // this step's tap sink, or null
+  std::vector<float> x_before_;    // [T, H] residual stream before a tapped sub-block
   std::vector<AttentionSequence> attention_sequences_;
   std::vector<int32_t> selection_;
   std::vector<ExpertChoice> choices_;

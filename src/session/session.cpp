@@ -59,6 +59,7 @@ struct Session::Impl {
   std::vector<float> logits;  // [n_logit_rows, n_vocab]
   int n_last = 0;             // tokens of the last eval
   bool have_all_logits = false;
+  TapObserver tap_observer;
 };
 
 namespace {
@@ -111,10 +112,12 @@ void Session::eval(std::span<const Token> tokens) {
         rows.push_back(len - 1);
       }
       const detail::BatchSequence seq{.cache = &s.cache, .first_row = 0, .n_tokens = len};
+      const detail::TapSink taps(s.tap_observer);
       s.forward->run({.tokens = tokens.subspan(static_cast<size_t>(start), static_cast<size_t>(len)),
                       .sequences = std::span(&seq, 1),
                       .logit_rows = rows,
-                      .logits = s.logits.data() + (all ? static_cast<size_t>(start) * n_vocab : 0)});
+                      .logits = s.logits.data() + (all ? static_cast<size_t>(start) * n_vocab : 0),
+                      .taps = s.tap_observer.on_tap ? &taps : nullptr});
     }
   } catch (...) {
     s.cache.set_n_tokens(n_past);  // a failed eval leaves the cached tokens as they were
@@ -161,6 +164,8 @@ void Session::truncate(int n) {
   impl_->cache.set_n_tokens(n);
   impl_->n_last = 0;
 }
+
+void Session::set_tap_observer(TapObserver observer) { impl_->tap_observer = std::move(observer); }
 
 const std::string& Session::backend_name() const noexcept { return impl_->backend_name; }
 const Model& Session::model() const noexcept { return impl_->model; }

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# On the GPU machine, after scripts/gpu-check.sh has built build-gpu/ (same tree, warm machine):
+#   1. latte diagnose --selftest --device cuda:0       the self-test table (exit 0 pass, 2 mismatch)
+#   2. for each oracle fixture (tests/data/oracle/*): latte convert -> GGUF, tools/oracle/dump_taps.py
+#      (transformers, float32, on the CPU) -> tap dump, latte diagnose --against the dump (CPU fp32)
+# Everything goes to $OUT (if set) or out/diagnose-gpu/; a summary is printed last.
+#   LATTE_DIAGNOSE_TOKENS   token ids of the compared prompt (default: 24 ids of the fixtures' vocabulary)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+LOG_DIR=${OUT:-$ROOT/out/diagnose-gpu}
+mkdir -p "$LOG_DIR"
+LATTE=build-gpu/tools/latte/latte
+TOKENS=${LATTE_DIAGNOSE_TOKENS:-"1 72 101 108 108 111 44 32 119 111 114 108 100 33 32 84 104 101 32 99 97 116 32 115"}
+if [ ! -x "$LATTE" ]; then
+  echo "diagnose-gpu-check: $LATTE is missing: run scripts/gpu-check.sh first (it builds latte-cli)" >&2
+  exit 2
+fi
+
+summary=()
+timeout 120 "$LATTE" diagnose --selftest --device cuda:0 >"$LOG_DIR/selftest.txt" 2>&1
+rc=$?
+cat "$LOG_DIR/selftest.txt"
+summary+=("selftest cuda:0: rc $rc")
+
+for dir in tests/data/oracle/*/; do
+  name=$(basename "$dir")
+  [ -f "$dir/config.json" ] || continue
+  gguf="$LOG_DIR/$name.gguf"
+  taps="$LOG_DIR/$name-hf-taps"
+  if ! "$LATTE" convert "$dir" -o "$gguf" >"$LOG_DIR/$name-convert.log" 2>&1; then
+    summary+=("$name: convert failed (see $name-convert.log)")
+    continue
+  fi
+  if ! timeout 300 python3 tools/oracle/dump_taps.py --checkpoint "$dir" --tokens "$TOKENS" --out "$taps" \
+    >"$LOG_DIR/$name-dump.log" 2>&1; then
+    summary+=("$name: dump_taps.py failed (see $name-dump.log)")
+    continue
+  fi
+  "$LATTE" diagnose --model "$gguf" --against "$taps" >"$LOG_DIR/$name-diagnose.txt" 2>&1
+  rc=$?
+  summary+=("$name: diagnose --against transformers: rc $rc, $(tail -n 1 "$LOG_DIR/$name-diagnose.txt")")
+done
+
+echo "== summary"
+printf '%s\n' "${summary[@]}"

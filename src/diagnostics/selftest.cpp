@@ -1,0 +1,89 @@
+// The GPU self-test entry points and the per-user cache of its verdicts.
+//
+// Cache: $XDG_CACHE_HOME/latte/selftest-<arch>-<driver>.json (or $HOME/.cache/latte/...), holding
+// {"passed": bool, "table": "..."}; <arch> is the compute capability (e.g. sm90), <driver> the CUDA
+// driver version (e.g. 12080). A new architecture or driver runs the test again.
+#include "diagnostics/selftest_cases.hpp"
+
+#include <latte/diagnostics.hpp>
+#include <latte/error.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <utility>
+
+namespace latte::diagnostics {
+
+namespace {
+
+std::filesystem::path cache_dir() {
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::filesystem::path(xdg) / "latte";
+  if (const char* home = std::getenv("HOME"); home && *home) return std::filesystem::path(home) / ".cache" / "latte";
+  return {};
+}
+
+bool selftest_disabled() {
+  const char* v = std::getenv("LATTE_NO_SELFTEST");
+  return v && *v && std::string(v) != "0";
+}
+
+SelftestResult not_run(std::string reason) {
+  SelftestResult r;
+  r.reason = std::move(reason);
+  return r;
+}
+
+}  // namespace
+
+SelftestResult run_selftest(Device device) {
+  if (!device.is_cuda()) {
+    return not_run("the self-test checks GPU kernels; give --device cuda:N");
+  }
+  if (!detail::selftest_built()) {
+    return not_run("this build of latte has no CUDA backend (configure with -DLATTE_CUDA=ON)");
+  }
+  if (device.index < 0 || device.index >= Device::cuda_device_count()) {
+    return not_run("no CUDA device " + device.to_string() + " (" + std::to_string(Device::cuda_device_count()) +
+                   " visible)");
+  }
+  return detail::run_selftest_cases(device.index);
+}
+
+void ensure_selftest(Device device) {
+  if (!device.is_cuda() || selftest_disabled() || !detail::selftest_built()) return;
+  const std::string identity = detail::selftest_identity(device.index);  // "sm90-12080"
+  const std::filesystem::path dir = cache_dir();
+  const std::filesystem::path file = dir.empty() ? std::filesystem::path() : dir / ("selftest-" + identity + ".json");
+  if (!file.empty()) {
+    std::ifstream in(file);
+    if (in) {
+      try {
+        const nlohmann::json cached = nlohmann::json::parse(in);
+        if (cached.at("passed").get<bool>()) return;
+        throw Error(ErrorCode::device, "the GPU self-test failed on " + identity + " (cached in " + file.string() +
+                                           "; delete it to re-run, or set LATTE_NO_SELFTEST=1):\n" +
+                                           cached.value("table", std::string()));
+      } catch (const nlohmann::json::exception&) {
+        // An unreadable cache entry: run the test again and overwrite it.
+      }
+    }
+  }
+  const SelftestResult r = run_selftest(device);
+  if (!r.ran) return;
+  if (!file.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    std::ofstream out(file, std::ios::trunc);
+    if (out) out << nlohmann::json{{"passed", r.passed}, {"table", r.table}}.dump(1) << '\n';
+  }
+  if (!r.passed) {
+    throw Error(ErrorCode::device, "the GPU self-test failed on " + identity +
+                                       " (set LATTE_NO_SELFTEST=1 to skip it at your own risk):\n" + r.table);
+  }
+}
+
+}  // namespace latte::diagnostics

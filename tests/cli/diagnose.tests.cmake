@@ -1,0 +1,63 @@
+# `latte diagnose` and `latte perplexity` on random-weight test-v3 models (one with a byte-level
+# vocabulary, so text prompts work).
+set(_model ${CMAKE_CURRENT_BINARY_DIR}/cli-test-v3.gguf)  # written by the cli_model fixture (model.tests.cmake)
+set(_bytes_model ${CMAKE_CURRENT_BINARY_DIR}/cli-test-v3-bytes.gguf)
+add_test(NAME cli_bytes_model_fixture COMMAND latte_write_test_model test-v3 ${_bytes_model} split+bytes)
+set_tests_properties(cli_bytes_model_fixture PROPERTIES FIXTURES_SETUP cli_bytes_model LABELS cli)
+set(_taps ${CMAKE_CURRENT_BINARY_DIR}/diagnose-taps)
+set(_text ${CMAKE_CURRENT_BINARY_DIR}/perplexity-text.txt)
+file(WRITE ${_text} "The failure this project was born from: a model loads without an error and writes garbage, \
+and nobody knows which of a thousand operations is wrong. Perplexity over held-out text tells sense from it.\n")
+
+latte_cli_test(NAME diagnose_backends_agree
+               ARGS diagnose --model ${_model} --tokens "5 17 3 250 9 77" --compare cpu:mla,cpu:standard
+               EXPECT_STDOUT "blk.1.attn_heads +\\[6,[0-9]+,[0-9]+\\] .* ok\n.*all [0-9]+ taps agree \\(bound 0.0001\\)\n$")
+latte_cli_test(NAME diagnose_names_the_faulty_tap
+               ARGS diagnose --model ${_model} --tokens "5 17 3 250 9 77" --inject-attention-fault 1
+                    --compare cpu:mla,cpu:faulty-mla
+               EXPECT_EXIT 2
+               EXPECT_STDOUT "blk.1.k_pe .* ok\nblk.1.attn_heads .* DIVERGES\n.*first divergence: blk.1.attn_heads, rel err 0.5 \\(bound 0.0001\\); upstream taps agree\n$")
+latte_cli_test(NAME diagnose_text_prompt ARGS diagnose --model ${_bytes_model} --prompt "Where do they part ways?"
+               EXPECT_STDOUT "\\(25 tokens\\).*all [0-9]+ taps agree")
+latte_cli_test(NAME diagnose_dump ARGS diagnose --model ${_model} --tokens "4 8 15 16 23 42" --dump ${_taps}
+               EXPECT_STDOUT "wrote [0-9]+ taps of cpu:mla to ")
+set_tests_properties(cli_diagnose_dump PROPERTIES FIXTURES_SETUP cli_taps_dump)
+latte_cli_test(NAME diagnose_against_dump ARGS diagnose --model ${_model} --against ${_taps}
+               EXPECT_STDOUT "^cpu:mla against the dump .*logits +\\[6,512\\] .*all [0-9]+ taps agree")
+latte_cli_test(NAME diagnose_against_own_dump ARGS diagnose --model ${_model} --against ${_taps} --compare cpu:standard,cpu:mla
+               EXPECT_STDOUT "against the dump .*all [0-9]+ taps agree \\(bound 0.0001\\)\n$")
+latte_cli_test(NAME diagnose_against_dump_finds_fault
+               ARGS diagnose --model ${_model} --against ${_taps} --inject-attention-fault 0 --compare cpu:faulty-mla,cpu:mla
+               EXPECT_EXIT 2 EXPECT_STDOUT "against the dump .*first divergence: blk.0.attn_heads, rel err")
+latte_cli_test(NAME diagnose_against_other_tokens ARGS diagnose --model ${_model} --against ${_taps} --tokens "1 2"
+               EXPECT_EXIT 1 EXPECT_STDERR "the tokens differ from those of the dump")
+set_tests_properties(cli_diagnose_against_dump cli_diagnose_against_own_dump cli_diagnose_against_dump_finds_fault
+                     cli_diagnose_against_other_tokens PROPERTIES FIXTURES_REQUIRED "cli_model;cli_taps_dump")
+latte_cli_test(NAME diagnose_bad_side ARGS diagnose --model ${_model} --tokens "1" --compare cpu:mla,gpu
+               EXPECT_EXIT 1 EXPECT_STDERR "'gpu' is not DEVICE:BACKEND")
+latte_cli_test(NAME diagnose_needs_a_prompt ARGS diagnose --model ${_model}
+               EXPECT_EXIT 1 EXPECT_STDERR "--prompt or --tokens is required")
+set_tests_properties(cli_diagnose_backends_agree cli_diagnose_names_the_faulty_tap cli_diagnose_dump
+                     cli_diagnose_bad_side cli_diagnose_needs_a_prompt PROPERTIES FIXTURES_REQUIRED cli_model)
+if(NOT LATTE_CUDA)
+  # A CPU-only build: cuda sides fail with the library's error, and the self-test cannot run (exit 3).
+  latte_cli_test(NAME diagnose_cuda_side_on_cpu_build
+                 ARGS diagnose --model ${_model} --tokens "1 2" --compare cpu:mla,cuda:mla
+                 EXPECT_EXIT 1 EXPECT_STDERR "device cuda:0: only the CPU forward pass is available in this build")
+  set_tests_properties(cli_diagnose_cuda_side_on_cpu_build PROPERTIES FIXTURES_REQUIRED cli_model)
+  latte_cli_test(NAME diagnose_selftest_without_cuda ARGS diagnose --selftest
+                 EXPECT_EXIT 3 EXPECT_STDOUT "selftest not run: this build of latte has no CUDA backend")
+endif()
+
+latte_cli_test(NAME perplexity_of_a_text
+               ARGS perplexity --model ${_bytes_model} --file ${_text} --ctx 48
+               EXPECT_STDOUT "^ppl [0-9.]+  mean nll [0-9.]+ \\+- [0-9.]+  tokens [0-9]+ scored of [0-9]+  windows [0-9]+  [0-9.]+ t/s\n$")
+latte_cli_test(NAME perplexity_bad_stride
+               ARGS perplexity --model ${_bytes_model} --file ${_text} --ctx 8 --stride 9
+               EXPECT_EXIT 1 EXPECT_STDERR "stride 9 is outside \\[1, n_ctx = 8\\]")
+set_tests_properties(cli_diagnose_text_prompt cli_perplexity_of_a_text cli_perplexity_bad_stride
+                     PROPERTIES FIXTURES_REQUIRED cli_bytes_model)
+latte_cli_test(NAME perplexity_needs_a_tokenizer
+               ARGS perplexity --model ${_model} --file ${_text}
+               EXPECT_EXIT 1 EXPECT_STDERR "no tokenizer")
+set_tests_properties(cli_perplexity_needs_a_tokenizer PROPERTIES FIXTURES_REQUIRED cli_model)
