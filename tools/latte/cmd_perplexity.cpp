@@ -1,7 +1,7 @@
 // `latte perplexity`: per-token negative log-likelihood of a text under a model.
 //
 //   latte perplexity --model m.gguf --file heldout.txt [--attention mla|standard|auto] [--ctx 256]
-//                    [--stride N] [--threads N]
+//                    [--stride N] [--threads N] [--max-tokens N]
 //
 // Tokens: BOS (when the vocabulary has one) + encode(text) without other special tokens; then the
 // windows of include/latte/perplexity.hpp: --ctx tokens each, starting every --stride tokens
@@ -27,11 +27,12 @@ namespace {
 void print_usage() {
   std::fputs(
       "usage: latte perplexity --model FILE.gguf --file TEXT [--attention mla|standard|auto] [--ctx N]\n"
-      "                        [--stride N] [--threads N]\n"
+      "                        [--stride N] [--threads N] [--max-tokens N]\n"
       "Scores BOS + the text's tokens in windows of --ctx tokens (default 256) starting every --stride\n"
       "tokens (default --ctx); each window is scored from its 2nd token and no token is scored twice.\n"
       "Prints the perplexity, the mean negative log-likelihood (nats) with its standard error, the\n"
-      "number of scored tokens and the evaluation speed.\n",
+      "number of scored tokens and the evaluation speed. --max-tokens N keeps only the first N tokens\n"
+      "(BOS included) of the sequence.\n",
       stdout);
 }
 
@@ -55,6 +56,8 @@ int run_perplexity(std::span<const std::string> argv) {
   const int ctx = latte::cli::parse_int_option("--ctx", args.take({"--ctx"}).value_or("256"));
   const int stride = latte::cli::parse_int_option("--stride", args.take({"--stride"}).value_or("0"));
   const int threads = latte::cli::parse_int_option("--threads", args.take({"--threads"}).value_or("0"));
+  const int max_tokens = latte::cli::parse_int_option("--max-tokens", args.take({"--max-tokens"}).value_or("0"));
+  if (max_tokens < 0) throw latte::Error(latte::ErrorCode::invalid_argument, "--max-tokens must be >= 0");
   if (!args.positionals().empty())
     throw latte::Error(latte::ErrorCode::invalid_argument, "unexpected argument " + args.positionals()[0]);
   if (!model_path) throw latte::Error(latte::ErrorCode::invalid_argument, "--model is required");
@@ -67,6 +70,7 @@ int run_perplexity(std::span<const std::string> argv) {
   std::vector<latte::Token> tokens(text_tokens.size() + (tokenizer.bos() ? 1 : 0));
   if (const auto bos = tokenizer.bos()) tokens[0] = *bos;
   std::copy(text_tokens.begin(), text_tokens.end(), tokens.end() - static_cast<std::ptrdiff_t>(text_tokens.size()));
+  if (max_tokens > 0 && tokens.size() > static_cast<size_t>(max_tokens)) tokens.resize(static_cast<size_t>(max_tokens));
 
   latte::PerplexityParams params;
   params.n_ctx = ctx;
