@@ -8,10 +8,13 @@
 #include <latte/model.hpp>
 #include <latte/tokenizer.hpp>
 
+#include <memory>
 #include <optional>
 #include <string>
 
 namespace latte::detail {
+
+struct TensorParallelModel;
 
 struct ModelState {
   ModelState(gguf::File f, Device d) : file(std::move(f)), device(d) {}
@@ -23,6 +26,8 @@ struct ModelState {
   Device device;
   std::optional<Tokenizer> tokenizer{};             ///< when the file has a usable tokenizer
   Error tokenizer_error{ErrorCode::not_found, ""};  ///< why `tokenizer` is empty
+  /// The plan and per-rank shards when loaded with tensor_parallel > 1 (parallel/tensor_parallel_model.hpp).
+  std::shared_ptr<const TensorParallelModel> tensor_parallel{};
 };
 
 }  // namespace latte::detail
