@@ -193,9 +193,10 @@ TEST_CASE("a degree the model cannot honour fails before loading, naming the ten
   SUBCASE("a column split inside a q4_K block") {
     // attn_output has ne[0] = N V = 512 values: 2 ranks hold 256 each (one block), 4 ranks 128.
     const auto q4 = model_bytes(c, {.tensor_type = [](std::string_view name, std::span<const uint64_t> ne) {
-      return name.find("attn_output") != std::string_view::npos && ne[0] % 256 == 0 ? latte::GgmlType::q4_k
-                                                                                     : latte::GgmlType::f32;
-    }});
+                                  return name.find("attn_output") != std::string_view::npos && ne[0] % 256 == 0
+                                             ? latte::GgmlType::q4_k
+                                             : latte::GgmlType::f32;
+                                }});
     CHECK_NOTHROW((void)latte::detail::plan_tensor_parallel(latte::gguf::File::from_bytes(q4), c, {.world_size = 2}));
     const latte::Error e = error_of([&] { (void)load(q4, {.tensor_parallel = 4}); });
     CHECK(e.code() == latte::ErrorCode::unsupported);
@@ -274,8 +275,8 @@ std::vector<float> run_shards(const latte::ModelConfig& config, std::span<const 
   const latte::detail::BatchSequence seq{.cache = &cache, .first_row = 0, .n_tokens = static_cast<int>(tokens.size())};
   const int last = static_cast<int>(tokens.size()) - 1;
   std::vector<float> logits(static_cast<size_t>(config.n_vocab), NAN);
-  forward->run({.tokens = tokens, .sequences = std::span(&seq, 1), .logit_rows = std::span(&last, 1),
-                .logits = logits.data()});
+  forward->run(
+      {.tokens = tokens, .sequences = std::span(&seq, 1), .logit_rows = std::span(&last, 1), .logits = logits.data()});
   return logits;
 }
 
@@ -299,8 +300,11 @@ TEST_CASE("fused projections keep their order per shard: swapping shards breaks 
     auto bad = std::make_shared<latte::detail::TensorParallelModel>();
     bad->plan = good.plan;
     for (const auto& r : good.ranks) {
-      bad->ranks.push_back({.rank = r.rank, .config = r.config, .weights = r.weights,
-                            .expert_first = r.expert_first, .expert_count = r.expert_count});
+      bad->ranks.push_back({.rank = r.rank,
+                            .config = r.config,
+                            .weights = r.weights,
+                            .expert_first = r.expert_first,
+                            .expert_count = r.expert_count});
     }
     for (size_t il = 0; il < bad->ranks[0].weights.layers.size(); ++il) {
       std::swap(bad->ranks[0].weights.layers[il].*member, bad->ranks[1].weights.layers[il].*member);
@@ -317,26 +321,31 @@ TEST_CASE("fused projections keep their order per shard: swapping shards breaks 
 
 TEST_CASE("a GLM-5-shaped layer at TP 4 and TP 8 gives the unsharded logits") {
   // The real per-layer widths (H 6144, 64 heads, Lq 2048, L 512, P 192, R 64, V 256, expert width
-  // 2048, the 32 x 128 indexer) with one MoE block of 8 experts and a small vocabulary, in q8_0.
+  // 2048, the 32 x 128 indexer) with one MoE block of 4 experts (1 active) plus the shared expert and
+  // a small vocabulary, in q8_0: ~280 M parameters, ~20 s on two cores, so not under sanitizers.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  MESSAGE("skipped under sanitizers (a 280 M-parameter model)");
+  return;
+#endif
   latte::ModelConfig c = latte::model_preset("glm-5");
   c.name = "glm-5-one-layer";
   c.n_nextn_layer = 0;
   c.n_layer = 1;
   c.n_dense_lead = 0;
-  c.n_expert = 8;
-  c.n_expert_used = 2;
+  c.n_expert = 4;
+  c.n_expert_used = 1;
   c.n_expert_group = 1;
   c.n_expert_group_used = 1;
   c.n_vocab = 256;
-  c.indexer.top_k = 4;  // a few tokens already select sparsely
-  const auto bytes = model_bytes(c, {.seed = fresh_seed(),
-                                     .tensor_type = [](std::string_view, std::span<const uint64_t> ne) {
-                                       return ne.size() >= 2 && ne[1] >= 64 && ne[0] % 32 == 0
-                                                  ? latte::GgmlType::q8_0
-                                                  : latte::GgmlType::f32;
-                                     },
-                                     .n_threads = 2});
-  const auto tokens = latte::test::fresh_tokens(6, c.n_vocab);
+  c.indexer.top_k = 2;  // the 3rd and 4th tokens already select sparsely
+  const auto bytes = model_bytes(
+      c, {.seed = fresh_seed(),
+          .tensor_type =
+              [](std::string_view, std::span<const uint64_t> ne) {
+                return ne.size() >= 2 && ne[1] >= 64 && ne[0] % 32 == 0 ? latte::GgmlType::q8_0 : latte::GgmlType::f32;
+              },
+          .n_threads = 2});
+  const auto tokens = latte::test::fresh_tokens(4, c.n_vocab);
   const std::string backend = latte::test::attention_backend();
   const auto expected = latte::test::all_logits(load(bytes), backend, tokens, 2);
   for (int tp : {4, 8}) {

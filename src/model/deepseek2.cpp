@@ -413,18 +413,14 @@ void Deepseek2CpuForward::output_logits(const ForwardBatch& batch) {
 // ---- architecture entry points ---------------------------------------------------------------
 
 const ArchitectureOps& deepseek2_ops() {
-  static const ArchitectureOps ops{.add_block_tensors = add_deepseek2_block_tensors,
-                                   .create_cpu_forward = [](const ModelState& model, AttentionBackend& backend,
-                                                            const TaskRunner& runner) -> std::unique_ptr<ForwardPass> {
-                                     return std::make_unique<Deepseek2CpuForward>(model, backend, runner);
-                                   },
-                                   .create_cpu_rank_forward = [](const ModelConfig& config, const ModelWeights& weights,
-                                                                 AttentionBackend& backend, const TaskRunner& runner,
-                                                                 const RankContext& rank)
-                                       -> std::unique_ptr<ForwardPass> {
-                                     return std::make_unique<Deepseek2CpuForward>(config, weights, backend, runner,
-                                                                                  &rank);
-                                   }};
+  static const ArchitectureOps ops{
+      .add_block_tensors = add_deepseek2_block_tensors,
+      .create_cpu_forward = [](const ModelState& model, AttentionBackend& backend, const TaskRunner& runner)
+          -> std::unique_ptr<ForwardPass> { return std::make_unique<Deepseek2CpuForward>(model, backend, runner); },
+      .create_cpu_rank_forward = [](const ModelConfig& config, const ModelWeights& weights, AttentionBackend& backend,
+                                    const TaskRunner& runner, const RankContext& rank) -> std::unique_ptr<ForwardPass> {
+        return std::make_unique<Deepseek2CpuForward>(config, weights, backend, runner, &rank);
+      }};
   return ops;
 }
 

@@ -146,18 +146,14 @@ int GlmDsaCpuForward::select_positions(int il, const ForwardBatch& batch, Activa
 }
 
 const ArchitectureOps& glm_dsa_ops() {
-  static const ArchitectureOps ops{.add_block_tensors = add_glm_dsa_block_tensors,
-                                   .create_cpu_forward = [](const ModelState& model, AttentionBackend& backend,
-                                                            const TaskRunner& runner) -> std::unique_ptr<ForwardPass> {
-                                     return std::make_unique<GlmDsaCpuForward>(model, backend, runner);
-                                   },
-                                   .create_cpu_rank_forward = [](const ModelConfig& config, const ModelWeights& weights,
-                                                                 AttentionBackend& backend, const TaskRunner& runner,
-                                                                 const RankContext& rank)
-                                       -> std::unique_ptr<ForwardPass> {
-                                     return std::make_unique<GlmDsaCpuForward>(config, weights, backend, runner,
-                                                                               &rank);
-                                   }};
+  static const ArchitectureOps ops{
+      .add_block_tensors = add_glm_dsa_block_tensors,
+      .create_cpu_forward = [](const ModelState& model, AttentionBackend& backend, const TaskRunner& runner)
+          -> std::unique_ptr<ForwardPass> { return std::make_unique<GlmDsaCpuForward>(model, backend, runner); },
+      .create_cpu_rank_forward = [](const ModelConfig& config, const ModelWeights& weights, AttentionBackend& backend,
+                                    const TaskRunner& runner, const RankContext& rank) -> std::unique_ptr<ForwardPass> {
+        return std::make_unique<GlmDsaCpuForward>(config, weights, backend, runner, &rank);
+      }};
   return ops;
 }
 

@@ -109,8 +109,8 @@ void InProcessGroup::reset() {
 void InProcessGroup::arrive_and_wait() {
   std::unique_lock lock(mutex_);
   auto fail = [&] {
-    return Error(ErrorCode::device, "tensor-parallel group of " + std::to_string(world_size_) +
-                                        " ranks aborted: " + abort_reason_);
+    return Error(ErrorCode::device,
+                 "tensor-parallel group of " + std::to_string(world_size_) + " ranks aborted: " + abort_reason_);
   };
   if (aborted_) throw fail();
   const uint64_t generation = generation_;

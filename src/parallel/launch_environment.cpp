@@ -55,9 +55,9 @@ std::optional<LaunchEnvironment> read_launch_environment(const std::function<con
     env.local_rank = local ? parse_int(n.local, local) : env.rank;
     const char* id_file = get("LATTE_TP_ID_FILE");
     if (!id_file && env.world_size > 1) {
-      throw Error(ErrorCode::invalid_argument,
-                  "LATTE_TP_ID_FILE is not set: the ranks of a " + std::to_string(env.world_size) +
-                      "-process launch (" + n.source + ") exchange the NCCL id through that file");
+      throw Error(ErrorCode::invalid_argument, "LATTE_TP_ID_FILE is not set: the ranks of a " +
+                                                   std::to_string(env.world_size) + "-process launch (" + n.source +
+                                                   ") exchange the NCCL id through that file");
     }
     env.id_file = id_file ? id_file : "";
     return env;

@@ -22,9 +22,9 @@ namespace latte::detail {
 
 /// One process's place in a multi-process launch.
 struct LaunchEnvironment {
-  int rank = 0;        ///< global rank, 0 <= rank < world_size
-  int world_size = 1;  ///< processes in the group
-  int local_rank = 0;  ///< rank among the processes of this host: the GPU it uses
+  int rank = 0;           ///< global rank, 0 <= rank < world_size
+  int world_size = 1;     ///< processes in the group
+  int local_rank = 0;     ///< rank among the processes of this host: the GPU it uses
   std::string id_file{};  ///< where rank 0 publishes the NCCL unique id
   std::string source{};   ///< which variables were used ("LATTE_TP", "Open MPI", "PMI")
 };

@@ -21,7 +21,8 @@ void check_nccl(ncclResult_t result, const char* what) {
 }
 
 void check_cuda(cudaError_t result, const char* what) {
-  if (result != cudaSuccess) throw Error(ErrorCode::device, std::string("CUDA ") + what + ": " + cudaGetErrorString(result));
+  if (result != cudaSuccess)
+    throw Error(ErrorCode::device, std::string("CUDA ") + what + ": " + cudaGetErrorString(result));
 }
 
 ncclDataType_t nccl_type(CollectiveType type) { return type == CollectiveType::f32 ? ncclFloat32 : ncclBfloat16; }
@@ -65,7 +66,8 @@ NcclCommunicator::NcclCommunicator(std::span<const std::byte> unique_id, int ran
   const ncclResult_t r = ncclCommInitRank(&comm, world_size, id, rank);
   if (r != ncclSuccess) {
     cudaStreamDestroy(as_stream(stream_));
-    check_nccl(r, ("ncclCommInitRank (rank " + std::to_string(rank) + " of " + std::to_string(world_size) + ")").c_str());
+    check_nccl(r,
+               ("ncclCommInitRank (rank " + std::to_string(rank) + " of " + std::to_string(world_size) + ")").c_str());
   }
   comm_ = comm;
 }

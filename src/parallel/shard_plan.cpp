@@ -192,10 +192,9 @@ ShardPlan plan_tensor_parallel(const gguf::File& file, const ModelConfig& config
   const int w = params.world_size;
   ShardPlan plan{.world_size = w, .moe = params.moe};
   if (config.n_head % w != 0) {
-    throw Error(ErrorCode::unsupported, "tensor parallel " + std::to_string(w) + ": the " +
-                                            std::to_string(config.n_head) +
-                                            " attention heads (attention.head_count) are not divisible by " +
-                                            std::to_string(w) + " ranks");
+    throw Error(ErrorCode::unsupported,
+                "tensor parallel " + std::to_string(w) + ": the " + std::to_string(config.n_head) +
+                    " attention heads (attention.head_count) are not divisible by " + std::to_string(w) + " ranks");
   }
   plan.heads_per_rank = config.n_head / w;
   const bool has_moe = config.n_dense_lead < config.n_layer_main();

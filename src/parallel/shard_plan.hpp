@@ -31,10 +31,10 @@ using latte::MoeSplit;
 
 /// How one tensor is divided.
 enum class ShardKind {
-  replicated,      ///< every rank holds all of it
-  rows,            ///< rank r holds rows ranges[r] (contiguous in the file)
-  columns,         ///< rank r holds columns ranges[r] of every row (ne[0] is split)
-  group_rows,      ///< rows in groups of group_rows (one expert); rank r holds ranges[r] of each group
+  replicated,  ///< every rank holds all of it
+  rows,        ///< rank r holds rows ranges[r] (contiguous in the file)
+  columns,     ///< rank r holds columns ranges[r] of every row (ne[0] is split)
+  group_rows,  ///< rows in groups of group_rows (one expert); rank r holds ranges[r] of each group
 };
 
 /// A half-open range [first, first + count).
@@ -46,14 +46,14 @@ struct ShardRange {
 
 /// One tensor's split.
 struct TensorShard {
-  std::string name{};                      ///< GGUF tensor name
-  GgmlType type = GgmlType::f32;           ///< element type
-  std::array<int64_t, 4> ne{0, 1, 1, 1};   ///< full shape, ne[0] first
+  std::string name{};                     ///< GGUF tensor name
+  GgmlType type = GgmlType::f32;          ///< element type
+  std::array<int64_t, 4> ne{0, 1, 1, 1};  ///< full shape, ne[0] first
   ShardKind kind = ShardKind::replicated;
-  std::string unit{};                      ///< what is divided: "heads", "rows", "experts", ...
-  int64_t group_rows = 0;                  ///< rows per group for the group_* kinds (per expert)
-  std::vector<ShardRange> ranges{};        ///< per rank (rows, columns, or rows within each group)
-  std::vector<uint64_t> rank_bytes{};      ///< bytes each rank holds
+  std::string unit{};                  ///< what is divided: "heads", "rows", "experts", ...
+  int64_t group_rows = 0;              ///< rows per group for the group_* kinds (per expert)
+  std::vector<ShardRange> ranges{};    ///< per rank (rows, columns, or rows within each group)
+  std::vector<uint64_t> rank_bytes{};  ///< bytes each rank holds
 };
 
 /// Inputs of the plan.
@@ -66,8 +66,8 @@ struct ShardPlanParams {
 struct ShardPlan {
   int world_size = 1;
   MoeSplit moe = MoeSplit::expert_parallel;
-  int heads_per_rank = 0;          ///< attention heads of each rank
-  int experts_per_rank = 0;        ///< expert_parallel: routed experts of each rank (0 without MoE)
+  int heads_per_rank = 0;    ///< attention heads of each rank
+  int experts_per_rank = 0;  ///< expert_parallel: routed experts of each rank (0 without MoE)
   std::vector<TensorShard> tensors{};
   std::vector<uint64_t> rank_bytes{};  ///< weight bytes per rank, all tensors
   uint64_t total_bytes = 0;            ///< weight bytes of the unsharded model (tensors of the plan)

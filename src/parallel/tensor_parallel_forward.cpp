@@ -31,14 +31,13 @@ class TensorParallelCpuForward final : public ForwardPass {
       Rank& rank = ranks_[static_cast<size_t>(r)];
       rank.pool = std::make_unique<cpu::ThreadPool>(threads_per_rank);
       rank.runner = rank.pool->runner();
-      rank.context = {.communicator = &group_.rank(r),
-                      .expert_first = shard.expert_first,
-                      .expert_count = shard.expert_count};
+      rank.context = {
+          .communicator = &group_.rank(r), .expert_first = shard.expert_first, .expert_count = shard.expert_count};
       rank.backend = AttentionRegistry::instance().create(backend_name, shard.config, model.device);
       rank.backend->prepare(shard.weights.attention_weights());
-      rank.forward = architecture_ops(shard.config.arch)
-                         .create_cpu_rank_forward(shard.config, shard.weights, *rank.backend, rank.runner,
-                                                  rank.context);
+      rank.forward =
+          architecture_ops(shard.config.arch)
+              .create_cpu_rank_forward(shard.config, shard.weights, *rank.backend, rank.runner, rank.context);
     }
   }
 
@@ -53,8 +52,7 @@ class TensorParallelCpuForward final : public ForwardPass {
         std::unique_ptr<KvCache>& cache = rank.caches[s.cache];
         if (!cache) {
           cache = std::make_unique<KvCache>(s.cache->n_layer(), rank.backend->kv_layout(),
-                                            config.has_indexer() ? config.indexer.head_dim : 0,
-                                            s.cache->n_ctx());
+                                            config.has_indexer() ? config.indexer.head_dim : 0, s.cache->n_ctx());
         }
         if (s.cache->n_tokens() > cache->n_tokens()) {
           throw Error(ErrorCode::internal, "tensor-parallel cache holds " + std::to_string(cache->n_tokens()) +

@@ -37,7 +37,8 @@ TensorView shard_view(const TensorView& full, const TensorShard& shard, int rank
     }
     case ShardKind::group_rows: {
       const int64_t n_groups = full.n_rows() / shard.group_rows;
-      auto buffer = std::make_unique<std::vector<std::byte>>(full.row_bytes * static_cast<size_t>(n_groups * range.count));
+      auto buffer =
+          std::make_unique<std::vector<std::byte>>(full.row_bytes * static_cast<size_t>(n_groups * range.count));
       for (int64_t g = 0; g < n_groups; ++g) {
         std::memcpy(buffer->data() + static_cast<size_t>(g * range.count) * full.row_bytes,
                     full.data + static_cast<size_t>(g * shard.group_rows + range.first) * full.row_bytes,

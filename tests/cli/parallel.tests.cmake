@@ -10,3 +10,7 @@ latte_cli_test(NAME inspect_tp_bad_count ARGS inspect --tp 0 ${_tp_model} EXPECT
                EXPECT_STDERR "--tp needs a positive rank count")
 set_tests_properties(cli_inspect_tp_plan cli_inspect_tp_tensor_moe cli_inspect_tp_not_divisible
                      PROPERTIES FIXTURES_REQUIRED cli_model)
+latte_cli_test(NAME logits_tp_not_divisible ARGS logits --model ${_tp_model} --tokens "1 2" --tp 3 EXPECT_EXIT 1
+               EXPECT_STDERR "4 attention heads .* not divisible by 3 ranks")
+latte_cli_test(NAME logits_tp ARGS logits --model ${_tp_model} --tokens "1 2 3" --tp 2 EXPECT_STDOUT "^\\[-?[0-9]")
+set_tests_properties(cli_logits_tp_not_divisible cli_logits_tp PROPERTIES FIXTURES_REQUIRED cli_model)

@@ -90,8 +90,7 @@ int run_inspect(std::span<const std::string> args) {
   if (options.tp > 0) {
     // The plan only: header and tensor table, no tensor data.
     const ModelConfig config = ModelConfig::from_gguf(file);
-    const auto plan =
-        detail::plan_tensor_parallel(file, config, {.world_size = options.tp, .moe = options.tp_moe});
+    const auto plan = detail::plan_tensor_parallel(file, config, {.world_size = options.tp, .moe = options.tp_moe});
     if (options.json) {
       nlohmann::ordered_json report;
       report["tensor_parallel"] = plan.world_size;
