@@ -1,7 +1,7 @@
 # `latte inspect --tp N`: the tensor-parallel plan of the test-v3 model written by model.tests.cmake's fixture.
 set(_tp_model ${CMAKE_CURRENT_BINARY_DIR}/cli-test-v3.gguf)
 latte_cli_test(NAME inspect_tp_plan ARGS inspect --tp 2 ${_tp_model}
-               EXPECT_STDOUT "^tensor parallel 2: 2 attention head\\(s\\) per rank, 8 routed expert\\(s\\) per rank, MoE expert-parallel\n.*blk.0.attn_q_b.weight  f32  rows \\(heads\\): rank r holds rows \\[r\\*384, \\(r\\+1\\)\\*384\\).*blk.0.attn_output.weight  f32  columns \\(heads\\).*blk.0.attn_kv_a_mqa.weight  f32  replicated.*rank 1: .* of weights \\([0-9]+ bytes, [0-9.]+% of .*KV cache per token per rank")
+               EXPECT_STDOUT "^tensor parallel 2: 2 attention head\\(s\\) per rank, 8 routed expert\\(s\\) per rank, MoE expert-parallel\n.*blk.0.attn_q_b.weight  f32  rows \\(heads\\): rank r holds rows \\[r\\*384, \\(r\\+1\\)\\*384\\).*blk.0.attn_kv_a_mqa.weight  f32  replicated.*blk.0.attn_output.weight  f32  columns \\(heads\\).*rank 1: .* of weights \\([0-9]+ bytes, [0-9.]+% of .*KV cache per token per rank")
 latte_cli_test(NAME inspect_tp_tensor_moe ARGS inspect --tp 4 --tp-moe tensor --no-tensors ${_tp_model}
                EXPECT_STDOUT "^tensor parallel 4: 1 attention head\\(s\\) per rank, MoE tensor-parallel\nrank 0: ")
 latte_cli_test(NAME inspect_tp_not_divisible ARGS inspect --tp 3 ${_tp_model} EXPECT_EXIT 1
