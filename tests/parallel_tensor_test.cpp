@@ -357,3 +357,31 @@ TEST_CASE("a GLM-5-shaped layer at TP 4 and TP 8 gives the unsharded logits") {
           kFp32Tolerance);
   }
 }
+
+TEST_CASE("another forward pass of the same tensor-parallel model continues a sequence") {
+  // A batched step may run one session's sequence through another session's forward pass: the
+  // per-rank caches travel with the sequence.
+  const latte::ModelConfig c = latte::model_preset("test-v3");
+  const auto bytes = model_bytes(c, {.seed = fresh_seed()});
+  const latte::Model model = load(bytes, {.tensor_parallel = 2});
+  const auto tokens = latte::test::fresh_tokens(9, c.n_vocab);
+  const auto expected = latte::test::all_logits(load(bytes), latte::test::attention_backend(), tokens, 2);
+  const std::string backend = latte::test::attention_backend();
+  auto first = latte::detail::create_tensor_parallel_cpu_forward(model.state(), backend, 2);
+  auto second = latte::detail::create_tensor_parallel_cpu_forward(model.state(), backend, 2);
+  latte::detail::KvCache cache(c.n_layer_main(), {.values_per_token = 1}, 0, 64);
+  std::vector<float> logits(static_cast<size_t>(c.n_vocab), NAN);
+  const int last = 0;
+  for (int t = 0; t < 9; ++t) {
+    const latte::detail::BatchSequence seq{.cache = &cache, .first_row = 0, .n_tokens = 1};
+    (t % 2 ? *second : *first)
+        .run({.tokens = std::span(tokens).subspan(static_cast<size_t>(t), 1),
+              .sequences = std::span(&seq, 1),
+              .logit_rows = std::span(&last, 1),
+              .logits = logits.data()});
+  }
+  CHECK(cache.n_tokens() == 9);
+  const std::span<const float> want(expected.data() + 8 * static_cast<size_t>(c.n_vocab),
+                                    static_cast<size_t>(c.n_vocab));
+  CHECK(latte::test::relative_error(logits, want) <= kFp32Tolerance);
+}

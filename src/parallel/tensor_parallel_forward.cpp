@@ -11,7 +11,6 @@
 
 #include <algorithm>
 #include <exception>
-#include <map>
 #include <mutex>
 #include <thread>
 
@@ -22,7 +21,7 @@ namespace {
 class TensorParallelCpuForward final : public ForwardPass {
  public:
   TensorParallelCpuForward(const ModelState& model, const std::string& backend_name, int n_threads)
-      : tp_(*model.tensor_parallel), group_(tp_.plan.world_size) {
+      : tp_(*model.tensor_parallel), backend_name_(backend_name), group_(tp_.plan.world_size) {
     const int w = tp_.plan.world_size;
     const int threads_per_rank = std::max(1, n_threads / w);
     ranks_.resize(static_cast<size_t>(w));
@@ -44,24 +43,36 @@ class TensorParallelCpuForward final : public ForwardPass {
   void run(const ForwardBatch& batch) override {
     const int w = static_cast<int>(ranks_.size());
     // Each rank's caches, in step with the sequences' token counts (which truncate/reset move).
-    for (size_t r = 0; r < ranks_.size(); ++r) {
-      Rank& rank = ranks_[r];
-      const ModelConfig& config = tp_.ranks[r].config;
-      rank.sequences.clear();
-      for (const BatchSequence& s : batch.sequences) {
-        std::unique_ptr<KvCache>& cache = rank.caches[s.cache];
-        if (!cache) {
-          cache = std::make_unique<KvCache>(s.cache->n_layer(), rank.backend->kv_layout(),
-                                            config.has_indexer() ? config.indexer.head_dim : 0, s.cache->n_ctx());
+    // The rank caches live with the sequence (KvCache::forward_state), so that every forward pass of
+    // this model and backend (e.g. another session's, in a batched step) continues them.
+    for (Rank& rank : ranks_) rank.sequences.clear();
+    for (const BatchSequence& s : batch.sequences) {
+      auto* state = static_cast<RankCaches*>(s.cache->forward_state.get());
+      if (!state || state->owner != s.cache || state->model != &tp_ || state->backend != backend_name_) {
+        auto fresh = std::make_shared<RankCaches>();
+        fresh->owner = s.cache;  // a copied KvCache gets its own (then the token counts disagree: an error)
+        fresh->model = &tp_;
+        fresh->backend = backend_name_;
+        for (size_t r = 0; r < ranks_.size(); ++r) {
+          const ModelConfig& config = tp_.ranks[r].config;
+          fresh->caches.push_back(std::make_unique<KvCache>(s.cache->n_layer(), ranks_[r].backend->kv_layout(),
+                                                            config.has_indexer() ? config.indexer.head_dim : 0,
+                                                            s.cache->n_ctx()));
         }
+        state = fresh.get();
+        s.cache->forward_state = std::move(fresh);
+      }
+      for (size_t r = 0; r < ranks_.size(); ++r) {
+        Rank& rank = ranks_[r];
+        KvCache* cache = state->caches[r].get();
         if (s.cache->n_tokens() > cache->n_tokens()) {
           throw Error(ErrorCode::internal, "tensor-parallel cache holds " + std::to_string(cache->n_tokens()) +
                                                " tokens, the sequence " + std::to_string(s.cache->n_tokens()));
         }
         cache->set_n_tokens(s.cache->n_tokens());
-        rank.sequences.push_back({.cache = cache.get(), .first_row = s.first_row, .n_tokens = s.n_tokens});
-        s.cache->reserve(s.cache->n_tokens() + s.n_tokens);
+        rank.sequences.push_back({.cache = cache, .first_row = s.first_row, .n_tokens = s.n_tokens});
       }
+      s.cache->reserve(s.cache->n_tokens() + s.n_tokens);
     }
 
     std::exception_ptr first_error;
@@ -107,11 +118,18 @@ class TensorParallelCpuForward final : public ForwardPass {
     RankContext context;
     std::unique_ptr<AttentionBackend> backend;
     std::unique_ptr<ForwardPass> forward;
-    std::map<const KvCache*, std::unique_ptr<KvCache>> caches;  // per sequence cache of the batch
-    std::vector<BatchSequence> sequences;                       // this step's, over the rank's caches
+    std::vector<BatchSequence> sequences;  // this step's, over the rank's caches
+  };
+  /// One sequence's caches, one per rank, for one model and backend.
+  struct RankCaches {
+    const KvCache* owner = nullptr;
+    const TensorParallelModel* model = nullptr;
+    std::string backend;
+    std::vector<std::unique_ptr<KvCache>> caches;
   };
 
   const TensorParallelModel& tp_;
+  std::string backend_name_;
   InProcessGroup group_;
   std::vector<Rank> ranks_;
 };

@@ -10,6 +10,7 @@
 #include <latte/attention.hpp>
 
 #include <cstddef>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -46,6 +47,11 @@ class KvCache {
 
   /// Bytes of valid state per token over all layers (attention rows plus indexer keys).
   [[nodiscard]] size_t bytes_per_token() const noexcept;
+
+  /// State a forward pass keeps per sequence beyond these rows, owned by the sequence so that any
+  /// forward pass of the same model can continue it (a tensor-parallel model keeps each rank's
+  /// cache here). Empty for the plain forward passes.
+  std::shared_ptr<void> forward_state{};
 
  private:
   KvLayout layout_;
