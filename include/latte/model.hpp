@@ -168,10 +168,20 @@ struct WeightAudit {
 /// blocks, optional tensors). Never throws for problems with the tensors: they are listed.
 WeightAudit audit_weights(const gguf::File& file, const ModelConfig& config);
 
+/// How a tensor-parallel model divides its routed experts between ranks (docs/tensor-parallel.md).
+enum class MoeSplit {
+  expert_parallel,  ///< each rank holds E / tensor_parallel whole experts
+  tensor_parallel,  ///< each rank holds F / tensor_parallel rows (gate, up) and columns (down) of every expert
+};
+
 /// How to load a model.
 struct ModelParams {
   Device device = Device::cpu();  ///< where the weights live and the forward pass runs
-  int tensor_parallel = 1;        ///< devices one model is split over (1 = none)
+  /// Ranks one model is split over (1 = none): attention by heads, FFNs by width, experts as
+  /// `moe_split` says. On the CPU the ranks are threads; Model::load throws Error(unsupported) naming
+  /// the tensor when the model cannot be split this many ways.
+  int tensor_parallel = 1;
+  MoeSplit moe_split = MoeSplit::expert_parallel;  ///< with tensor_parallel > 1
   /// Called with the fraction loaded (0..1); returning false cancels the load (Error(cancelled)).
   std::function<bool(float progress)> on_progress{};
 };

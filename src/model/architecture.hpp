@@ -12,6 +12,8 @@ namespace latte::detail {
 
 struct TensorSpec;
 struct ModelState;
+struct ModelWeights;
+struct RankContext;
 class ForwardPass;
 
 /// The per-architecture entry points.
@@ -21,6 +23,11 @@ struct ArchitectureOps {
   /// Creates the fp32 CPU forward pass for a session using `backend` for attention.
   std::unique_ptr<ForwardPass> (*create_cpu_forward)(const ModelState& model, AttentionBackend& backend,
                                                      const TaskRunner& runner);
+  /// Creates the CPU forward pass of one tensor-parallel rank over its shard (config with the rank's
+  /// heads, shard weights), all-reducing through rank.communicator.
+  std::unique_ptr<ForwardPass> (*create_cpu_rank_forward)(const ModelConfig& config, const ModelWeights& weights,
+                                                          AttentionBackend& backend, const TaskRunner& runner,
+                                                          const RankContext& rank);
 };
 
 /// The ops of `arch`.

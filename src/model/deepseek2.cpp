@@ -16,6 +16,7 @@
 #include "cpu/norms.hpp"
 #include "model/architecture.hpp"
 #include "model/weights.hpp"
+#include "parallel/rank_context.hpp"
 
 #include <latte/error.hpp>
 
@@ -161,12 +162,16 @@ void add_deepseek2_block_tensors(const ModelConfig& c, int il, std::vector<Tenso
 // ---- forward pass ----------------------------------------------------------------------------
 
 Deepseek2CpuForward::Deepseek2CpuForward(const ModelState& model, AttentionBackend& backend, const TaskRunner& runner)
-    : model_(model),
-      config_(model.config),
-      weights_(model.weights),
+    : Deepseek2CpuForward(model.config, model.weights, backend, runner) {}
+
+Deepseek2CpuForward::Deepseek2CpuForward(const ModelConfig& config, const ModelWeights& weights,
+                                         AttentionBackend& backend, const TaskRunner& runner, const RankContext* rank)
+    : config_(config),
+      weights_(weights),
       backend_(backend),
       runner_(runner),
-      rope_(model.config),
+      rope_(config),
+      rank_(rank),
       router_(config_.n_dense_lead < config_.n_layer_main() ? RouterParams::from(config_)
                                                             : RouterParams{.n_expert = 1, .n_used = 1}) {
   blocks_.resize(weights_.layers.size());
@@ -321,12 +326,28 @@ void Deepseek2CpuForward::attention_block(int il, const ForwardBatch& batch) {
 
   if (tapping(il, "attn_heads", tap)) taps_->emit(tap, il, {T, N, c.v_head_dim}, act_.attn.data());
 
-  // x += o attn_output^T
+  // x += o attn_output^T (tensor parallel: this rank's heads' share, then the all-reduce)
   const bool tap_out = tapping(il, "attn_out", tap);
   if (tap_out) x_before_.assign(act_.x.begin(), act_.x.begin() + static_cast<std::ptrdiff_t>(T) * H);
-  cpu::matmul(runner_, {lw.attn_output}, act_.attn.data(), T, N * c.v_head_dim, act_.x.data(), H,
+  cpu::matmul(runner_, {lw.attn_output}, act_.attn.data(), T, N * c.v_head_dim, sub_block_output(), H,
               /*accumulate=*/true);
+  add_reduced_output();
   if (tap_out) emit_update(tap, il);
+}
+
+float* Deepseek2CpuForward::sub_block_output() {
+  if (!rank_) return act_.x.data();
+  const size_t n = static_cast<size_t>(act_.n_rows) * static_cast<size_t>(config_.n_embd);
+  ensure_size(act_.partial, n);
+  std::fill(act_.partial.begin(), act_.partial.begin() + static_cast<std::ptrdiff_t>(n), 0.0f);
+  return act_.partial.data();
+}
+
+void Deepseek2CpuForward::add_reduced_output() {
+  if (!rank_) return;
+  const size_t n = static_cast<size_t>(act_.n_rows) * static_cast<size_t>(config_.n_embd);
+  rank_->communicator->all_reduce_sum(std::span<float>(act_.partial.data(), n));
+  for (size_t i = 0; i < n; ++i) act_.x[i] += act_.partial[i];
 }
 
 void Deepseek2CpuForward::feed_forward_block(int il) {
@@ -339,19 +360,21 @@ void Deepseek2CpuForward::feed_forward_block(int il) {
   if (tapping(il, "ffn_norm", tap)) taps_->emit(tap, il, {T, H}, act_.xn.data());
   const bool tap_out = tapping(il, "ffn_out", tap);
   if (tap_out) x_before_.assign(act_.x.begin(), act_.x.begin() + static_cast<std::ptrdiff_t>(T) * H);
+  float* out = sub_block_output();
   if (!c.is_moe_layer(il)) {
-    gated_ffn(runner_, lw.ffn_gate, lw.ffn_up, lw.ffn_down, act_.xn.data(), T, H, act_.x.data(), H, act_.hidden);
+    gated_ffn(runner_, lw.ffn_gate, lw.ffn_up, lw.ffn_down, act_.xn.data(), T, H, out, H, act_.hidden);
   } else {
-    moe_feed_forward(il);
+    moe_feed_forward(il, out);
     if (lw.ffn_gate_shexp) {
-      gated_ffn(runner_, lw.ffn_gate_shexp, lw.ffn_up_shexp, lw.ffn_down_shexp, act_.xn.data(), T, H, act_.x.data(), H,
+      gated_ffn(runner_, lw.ffn_gate_shexp, lw.ffn_up_shexp, lw.ffn_down_shexp, act_.xn.data(), T, H, out, H,
                 act_.hidden);
     }
   }
+  add_reduced_output();
   if (tap_out) emit_update(tap, il);
 }
 
-void Deepseek2CpuForward::moe_feed_forward(int il) {
+void Deepseek2CpuForward::moe_feed_forward(int il, float* out) {
   const ModelConfig& c = config_;
   const LayerWeights& lw = weights_.layers[static_cast<size_t>(il)];
   const int T = act_.n_rows, H = c.n_embd, E = c.n_expert, K = c.n_expert_used;
@@ -395,9 +418,13 @@ void Deepseek2CpuForward::moe_feed_forward(int il) {
       assigned[static_cast<size_t>(ch.expert)].push_back({t, ch.weight});
     }
   }
-  for (int e = 0; e < E; ++e) {
+  // Expert-parallel ranks run only the experts they hold; their tensors start at expert_first.
+  const int expert_first = rank_ && rank_->expert_count > 0 ? rank_->expert_first : 0;
+  const int expert_end = rank_ && rank_->expert_count > 0 ? expert_first + rank_->expert_count : E;
+  for (int e = expert_first; e < expert_end; ++e) {
     const auto& rows = assigned[static_cast<size_t>(e)];
     if (rows.empty()) continue;
+    const int local = e - expert_first;
     const int n = static_cast<int>(rows.size());
     ensure_size(gathered_, static_cast<size_t>(n) * H);
     for (int i = 0; i < n; ++i) {
@@ -406,19 +433,19 @@ void Deepseek2CpuForward::moe_feed_forward(int il) {
     }
     TensorView gate, up;
     if (lw.ffn_gate_exps && lw.ffn_up_exps) {
-      gate = lw.ffn_gate_exps.rows(e * F, F);
-      up = lw.ffn_up_exps.rows(e * F, F);
+      gate = lw.ffn_gate_exps.rows(local * F, F);
+      up = lw.ffn_up_exps.rows(local * F, F);
     } else {
       // ffn_gate_up_exps: per expert F gate rows, then F up rows.
-      gate = lw.ffn_gate_up_exps.rows(e * 2 * F, F);
-      up = lw.ffn_gate_up_exps.rows(e * 2 * F + F, F);
+      gate = lw.ffn_gate_up_exps.rows(local * 2 * F, F);
+      up = lw.ffn_gate_up_exps.rows(local * 2 * F + F, F);
     }
-    const TensorView down = lw.ffn_down_exps.rows(static_cast<int64_t>(e) * H, H);
+    const TensorView down = lw.ffn_down_exps.rows(static_cast<int64_t>(local) * H, H);
     ensure_size(expert_out_, static_cast<size_t>(n) * H);
     std::fill(expert_out_.begin(), expert_out_.begin() + static_cast<std::ptrdiff_t>(n) * H, 0.0f);
     gated_ffn(runner_, gate, up, down, gathered_.data(), n, H, expert_out_.data(), H, act_.hidden);
     for (int i = 0; i < n; ++i) {
-      float* x = act_.x.data() + static_cast<size_t>(rows[i].first) * H;
+      float* x = out + static_cast<size_t>(rows[i].first) * H;
       const float* y = expert_out_.data() + static_cast<size_t>(i) * H;
       const float w = rows[i].second;
       for (int j = 0; j < H; ++j) x[j] += w * y[j];
@@ -445,11 +472,14 @@ void Deepseek2CpuForward::output_logits(const ForwardBatch& batch) {
 // ---- architecture entry points ---------------------------------------------------------------
 
 const ArchitectureOps& deepseek2_ops() {
-  static const ArchitectureOps ops{.add_block_tensors = add_deepseek2_block_tensors,
-                                   .create_cpu_forward = [](const ModelState& model, AttentionBackend& backend,
-                                                            const TaskRunner& runner) -> std::unique_ptr<ForwardPass> {
-                                     return std::make_unique<Deepseek2CpuForward>(model, backend, runner);
-                                   }};
+  static const ArchitectureOps ops{
+      .add_block_tensors = add_deepseek2_block_tensors,
+      .create_cpu_forward = [](const ModelState& model, AttentionBackend& backend, const TaskRunner& runner)
+          -> std::unique_ptr<ForwardPass> { return std::make_unique<Deepseek2CpuForward>(model, backend, runner); },
+      .create_cpu_rank_forward = [](const ModelConfig& config, const ModelWeights& weights, AttentionBackend& backend,
+                                    const TaskRunner& runner, const RankContext& rank) -> std::unique_ptr<ForwardPass> {
+        return std::make_unique<Deepseek2CpuForward>(config, weights, backend, runner, &rank);
+      }};
   return ops;
 }
 

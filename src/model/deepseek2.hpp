@@ -18,6 +18,8 @@
 
 namespace latte::detail {
 
+struct RankContext;
+
 /// The first projection of an attention block is one product over stacked weights: the query
 /// projection (attn_q_a with q_lora, else attn_q) and attn_kv_a_mqa. Its output columns hold the
 /// parts in this order.
@@ -51,10 +53,14 @@ void gated_ffn(const TaskRunner& runner, const TensorView& gate, const TensorVie
 /// Appends the tensors of deepseek2 block `il` to `out`.
 void add_deepseek2_block_tensors(const ModelConfig& config, int il, std::vector<TensorSpec>& out);
 
-/// The fp32 CPU forward pass of deepseek2 models.
+/// The fp32 CPU forward pass of deepseek2 models. With a RankContext it is one rank of a
+/// tensor-parallel group: `config` and `weights` are the rank's shard (parallel/tensor_parallel_model.hpp)
+/// and the attention and FFN outputs are all-reduced before they join the residual stream.
 class Deepseek2CpuForward : public ForwardPass {
  public:
   Deepseek2CpuForward(const ModelState& model, AttentionBackend& backend, const TaskRunner& runner);
+  Deepseek2CpuForward(const ModelConfig& config, const ModelWeights& weights, AttentionBackend& backend,
+                      const TaskRunner& runner, const RankContext* rank = nullptr);
   void run(const ForwardBatch& batch) override;
 
  protected:
@@ -73,6 +79,7 @@ class Deepseek2CpuForward : public ForwardPass {
     std::vector<float> router;              // [T, E] router logits
     std::vector<int> positions;             // [T] absolute position of each row
     std::vector<float> rope_cos, rope_sin;  // [T, R/2] angles of each row's position
+    std::vector<float> partial;             // [T, H] this rank's share of a sub-block output (tensor parallel)
   };
 
   /// Restricts each row's attention to chosen cache positions (DSA). Fills `selection` with
@@ -84,7 +91,6 @@ class Deepseek2CpuForward : public ForwardPass {
     std::vector<float> attn_norm, q_a_norm, kv_a_norm, ffn_norm, exp_probs_b;
   };
 
-  const ModelState& model_;
   const ModelConfig& config_;
   const ModelWeights& weights_;
   AttentionBackend& backend_;
@@ -98,12 +104,19 @@ class Deepseek2CpuForward : public ForwardPass {
   void embed_tokens(const ForwardBatch& batch);
   void attention_block(int il, const ForwardBatch& batch);
   void feed_forward_block(int il);
-  void moe_feed_forward(int il);
+  void moe_feed_forward(int il, float* out);
   void output_logits(const ForwardBatch& batch);
   /// Whether tap blk.<il>.<tap> (or <tap> for il < 0) is observed this step; sets `name`.
   bool tapping(int il, std::string_view tap, std::string& name) const;
   /// Emits `name` = x - before ([T, H]): the residual update of a sub-block.
   void emit_update(const std::string& name, int il);
+
+  /// Where a sub-block adds its output: the residual stream, or (tensor parallel) the zeroed
+  /// partial buffer that add_reduced_output() all-reduces into the residual stream.
+  float* sub_block_output();
+  void add_reduced_output();
+
+  const RankContext* rank_ = nullptr;
 
   ExpertRouter router_;
   const TapSink* taps_ = nullptr;  // this step's tap sink, or null

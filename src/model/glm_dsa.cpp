@@ -62,7 +62,11 @@ void select_top_positions(std::span<const float> scores, int top_k, std::span<in
 }
 
 GlmDsaCpuForward::GlmDsaCpuForward(const ModelState& model, AttentionBackend& backend, const TaskRunner& runner)
-    : Deepseek2CpuForward(model, backend, runner) {
+    : GlmDsaCpuForward(model.config, model.weights, backend, runner, nullptr) {}
+
+GlmDsaCpuForward::GlmDsaCpuForward(const ModelConfig& config, const ModelWeights& weights, AttentionBackend& backend,
+                                   const TaskRunner& runner, const RankContext* rank)
+    : Deepseek2CpuForward(config, weights, backend, runner, rank) {
   key_norms_.resize(weights_.layers.size());
   for (size_t il = 0; il < weights_.layers.size(); ++il) {
     key_norms_[il].weight = cpu::dequantize_tensor(weights_.layers[il].indexer_k_norm);
@@ -142,11 +146,14 @@ int GlmDsaCpuForward::select_positions(int il, const ForwardBatch& batch, Activa
 }
 
 const ArchitectureOps& glm_dsa_ops() {
-  static const ArchitectureOps ops{.add_block_tensors = add_glm_dsa_block_tensors,
-                                   .create_cpu_forward = [](const ModelState& model, AttentionBackend& backend,
-                                                            const TaskRunner& runner) -> std::unique_ptr<ForwardPass> {
-                                     return std::make_unique<GlmDsaCpuForward>(model, backend, runner);
-                                   }};
+  static const ArchitectureOps ops{
+      .add_block_tensors = add_glm_dsa_block_tensors,
+      .create_cpu_forward = [](const ModelState& model, AttentionBackend& backend, const TaskRunner& runner)
+          -> std::unique_ptr<ForwardPass> { return std::make_unique<GlmDsaCpuForward>(model, backend, runner); },
+      .create_cpu_rank_forward = [](const ModelConfig& config, const ModelWeights& weights, AttentionBackend& backend,
+                                    const TaskRunner& runner, const RankContext& rank) -> std::unique_ptr<ForwardPass> {
+        return std::make_unique<GlmDsaCpuForward>(config, weights, backend, runner, &rank);
+      }};
   return ops;
 }
 

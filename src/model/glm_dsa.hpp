@@ -20,6 +20,9 @@ void select_top_positions(std::span<const float> scores, int top_k, std::span<in
 class GlmDsaCpuForward : public Deepseek2CpuForward {
  public:
   GlmDsaCpuForward(const ModelState& model, AttentionBackend& backend, const TaskRunner& runner);
+  /// One rank of a tensor-parallel group (the indexer is replicated on every rank).
+  GlmDsaCpuForward(const ModelConfig& config, const ModelWeights& weights, AttentionBackend& backend,
+                   const TaskRunner& runner, const RankContext* rank);
 
  protected:
   int select_positions(int il, const ForwardBatch& batch, Activations& act, std::vector<int32_t>& selection) override;

@@ -1,6 +1,8 @@
 // Model: load a GGUF file, read its config, audit and map its tensors.
 #include "model/model_state.hpp"
 #include "model/weights.hpp"
+#include "parallel/shard_plan.hpp"
+#include "parallel/tensor_parallel_model.hpp"
 
 #include <latte/error.hpp>
 #include <latte/gguf.hpp>
@@ -29,10 +31,14 @@ Model Model::load(const std::string& path, ModelParams params) {
 
 Model Model::from_file(gguf::File file, ModelParams params) {
   report_progress(params, 0.0f);
-  if (params.tensor_parallel != 1) {
-    throw Error(
-        params.tensor_parallel < 1 ? ErrorCode::invalid_argument : ErrorCode::unsupported,
-        "tensor_parallel = " + std::to_string(params.tensor_parallel) + ": this build runs a model on one device only");
+  if (params.tensor_parallel < 1) {
+    throw Error(ErrorCode::invalid_argument,
+                "tensor_parallel must be at least 1 (got " + std::to_string(params.tensor_parallel) + ")");
+  }
+  if (params.tensor_parallel > 1 && !params.device.is_cpu()) {
+    throw Error(ErrorCode::unsupported, "tensor_parallel = " + std::to_string(params.tensor_parallel) + " on " +
+                                            params.device.to_string() +
+                                            ": split models run on the CPU (in-process ranks) only so far");
   }
 #ifndef LATTE_WITH_CUDA
   if (!params.device.is_cpu()) {
@@ -44,7 +50,14 @@ Model Model::from_file(gguf::File file, ModelParams params) {
   state->config = ModelConfig::from_gguf(state->file);
   report_progress(params, 0.3f);
   state->audit = audit_weights(state->file, state->config);
+  std::optional<detail::ShardPlan> plan;
+  if (params.tensor_parallel > 1 && state->audit.ok()) {
+    // From the tensor table alone: a degree the model cannot honour fails before any weight is read.
+    plan = detail::plan_tensor_parallel(state->file, state->config,
+                                        {.world_size = params.tensor_parallel, .moe = params.moe_split});
+  }
   state->weights = detail::map_weights(state->file, state->config, state->audit);
+  if (plan) state->tensor_parallel = detail::shard_model(state->config, state->weights, std::move(*plan));
 #ifdef LATTE_WITH_CUDA
   if (params.device.is_cuda()) {
     report_progress(params, 0.4f);

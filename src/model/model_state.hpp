@@ -18,6 +18,8 @@ class DeviceWeights;
 
 namespace latte::detail {
 
+struct TensorParallelModel;
+
 struct ModelState {
   ModelState(gguf::File f, Device d) : file(std::move(f)), device(d) {}
 
@@ -29,6 +31,8 @@ struct ModelState {
   std::shared_ptr<const cuda::DeviceWeights> device_weights{};  ///< CUDA models: the uploaded weights
   std::optional<Tokenizer> tokenizer{};                         ///< when the file has a usable tokenizer
   Error tokenizer_error{ErrorCode::not_found, ""};              ///< why `tokenizer` is empty
+  /// The plan and per-rank shards when loaded with tensor_parallel > 1 (parallel/tensor_parallel_model.hpp).
+  std::shared_ptr<const TensorParallelModel> tensor_parallel{};
 };
 
 }  // namespace latte::detail

@@ -67,6 +67,11 @@ class KvCache {
   /// The attached storage, or nullptr for host rows.
   [[nodiscard]] KvRowStorage* row_storage() const noexcept { return storage_.get(); }
 
+  /// State a forward pass keeps per sequence beyond these rows, owned by the sequence so that any
+  /// forward pass of the same model can continue it (a tensor-parallel model keeps each rank's
+  /// cache here). Empty for the plain forward passes.
+  std::shared_ptr<void> forward_state{};
+
  private:
   KvLayout layout_;
   int indexer_dim_ = 0;

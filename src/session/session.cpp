@@ -3,6 +3,7 @@
 #include "model/architecture.hpp"
 #include "model/forward.hpp"
 #include "model/model_state.hpp"
+#include "parallel/tensor_parallel_forward.hpp"
 #include "session/kv_cache.hpp"
 
 #include <latte/attention.hpp>
@@ -35,9 +36,14 @@ struct Session::Impl {
         runner(pool.runner()),
         backend_name(resolve_attention_backend(params.attention, model.config(), model.device())),
         backend(AttentionRegistry::instance().create(backend_name, model.config(), model.device())),
-        cache(model.config().n_layer_main(), backend->kv_layout(),
-              model.config().has_indexer() ? model.config().indexer.head_dim : 0, params.n_ctx) {
+        cache(model.config().n_layer_main(), tensor_parallel() ? KvLayout{.values_per_token = 1} : backend->kv_layout(),
+              model.config().has_indexer() && !tensor_parallel() ? model.config().indexer.head_dim : 0, params.n_ctx) {
     const detail::ModelState& state = model.state();
+    if (tensor_parallel()) {
+      // Each rank runs its own backend and cache over its shard; `cache` only counts tokens.
+      forward = detail::create_tensor_parallel_cpu_forward(state, backend_name, pool.size());
+      return;
+    }
     backend->prepare(state.weights.attention_weights());
 #ifdef LATTE_WITH_CUDA
     if (model.device().is_cuda()) {
@@ -47,6 +53,8 @@ struct Session::Impl {
 #endif
     forward = detail::architecture_ops(state.config.arch).create_cpu_forward(state, *backend, runner);
   }
+
+  [[nodiscard]] bool tensor_parallel() const noexcept { return model.state().tensor_parallel != nullptr; }
 
   Model model;
   SessionParams params;

@@ -4,9 +4,11 @@
 #include "command.hpp"
 #include "gguf_report.hpp"
 #include "model_report.hpp"
+#include "parallel/shard_plan.hpp"
 
 #include <latte/error.hpp>
 #include <latte/gguf.hpp>
+#include <latte/model.hpp>
 
 #include <iostream>
 
@@ -19,7 +21,10 @@ constexpr const char* usage =
     "  --no-tensors     leave out the tensor table (totals are still printed)\n"
     "  --array-items N  show the first N elements of metadata arrays (default 8)\n"
     "  --audit          map every tensor onto the architecture and list it; exit 1 when the file does\n"
-    "                   not fit (a supported model's config and audit summary are shown by default)\n";
+    "                   not fit (a supported model's config and audit summary are shown by default)\n"
+    "  --tp N           print the tensor-parallel plan for N ranks (each tensor's split, bytes per rank);\n"
+    "                   exit 1 naming the tensor when the model cannot be split N ways\n"
+    "  --tp-moe MODE    how the plan divides routed experts: expert (whole experts, default) or tensor\n";
 
 struct InspectOptions {
   std::string path;
@@ -27,6 +32,8 @@ struct InspectOptions {
   bool tensors = true;
   size_t array_items = 8;
   bool audit = false;
+  int tp = 0;  // 0: no plan
+  MoeSplit tp_moe = MoeSplit::expert_parallel;
 };
 
 InspectOptions parse_options(std::span<const std::string> args) {
@@ -47,6 +54,24 @@ InspectOptions parse_options(std::span<const std::string> args) {
       throw Error(ErrorCode::invalid_argument, "--array-items needs a count, got '" + *items + "'");
     }
   }
+  if (auto tp = parser.take({"--tp"})) {
+    try {
+      size_t used = 0;
+      options.tp = std::stoi(*tp, &used);
+      if (used != tp->size() || options.tp < 1) throw std::invalid_argument(*tp);
+    } catch (const std::exception&) {
+      throw Error(ErrorCode::invalid_argument, "--tp needs a positive rank count, got '" + *tp + "'");
+    }
+  }
+  if (auto moe = parser.take({"--tp-moe"})) {
+    if (*moe == "expert") {
+      options.tp_moe = MoeSplit::expert_parallel;
+    } else if (*moe == "tensor") {
+      options.tp_moe = MoeSplit::tensor_parallel;
+    } else {
+      throw Error(ErrorCode::invalid_argument, "--tp-moe is expert or tensor, got '" + *moe + "'");
+    }
+  }
   const auto positionals = parser.positionals();
   if (positionals.size() != 1) throw Error(ErrorCode::invalid_argument, std::string("expected one file\n") + usage);
   options.path = positionals[0];
@@ -62,6 +87,32 @@ int run_inspect(std::span<const std::string> args) {
   }
   const InspectOptions options = parse_options(args);
   const auto file = gguf::File::open(options.path);
+  if (options.tp > 0) {
+    // The plan only: header and tensor table, no tensor data.
+    const ModelConfig config = ModelConfig::from_gguf(file);
+    const auto plan = detail::plan_tensor_parallel(file, config, {.world_size = options.tp, .moe = options.tp_moe});
+    if (options.json) {
+      nlohmann::ordered_json report;
+      report["tensor_parallel"] = plan.world_size;
+      report["moe_split"] = std::string(detail::moe_split_name(plan.moe));
+      report["heads_per_rank"] = plan.heads_per_rank;
+      report["experts_per_rank"] = plan.experts_per_rank;
+      report["rank_bytes"] = plan.rank_bytes;
+      report["total_bytes"] = plan.total_bytes;
+      auto& tensors = report["tensors"] = nlohmann::ordered_json::array();
+      for (const auto& t : plan.tensors) {
+        nlohmann::ordered_json entry;
+        entry["name"] = t.name;
+        entry["split"] = std::string(detail::shard_kind_name(t.kind));
+        entry["rank_bytes"] = t.rank_bytes;
+        tensors.push_back(std::move(entry));
+      }
+      std::cout << report.dump(2) << "\n";
+    } else {
+      std::cout << plan.describe(options.tensors);
+    }
+    return 0;
+  }
   const TensorTotals totals = tensor_totals(file);
   if (options.json) {
     nlohmann::ordered_json report = header_json(file);

@@ -1,6 +1,6 @@
 // `latte logits`: runs a model on token ids and prints the logits as JSON.
 //
-//   latte logits --model m.gguf --tokens "1 2 3" [--attention mla|standard|auto] [--all] [--device cpu]
+//   latte logits --model m.gguf --tokens "1 2 3" [--attention mla|standard|auto] [--all] [--device cpu] [--tp N]
 //
 // Without --all: one JSON array of n_vocab floats (the last position). With --all: an array of such
 // arrays, one per position. Floats print with 9 significant digits (they round-trip).
@@ -20,8 +20,9 @@ namespace {
 void print_usage() {
   std::fputs(
       "usage: latte logits --model FILE.gguf --tokens \"ID ID ...\" [--attention mla|standard|auto] [--all]\n"
-      "                    [--device cpu] [--threads N]\n"
-      "Prints the logits of the last token as a JSON array (--all: an array per token).\n",
+      "                    [--device cpu] [--threads N] [--tp N]\n"
+      "Prints the logits of the last token as a JSON array (--all: an array per token).\n"
+      "--tp N splits the model over N tensor-parallel ranks (docs/tensor-parallel.md).\n",
       stdout);
 }
 
@@ -43,13 +44,14 @@ int run_logits(std::span<const std::string> argv) {
   const std::string device = args.take({"--device"}).value_or("cpu");
   const int threads = latte::cli::parse_int_option("--threads", args.take({"--threads"}).value_or("0"));
   const bool all = args.flag({"--all"});
+  const int tp = latte::cli::parse_int_option("--tp", args.take({"--tp"}).value_or("1"));
   if (!args.positionals().empty())
     throw latte::Error(latte::ErrorCode::invalid_argument, "unexpected argument " + args.positionals()[0]);
   if (!model_path) throw latte::Error(latte::ErrorCode::invalid_argument, "--model is required");
   if (!tokens_text) throw latte::Error(latte::ErrorCode::invalid_argument, "--tokens is required");
 
   const auto tokens = latte::cli::parse_token_list(*tokens_text);
-  const auto model = latte::Model::load(*model_path, {.device = latte::Device::parse(device)});
+  const auto model = latte::Model::load(*model_path, {.device = latte::Device::parse(device), .tensor_parallel = tp});
   latte::Session session(
       model,
       {.n_ctx = static_cast<int>(tokens.size()), .attention = attention, .logits_all = all, .n_threads = threads});

@@ -1,0 +1,147 @@
+// NCCL communicator (see nccl_communicator.hpp).
+#include "parallel/nccl_communicator.hpp"
+
+#include <latte/error.hpp>
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <cstring>
+#include <filesystem>
+#include <string>
+
+namespace latte::detail {
+
+namespace {
+
+void check_nccl(ncclResult_t result, const char* what) {
+  if (result != ncclSuccess && result != ncclInProgress) {
+    throw Error(ErrorCode::device, std::string("NCCL ") + what + ": " + ncclGetErrorString(result));
+  }
+}
+
+void check_cuda(cudaError_t result, const char* what) {
+  if (result != cudaSuccess)
+    throw Error(ErrorCode::device, std::string("CUDA ") + what + ": " + cudaGetErrorString(result));
+}
+
+ncclDataType_t nccl_type(CollectiveType type) { return type == CollectiveType::f32 ? ncclFloat32 : ncclBfloat16; }
+
+ncclComm_t as_comm(void* p) { return static_cast<ncclComm_t>(p); }
+cudaStream_t as_stream(void* p) { return static_cast<cudaStream_t>(p); }
+
+void* create_stream(int device) {
+  check_cuda(cudaSetDevice(device), "cudaSetDevice");
+  cudaStream_t stream = nullptr;
+  check_cuda(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  return stream;
+}
+
+}  // namespace
+
+size_t NcclCommunicator::unique_id_size() noexcept { return sizeof(ncclUniqueId); }
+
+std::vector<std::byte> NcclCommunicator::new_unique_id() {
+  ncclUniqueId id;
+  check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
+  std::vector<std::byte> bytes(sizeof id);
+  std::memcpy(bytes.data(), &id, sizeof id);
+  return bytes;
+}
+
+NcclCommunicator::NcclCommunicator(std::span<const std::byte> unique_id, int rank, int world_size, int device)
+    : rank_(rank), world_size_(world_size), device_(device) {
+  if (unique_id.size() != sizeof(ncclUniqueId)) {
+    throw Error(ErrorCode::invalid_argument, "an NCCL unique id is " + std::to_string(sizeof(ncclUniqueId)) +
+                                                 " bytes, got " + std::to_string(unique_id.size()));
+  }
+  if (rank < 0 || rank >= world_size) {
+    throw Error(ErrorCode::invalid_argument,
+                "rank " + std::to_string(rank) + " outside a group of " + std::to_string(world_size));
+  }
+  ncclUniqueId id;
+  std::memcpy(&id, unique_id.data(), sizeof id);
+  stream_ = create_stream(device);
+  ncclComm_t comm = nullptr;
+  const ncclResult_t r = ncclCommInitRank(&comm, world_size, id, rank);
+  if (r != ncclSuccess) {
+    cudaStreamDestroy(as_stream(stream_));
+    check_nccl(r,
+               ("ncclCommInitRank (rank " + std::to_string(rank) + " of " + std::to_string(world_size) + ")").c_str());
+  }
+  comm_ = comm;
+}
+
+NcclCommunicator::NcclCommunicator(Adopt, void* comm, int rank, int world_size, int device)
+    : comm_(comm), rank_(rank), world_size_(world_size), device_(device) {
+  stream_ = create_stream(device);
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  if (comm_) {
+    cudaSetDevice(device_);
+    ncclCommDestroy(as_comm(comm_));
+  }
+  if (stream_) cudaStreamDestroy(as_stream(stream_));
+}
+
+std::unique_ptr<NcclCommunicator> NcclCommunicator::from_environment(const LaunchEnvironment& env,
+                                                                     std::chrono::milliseconds timeout) {
+  int n_devices = 0;
+  check_cuda(cudaGetDeviceCount(&n_devices), "cudaGetDeviceCount");
+  if (env.local_rank < 0 || env.local_rank >= n_devices) {
+    throw Error(ErrorCode::device, "local rank " + std::to_string(env.local_rank) + " (" + env.source +
+                                       ") has no GPU: this host has " + std::to_string(n_devices));
+  }
+  std::vector<std::byte> id;
+  if (env.rank == 0) {
+    id = new_unique_id();
+    publish_unique_id(env.id_file, id);
+  } else {
+    id = wait_for_unique_id(env.id_file, unique_id_size(), timeout);
+  }
+  return std::make_unique<NcclCommunicator>(id, env.rank, env.world_size, env.local_rank);
+}
+
+std::vector<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create_in_process(std::span<const int> devices) {
+  const int n = static_cast<int>(devices.size());
+  std::vector<ncclComm_t> comms(devices.size());
+  check_nccl(ncclCommInitAll(comms.data(), n, devices.data()), "ncclCommInitAll");
+  std::vector<std::unique_ptr<NcclCommunicator>> out;
+  for (int r = 0; r < n; ++r) {
+    out.push_back(std::unique_ptr<NcclCommunicator>(
+        new NcclCommunicator(Adopt{}, comms[static_cast<size_t>(r)], r, n, devices[static_cast<size_t>(r)])));
+  }
+  return out;
+}
+
+void NcclCommunicator::all_reduce_sum(void* data, size_t count, CollectiveType type) {
+  check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+  check_nccl(ncclAllReduce(data, data, count, nccl_type(type), ncclSum, as_comm(comm_), as_stream(stream_)),
+             "ncclAllReduce");
+}
+
+void NcclCommunicator::all_gather(const void* send, void* recv, size_t count, CollectiveType type) {
+  check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+  check_nccl(ncclAllGather(send, recv, count, nccl_type(type), as_comm(comm_), as_stream(stream_)), "ncclAllGather");
+}
+
+void NcclCommunicator::broadcast(void* data, size_t count, CollectiveType type, int root) {
+  if (root < 0 || root >= world_size_) {
+    throw Error(ErrorCode::invalid_argument, "broadcast: root " + std::to_string(root) + " outside the group of " +
+                                                 std::to_string(world_size_) + " ranks");
+  }
+  check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+  check_nccl(ncclBroadcast(data, data, count, nccl_type(type), root, as_comm(comm_), as_stream(stream_)),
+             "ncclBroadcast");
+}
+
+void NcclCommunicator::synchronize() {
+  check_cuda(cudaSetDevice(device_), "cudaSetDevice");
+  check_cuda(cudaStreamSynchronize(as_stream(stream_)), "cudaStreamSynchronize");
+  ncclResult_t async = ncclSuccess;
+  check_nccl(ncclCommGetAsyncError(as_comm(comm_), &async), "ncclCommGetAsyncError");
+  check_nccl(async, "asynchronous error");
+}
+
+}  // namespace latte::detail
