@@ -100,7 +100,10 @@ bool run_command(chat::Conversation& chat, const std::string& line) {
 
 chat::ReplyStats answer(chat::Conversation& chat, const std::string& text) {
   chat::clear_interrupt();
-  return chat.reply(text, [](std::string_view piece) { chat::write_out(piece); }, [] { return chat::interrupted(); });
+  chat::ReplyStats stats =
+      chat.reply(text, [](std::string_view piece) { chat::write_out(piece); }, [] { return chat::interrupted(); });
+  chat::clear_interrupt();  // the Ctrl-C that stopped the reply is used up
+  return stats;
 }
 
 int run_interactive(chat::Conversation& chat, const latte::Model& model) {

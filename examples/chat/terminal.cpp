@@ -1,9 +1,11 @@
 #include "terminal.hpp"
 
-#include <csignal>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 
+#include <fcntl.h>
+#include <poll.h>
 #include <unistd.h>
 
 namespace chat {
@@ -11,8 +13,25 @@ namespace chat {
 namespace {
 
 volatile std::sig_atomic_t g_interrupted = 0;
+// Self-pipe: the handler may run on any thread (the session's workers too), so a blocked read on
+// the main thread is not reliably interrupted; read_line polls this pipe next to stdin instead.
+int g_wake[2] = {-1, -1};
 
-void on_sigint(int) { g_interrupted = 1; }
+void on_sigint(int) {
+  const int saved = errno;
+  g_interrupted = 1;
+  if (g_wake[1] >= 0) {
+    const char byte = 1;
+    [[maybe_unused]] const ssize_t n = ::write(g_wake[1], &byte, 1);  // full pipe: a wake-up is pending anyway
+  }
+  errno = saved;
+}
+
+void drain_wake_pipe() {
+  char buffer[64];
+  while (g_wake[0] >= 0 && ::read(g_wake[0], buffer, sizeof buffer) > 0) {
+  }
+}
 
 void write_fd(int fd, std::string_view text) {
   while (!text.empty()) {
@@ -30,15 +49,19 @@ std::string g_pending;  // bytes read past the last returned line
 }  // namespace
 
 void install_interrupt_handler() {
+  if (g_wake[0] < 0 && ::pipe2(g_wake, O_NONBLOCK | O_CLOEXEC) != 0) g_wake[0] = g_wake[1] = -1;
   struct sigaction action {};
   action.sa_handler = on_sigint;
   sigemptyset(&action.sa_mask);
-  action.sa_flags = 0;  // no SA_RESTART: a Ctrl-C at the prompt ends the blocked read
+  action.sa_flags = 0;  // no SA_RESTART: a blocked poll returns on the thread that takes the signal
   sigaction(SIGINT, &action, nullptr);
 }
 
 bool interrupted() noexcept { return g_interrupted != 0; }
-void clear_interrupt() noexcept { g_interrupted = 0; }
+void clear_interrupt() noexcept {
+  g_interrupted = 0;
+  drain_wake_pipe();
+}
 
 ReadResult read_line(std::string& line) {
   line.clear();
@@ -50,8 +73,16 @@ ReadResult read_line(std::string& line) {
     }
     if (g_interrupted) {
       g_pending.clear();  // Ctrl-C discards the half-typed line, as a shell does
+      drain_wake_pipe();
       return ReadResult::interrupted;
     }
+    pollfd fds[2] = {{.fd = STDIN_FILENO, .events = POLLIN, .revents = 0},
+                     {.fd = g_wake[0], .events = POLLIN, .revents = 0}};
+    if (::poll(fds, g_wake[0] >= 0 ? 2 : 1, -1) < 0) {
+      if (errno == EINTR) continue;
+      return ReadResult::end_of_input;
+    }
+    if (fds[1].revents != 0) continue;  // woken by Ctrl-C: g_interrupted is set
     char buffer[4096];
     const ssize_t n = ::read(STDIN_FILENO, buffer, sizeof buffer);
     if (n < 0) {

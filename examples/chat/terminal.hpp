@@ -7,14 +7,15 @@
 
 namespace chat {
 
-/// Installs the SIGINT handler (no SA_RESTART, so a blocked read returns). Ctrl-C then only sets
-/// a flag that interrupted() reads.
+/// Installs the SIGINT handler: Ctrl-C then only sets a flag that interrupted() reads, and wakes
+/// read_line (whichever thread the signal lands on).
 void install_interrupt_handler();
 /// Whether Ctrl-C was pressed since the last clear_interrupt().
 bool interrupted() noexcept;
 void clear_interrupt() noexcept;
 
-/// Reads one line from stdin (without its newline).
+/// Reads one line from stdin (without its newline); `interrupted` when Ctrl-C is pressed (or was,
+/// since the last clear_interrupt()).
 enum class ReadResult { line, end_of_input, interrupted };
 ReadResult read_line(std::string& line);
 

@@ -38,6 +38,7 @@ StreamHash64::StreamHash64(uint64_t seed) noexcept
     : lanes_{seed + kMulA, seed ^ kMulB, seed - kMulC, std::rotl(seed, 17) + kMulC} {}
 
 void StreamHash64::update(std::span<const std::byte> bytes) noexcept {
+  if (bytes.empty()) return;  // (its data() may be null, which memcpy must not see)
   length_ += bytes.size();
   const std::byte* p = bytes.data();
   size_t n = bytes.size();

@@ -172,6 +172,7 @@ class MemorySource final : public StateSource {
   explicit MemorySource(std::span<const std::byte> bytes) : bytes_(bytes) {}
   uint64_t size() const override { return bytes_.size(); }
   void read(std::span<std::byte> dst) override {
+    if (dst.empty()) return;
     std::memcpy(dst.data(), bytes_.data() + position_, dst.size());
     position_ += dst.size();
   }

@@ -74,7 +74,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    latte::convert::TokenizerMetadata tokenizer{.vocabulary = make_vocabulary(), .has_add_bos = true};
+    latte::convert::TokenizerMetadata tokenizer;
+    tokenizer.vocabulary = make_vocabulary();
+    tokenizer.has_add_bos = true;
     (void)latte::Tokenizer::from_vocabulary(tokenizer.vocabulary);  // validates it
     latte::ModelConfig config = latte::model_preset("latte-tiny");
     config.name = "latte-chat-test";
