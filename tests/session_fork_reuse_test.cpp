@@ -25,6 +25,8 @@ std::vector<latte::Token> concat(std::initializer_list<std::span<const latte::To
   return out;
 }
 
+std::vector<latte::Token> held(const latte::Session& s) { return {s.tokens().begin(), s.tokens().end()}; }
+
 std::vector<float> last_logits_of_fresh(const latte::Model& model, std::span<const latte::Token> tokens) {
   latte::Session s(model, {.n_ctx = 256, .attention = latte::test::attention_backend()});
   s.eval(tokens);
@@ -87,6 +89,7 @@ TEST_CASE("forked sessions continue independently and each equals a fresh replay
     a.eval(prompt);
     latte::Session b = a.fork();
     CHECK(b.n_past() == 9);
+    CHECK(held(b) == prompt);
     CHECK(b.backend_name() == a.backend_name());
     CHECK(b.n_ctx() == 64);
     CHECK(std::vector<float>(b.logits().begin(), b.logits().end()) ==
@@ -95,8 +98,8 @@ TEST_CASE("forked sessions continue independently and each equals a fresh replay
     a.eval(std::span(left).first(2));
     b.eval(right);
     a.eval(std::span(left).subspan(2));
-    CHECK(a.n_past() == 13);
-    CHECK(b.n_past() == 15);
+    CHECK(held(a) == concat({prompt, left}));
+    CHECK(held(b) == concat({prompt, right}));
     CHECK(latte::test::relative_error(a.logits(), last_logits_of_fresh(model, concat({prompt, left}))) <=
           kFp32Tolerance);
     CHECK(latte::test::relative_error(b.logits(), last_logits_of_fresh(model, concat({prompt, right}))) <=
@@ -107,6 +110,8 @@ TEST_CASE("forked sessions continue independently and each equals a fresh replay
     b.truncate(3);
     b.eval(left);
     c.eval(left);
+    CHECK(held(c) == concat({prompt, right, left}));
+    CHECK(held(b) == concat({std::span(prompt).first(3), left}));
     CHECK(latte::test::relative_error(c.logits(), last_logits_of_fresh(model, concat({prompt, right, left}))) <=
           kFp32Tolerance);
     CHECK(latte::test::relative_error(b.logits(), last_logits_of_fresh(
