@@ -36,7 +36,8 @@ std::vector<float> last_logits_of_fresh(const latte::Model& model, std::span<con
 /// Wraps a built-in backend and counts the token rows its layer-0 forward receives.
 class RowCountingBackend final : public latte::AttentionBackend {
  public:
-  RowCountingBackend(std::unique_ptr<latte::AttentionBackend> inner, int* rows) : inner_(std::move(inner)), rows_(rows) {}
+  RowCountingBackend(std::unique_ptr<latte::AttentionBackend> inner, int* rows)
+      : inner_(std::move(inner)), rows_(rows) {}
   std::string_view name() const noexcept override { return "row-counting"; }
   latte::KvLayout kv_layout() const override { return inner_->kv_layout(); }
   void prepare(std::span<const latte::AttentionLayerWeights> layers) override { inner_->prepare(layers); }
@@ -60,7 +61,8 @@ class CountingScope {
         {.name = "row-counting",
          .description = "counts evaluated rows (test)",
          .supports = [](const latte::ModelConfig&, latte::Device d) { return d.is_cpu(); },
-         .create = [inner, rows](const latte::ModelConfig& c, latte::Device d) -> std::unique_ptr<latte::AttentionBackend> {
+         .create = [inner, rows](const latte::ModelConfig& c,
+                                 latte::Device d) -> std::unique_ptr<latte::AttentionBackend> {
            return std::make_unique<RowCountingBackend>(latte::AttentionRegistry::instance().create(inner, c, d), rows);
          }});
   }
@@ -114,9 +116,8 @@ TEST_CASE("forked sessions continue independently and each equals a fresh replay
     CHECK(held(b) == concat({std::span(prompt).first(3), left}));
     CHECK(latte::test::relative_error(c.logits(), last_logits_of_fresh(model, concat({prompt, right, left}))) <=
           kFp32Tolerance);
-    CHECK(latte::test::relative_error(b.logits(), last_logits_of_fresh(
-                                                      model, concat({std::span(prompt).first(3), left}))) <=
-          kFp32Tolerance);
+    CHECK(latte::test::relative_error(
+              b.logits(), last_logits_of_fresh(model, concat({std::span(prompt).first(3), left}))) <= kFp32Tolerance);
   }
 }
 

@@ -37,9 +37,7 @@ bool contains(const latte::Error& e, const std::string& text) {
   return std::string(e.what()).find(text) != std::string::npos;
 }
 
-latte::SessionParams params(int n_ctx = 256) {
-  return {.n_ctx = n_ctx, .attention = latte::test::attention_backend()};
-}
+latte::SessionParams params(int n_ctx = 256) { return {.n_ctx = n_ctx, .attention = latte::test::attention_backend()}; }
 
 /// Samples `n` tokens from the session (each fed back), recording the logits seen at every step.
 std::vector<latte::Token> generate(latte::Session& s, uint64_t seed, int n, std::vector<float>* logits_seen = nullptr) {
@@ -236,8 +234,8 @@ TEST_CASE("truncated, corrupted and lying state files are rejected and change no
 
   SUBCASE("a flipped byte anywhere") {
     std::mt19937_64 rng(std::random_device{}());
-    std::vector<size_t> positions = {0, 7, kOffsetVersion, kOffsetNPast, kOffsetHostBytes + 3, header - 1, header,
-                                     good.size() - 1};
+    std::vector<size_t> positions = {0,          7,      kOffsetVersion, kOffsetNPast, kOffsetHostBytes + 3,
+                                     header - 1, header, good.size() - 1};
     for (int i = 0; i < 40; ++i) positions.push_back(rng() % good.size());
     for (size_t pos : positions) {
       CAPTURE(pos);

@@ -11,13 +11,13 @@
 namespace chat {
 
 struct ChatOptions {
-  std::string model_path;          ///< --model (default: the model shipped with latte)
-  bool model_is_default = true;    ///< no --model given
-  std::string device = "cpu";      ///< --device cpu | cuda:N
-  std::string attention = "auto";  ///< --attention mla | standard | auto
-  int n_threads = 0;               ///< --threads (0: all cores)
-  int n_ctx = 0;                   ///< --ctx tokens (0: the model's context, at most 4096)
-  int n_predict = 256;             ///< -n: most tokens per reply
+  std::string model_path;             ///< --model (default: the model shipped with latte)
+  bool model_is_default = true;       ///< no --model given
+  std::string device = "cpu";         ///< --device cpu | cuda:N
+  std::string attention = "auto";     ///< --attention mla | standard | auto
+  int n_threads = 0;                  ///< --threads (0: all cores)
+  int n_ctx = 0;                      ///< --ctx tokens (0: the model's context, at most 4096)
+  int n_predict = 256;                ///< -n: most tokens per reply
   std::optional<std::string> prompt;  ///< -p: answer this one prompt and exit
   std::string system;                 ///< --system: the system message
   std::string template_name;          ///< --template: override the GGUF's chat template

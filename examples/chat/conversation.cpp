@@ -78,7 +78,9 @@ int choose_context(const latte::Model& model, int requested) {
 
 Conversation::Conversation(latte::Model model, const ChatOptions& options)
     : model_(model),
-      params_{.n_ctx = choose_context(model, options.n_ctx), .attention = options.attention, .n_threads = options.n_threads},
+      params_{.n_ctx = choose_context(model, options.n_ctx),
+              .attention = options.attention,
+              .n_threads = options.n_threads},
       session_(model, params_),
       template_(choose_template(model, options.template_name)),
       sampler_(options.sampling),

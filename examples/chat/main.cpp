@@ -31,7 +31,9 @@ std::string perf_line(const chat::ReplyStats& s) {
   std::snprintf(text, sizeof text, "[prompt %d tokens, %d evaluated, %.1f t/s | reply %d tokens, %.1f t/s%s]\n",
                 s.prompt_tokens, s.evaluated_tokens, rate(s.evaluated_tokens, s.prompt_seconds), s.generated_tokens,
                 rate(s.generated_tokens, s.generation_seconds),
-                s.interrupted ? " | interrupted" : s.context_full ? " | context full" : "");
+                s.interrupted    ? " | interrupted"
+                : s.context_full ? " | context full"
+                                 : "");
   return text;
 }
 
@@ -82,8 +84,8 @@ bool run_command(chat::Conversation& chat, const std::string& line) {
   } else if (command == "/save") {
     need_argument("a file name");
     chat.save(argument);
-    chat::write_out("(saved " + std::to_string(chat.turns()) + " messages, " +
-                    std::to_string(chat.session().n_past()) + " tokens to " + argument + ")\n");
+    chat::write_out("(saved " + std::to_string(chat.turns()) + " messages, " + std::to_string(chat.session().n_past()) +
+                    " tokens to " + argument + ")\n");
   } else if (command == "/load") {
     need_argument("a file name");
     chat.load(argument);
@@ -100,8 +102,8 @@ bool run_command(chat::Conversation& chat, const std::string& line) {
 
 chat::ReplyStats answer(chat::Conversation& chat, const std::string& text) {
   chat::clear_interrupt();
-  chat::ReplyStats stats =
-      chat.reply(text, [](std::string_view piece) { chat::write_out(piece); }, [] { return chat::interrupted(); });
+  chat::ReplyStats stats = chat.reply(
+      text, [](std::string_view piece) { chat::write_out(piece); }, [] { return chat::interrupted(); });
   chat::clear_interrupt();  // the Ctrl-C that stopped the reply is used up
   return stats;
 }

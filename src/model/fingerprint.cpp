@@ -36,7 +36,8 @@ void hash_value(StreamHash64& h, const gguf::Value& value) {
           h.update_u64(v.size());
           std::visit(
               [&](const auto& elements) {
-                for (const auto& e : elements) hash_scalar(h, static_cast<typename std::decay_t<decltype(elements)>::value_type>(e));
+                for (const auto& e : elements)
+                  hash_scalar(h, static_cast<typename std::decay_t<decltype(elements)>::value_type>(e));
               },
               v.values);
         } else {

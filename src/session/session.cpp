@@ -139,7 +139,8 @@ int Session::eval_reusing_prefix(std::span<const Token> all_tokens) {
     throw Error(ErrorCode::context_overflow, "eval_reusing_prefix: " + std::to_string(all_tokens.size()) +
                                                  " tokens exceed n_ctx " + std::to_string(s.params.n_ctx));
   }
-  const auto [held_end, wanted_end] = std::mismatch(s.tokens.begin(), s.tokens.end(), all_tokens.begin(), all_tokens.end());
+  const auto [held_end, wanted_end] =
+      std::mismatch(s.tokens.begin(), s.tokens.end(), all_tokens.begin(), all_tokens.end());
   size_t common = static_cast<size_t>(held_end - s.tokens.begin());
   if (common == all_tokens.size()) {
     // Everything wanted is cached already: nothing runs when its last logits are the ones held.

@@ -203,7 +203,8 @@ class FileSource final : public StateSource {
   uint64_t size() const override { return size_; }
   void read(std::span<std::byte> dst) override {
     if (!dst.empty() && std::fread(dst.data(), 1, dst.size(), file_) != dst.size()) {
-      throw Error(ErrorCode::io, "cannot read " + path_ + (std::ferror(file_) ? ": " + errno_text(errno) : ": it shrank"));
+      throw Error(ErrorCode::io,
+                  "cannot read " + path_ + (std::ferror(file_) ? ": " + errno_text(errno) : ": it shrank"));
     }
   }
 
@@ -244,7 +245,8 @@ void write_state(const auto& s, std::string_view host_data, StateSink& sink) {
   emit(s.tokens.data(), n_past * sizeof(Token));
   const size_t n_vocab = h.n_vocab;
   emit(s.logits.data(), static_cast<size_t>(h.n_logit_rows) * n_vocab * sizeof(float));
-  for (int il = 0; il < cache.n_layer(); ++il) emit(cache.attention_rows(il), n_past * cache.layout().bytes_per_token());
+  for (int il = 0; il < cache.n_layer(); ++il)
+    emit(cache.attention_rows(il), n_past * cache.layout().bytes_per_token());
   for (int il = 0; il < cache.n_layer() && h.indexer_dim > 0; ++il) {
     emit(cache.indexer_keys(il), n_past * h.indexer_dim * sizeof(float));
   }
@@ -326,13 +328,12 @@ std::string read_state(auto& s, StateSource& source, const std::string& name) {
       h.values_per_token != static_cast<uint32_t>(layout.values_per_token) ||
       h.element_type != static_cast<uint32_t>(layout.element_type) ||
       h.indexer_dim != static_cast<uint32_t>(cache.indexer_dim())) {
-    throw fail("saved with attention backend " +
-               describe(backend, h.n_layer, h.values_per_token, h.element_type, h.indexer_dim) +
-               "; this session uses " +
-               describe(s.backend_name, static_cast<uint32_t>(cache.n_layer()),
-                        static_cast<uint32_t>(layout.values_per_token), static_cast<uint32_t>(layout.element_type),
-                        static_cast<uint32_t>(cache.indexer_dim())) +
-               ": open the session with .attention = \"" + backend + "\"");
+    throw fail(
+        "saved with attention backend " +
+        describe(backend, h.n_layer, h.values_per_token, h.element_type, h.indexer_dim) + "; this session uses " +
+        describe(s.backend_name, static_cast<uint32_t>(cache.n_layer()), static_cast<uint32_t>(layout.values_per_token),
+                 static_cast<uint32_t>(layout.element_type), static_cast<uint32_t>(cache.indexer_dim())) +
+        ": open the session with .attention = \"" + backend + "\"");
   }
   if (h.n_vocab != static_cast<uint32_t>(model.config().n_vocab)) {
     throw fail("corrupt header: vocabulary size " + std::to_string(h.n_vocab) + " for a model of " +
@@ -363,9 +364,9 @@ std::string read_state(auto& s, StateSource& source, const std::string& name) {
   if (h.host_data_bytes > available || fixed_payload > available - h.host_data_bytes) {
     throw fail("truncated or corrupt: the header describes " + std::to_string(n_past) + " tokens and " +
                std::to_string(h.host_data_bytes) + " bytes of host data (" +
-               (h.host_data_bytes > available ? std::string("more than the file holds")
-                                              : std::to_string(header_bytes + fixed_payload + h.host_data_bytes) +
-                                                    " bytes in all") +
+               (h.host_data_bytes > available
+                    ? std::string("more than the file holds")
+                    : std::to_string(header_bytes + fixed_payload + h.host_data_bytes) + " bytes in all") +
                "), the file has " + std::to_string(file_size) + " bytes");
   }
   if (fixed_payload + h.host_data_bytes < available) {
