@@ -219,6 +219,10 @@ class FileSource final : public StateSource {
 // (Session::Impl is private to Session: these take it as a deduced type.)
 void write_state(const auto& s, std::string_view host_data, StateSink& sink) {
   const detail::KvCache& cache = s.cache;
+  if (s.tokens.size() != static_cast<size_t>(cache.n_tokens())) {
+    throw Error(ErrorCode::internal, "save_state: the session holds " + std::to_string(cache.n_tokens()) +
+                                         " cached tokens but a history of " + std::to_string(s.tokens.size()));
+  }
   const std::string& model_name = s.model.config().name;
   FixedHeader h;
   h.fingerprint = s.model.fingerprint();
