@@ -3,7 +3,6 @@
 // greedy continuations transformers computed) loads in latte and reproduces those logits. This pins
 // the converter's names, layouts, transforms and metadata to the model the checkpoint describes.
 #include "convert/hf_converter.hpp"
-#include "cpu/rope.hpp"
 #include "support/random_models.hpp"
 #include "support/safetensors.hpp"
 #include "support/temp_dir.hpp"
@@ -24,16 +23,10 @@ namespace {
 // Both sides compute in float32 from the same bf16-exact weights, in different orders.
 constexpr double oracle_tolerance = 1e-5;
 
-// The fixtures were computed with bf16-rounded rotary frequencies (see model_oracle_test.cpp).
-struct Bf16AnglesScope {
-  Bf16AnglesScope() { latte::cpu::set_angle_precision(latte::cpu::AnglePrecision::bf16_inv_freq); }
-  ~Bf16AnglesScope() { latte::cpu::set_angle_precision(latte::cpu::AnglePrecision::exact); }
-};
 
 }  // namespace
 
 TEST_CASE("latte convert of transformers checkpoints reproduces transformers' logits on every family") {
-  const Bf16AnglesScope angles;
   const std::string root = latte::test::data_path("oracle");
   const std::string backend = latte::test::attention_backend();
   latte::test::TempDir dir;

@@ -5,6 +5,7 @@
 #include "support/test_options.hpp"
 
 #include <latte/attention.hpp>
+#include <latte/batch.hpp>
 #include <latte/error.hpp>
 #include <latte/session.hpp>
 
@@ -187,4 +188,21 @@ TEST_CASE("eval_reusing_prefix rejects bad input before changing anything") {
   CHECK(code_of(latte::test::fresh_tokens(11, 512)) == latte::ErrorCode::context_overflow);
   CHECK(s.n_past() == 8);
   CHECK(std::vector<float>(s.logits().begin(), s.logits().end()) == before);
+}
+
+TEST_CASE("sessions advanced by eval_batch keep their token history for prefix reuse and state files") {
+  const latte::Model model = latte::test::shared_random_model("test-v3");
+  const auto a_tokens = latte::test::fresh_tokens(6, 512);
+  const auto b_tokens = latte::test::fresh_tokens(3, 512);
+  latte::Session a(model, {.n_ctx = 64, .attention = latte::test::attention_backend()});
+  latte::Session b(model, {.n_ctx = 64, .attention = latte::test::attention_backend()});
+  latte::Session* sessions[] = {&a, &b};
+  const std::span<const latte::Token> lists[] = {a_tokens, b_tokens};
+  latte::eval_batch(sessions, lists);
+  CHECK(held(a) == a_tokens);
+  CHECK(held(b) == b_tokens);
+  CHECK(a.eval_reusing_prefix(a_tokens) == 0);
+  latte::Session restored(model, {.n_ctx = 64, .attention = latte::test::attention_backend()});
+  restored.load_state_from_memory(b.save_state_to_memory());
+  CHECK(held(restored) == b_tokens);
 }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <latte/attention.hpp>
+#include <latte/batch.hpp>
 #include <latte/chat.hpp>
 #include <latte/device.hpp>
 #include <latte/error.hpp>

@@ -19,6 +19,10 @@
 
 namespace latte {
 
+class Session;
+/// Runs several sessions' new tokens in one forward pass per step; documented in latte/batch.hpp.
+void eval_batch(std::span<Session* const> sessions, std::span<const std::span<const Token>> tokens);
+
 /// How to run a session.
 struct SessionParams {
   int n_ctx = 4096;                ///< most tokens the session can hold (cache grows up to this, tokens)
@@ -103,6 +107,7 @@ class Session {
   [[nodiscard]] const Model& model() const noexcept;
 
  private:
+  friend void eval_batch(std::span<Session* const> sessions, std::span<const std::span<const Token>> tokens);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

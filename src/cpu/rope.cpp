@@ -1,7 +1,6 @@
 #include "cpu/rope.hpp"
 
 #include <latte/error.hpp>
-#include <latte/quant.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -11,8 +10,6 @@ namespace latte::cpu {
 
 namespace {
 
-AnglePrecision g_angle_precision = AnglePrecision::exact;
-
 /// The pair index at which a frequency completes `n_rotations` turns over `original_context`
 /// positions (YaRN's correction dimension, fractional).
 double yarn_correction_dim(int n_dims, double base, double original_context, double n_rotations) {
@@ -21,10 +18,7 @@ double yarn_correction_dim(int n_dims, double base, double original_context, dou
 
 }  // namespace
 
-void set_angle_precision(AnglePrecision precision) noexcept { g_angle_precision = precision; }
-
-RotaryEmbedding::RotaryEmbedding(int n_dims, float freq_base, const RopeScaling& scaling)
-    : precision_(g_angle_precision) {
+RotaryEmbedding::RotaryEmbedding(int n_dims, float freq_base, const RopeScaling& scaling) {
   if (n_dims <= 0 || n_dims % 2 != 0) {
     throw Error(ErrorCode::invalid_argument,
                 "rope needs a positive even number of dims (got " + std::to_string(n_dims) + ")");
@@ -57,11 +51,7 @@ RotaryEmbedding::RotaryEmbedding(int n_dims, float freq_base, const RopeScaling&
 
 void RotaryEmbedding::angles(int position, float* cos_out, float* sin_out) const {
   for (size_t i = 0; i < inv_freq_.size(); ++i) {
-    double theta = position * inv_freq_[i];
-    if (precision_ == AnglePrecision::bf16_inv_freq) {
-      const float rounded = bf16_to_fp32(fp32_to_bf16(static_cast<float>(inv_freq_[i])));
-      theta = static_cast<float>(position) * rounded;
-    }
+    const double theta = position * inv_freq_[i];
     cos_out[i] = static_cast<float>(std::cos(theta));
     sin_out[i] = static_cast<float>(std::sin(theta));
   }

@@ -14,17 +14,6 @@
 
 namespace latte::cpu {
 
-/// How RotaryEmbedding turns a position into angles.
-enum class AnglePrecision {
-  exact,          ///< position * inv_freq in double, then cos/sin (the default)
-  bf16_inv_freq,  ///< inv_freq rounded to bfloat16 and the product taken in float, as transformers does
-                  ///< when its rotary buffer has been cast to bf16 (reproduces such references)
-};
-
-/// Sets the precision of RotaryEmbeddings constructed afterwards (process-wide; for tests that
-/// compare with references computed that way). Not thread-safe.
-void set_angle_precision(AnglePrecision precision) noexcept;
-
 /// Per-pair frequencies and the rotation of interleaved pairs.
 class RotaryEmbedding {
  public:
@@ -47,7 +36,6 @@ class RotaryEmbedding {
 
  private:
   std::vector<double> inv_freq_;
-  AnglePrecision precision_;
 };
 
 }  // namespace latte::cpu

@@ -3,12 +3,15 @@
 #include "session/session_impl.hpp"
 
 #include <latte/attention.hpp>
+#include <latte/batch.hpp>
 #include <latte/error.hpp>
 #include <latte/session.hpp>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <numeric>
+#include <unordered_set>
 
 namespace latte {
 
@@ -166,5 +169,125 @@ Session Session::fork() const {
 
 const std::string& Session::backend_name() const noexcept { return impl_->backend_name; }
 const Model& Session::model() const noexcept { return impl_->model; }
+
+// ---- batched evaluation (latte/batch.hpp) ----
+
+namespace {
+std::string batch_where(size_t i) { return "eval_batch: session " + std::to_string(i); }
+}  // namespace
+
+void eval_batch(std::span<Session* const> sessions, std::span<const std::span<const Token>> tokens) {
+  // Validation first: nothing below may throw before the forward pass except these checks.
+  if (sessions.empty()) throw Error(ErrorCode::invalid_argument, "eval_batch: no sessions");
+  if (tokens.size() != sessions.size()) {
+    throw Error(ErrorCode::invalid_argument, "eval_batch: " + std::to_string(sessions.size()) + " sessions but " +
+                                                 std::to_string(tokens.size()) + " token lists");
+  }
+  std::unordered_set<const Session*> seen;
+  for (size_t i = 0; i < sessions.size(); ++i) {
+    const Session* s = sessions[i];
+    if (s == nullptr || !s->impl_) throw Error(ErrorCode::invalid_argument, batch_where(i) + " is null");
+    if (!seen.insert(s).second) throw Error(ErrorCode::invalid_argument, batch_where(i) + " appears twice");
+    const Session::Impl& first = *sessions[0]->impl_;
+    const Session::Impl& si = *s->impl_;
+    if (&si.model.state() != &first.model.state()) {
+      throw Error(ErrorCode::invalid_argument, batch_where(i) + " runs a different model than session 0");
+    }
+    if (si.backend_name != first.backend_name) {
+      throw Error(ErrorCode::invalid_argument, batch_where(i) + " uses attention backend '" + si.backend_name +
+                                                   "', session 0 uses '" + first.backend_name + "'");
+    }
+    const int n_vocab = si.model.config().n_vocab;
+    if (tokens[i].empty()) throw Error(ErrorCode::invalid_argument, batch_where(i) + ": no tokens");
+    for (size_t t = 0; t < tokens[i].size(); ++t) {
+      if (tokens[i][t] < 0 || tokens[i][t] >= n_vocab) {
+        throw Error(ErrorCode::invalid_argument, batch_where(i) + ": token id " + std::to_string(tokens[i][t]) +
+                                                     " at index " + std::to_string(t) +
+                                                     " is outside the vocabulary [0, " + std::to_string(n_vocab) + ")");
+      }
+    }
+    const int n_past = si.cache.n_tokens();
+    if (static_cast<int64_t>(n_past) + static_cast<int64_t>(tokens[i].size()) > si.params.n_ctx) {
+      throw Error(ErrorCode::context_overflow, batch_where(i) + ": " + std::to_string(n_past) + " cached + " +
+                                                   std::to_string(tokens[i].size()) + " new tokens exceed n_ctx " +
+                                                   std::to_string(si.params.n_ctx));
+    }
+  }
+
+  const size_t n_seq = sessions.size();
+  Session::Impl& runner = *sessions[0]->impl_;
+  const size_t n_vocab = static_cast<size_t>(runner.model.config().n_vocab);
+  std::vector<int> n_past(n_seq), done(n_seq, 0);
+  for (size_t i = 0; i < n_seq; ++i) {
+    Session::Impl& s = *sessions[i]->impl_;
+    n_past[i] = s.cache.n_tokens();
+    const size_t n = tokens[i].size();
+    s.logits.resize((s.params.logits_all ? n : 1) * n_vocab);
+  }
+  std::vector<Token> step_tokens;                  // [rows] this step's ids, sequence after sequence
+  std::vector<detail::BatchSequence> step_seqs;    // the sequences with rows in this step
+  std::vector<int> logit_rows;                     // batch rows whose logits are wanted
+  std::vector<std::pair<size_t, int>> logit_dest;  // per logit row: (session, its logits row)
+  std::vector<float> step_logits;                  // [logit_rows.size(), n_vocab]
+  try {
+    size_t next = 0;  // first session with tokens left
+    while (next < n_seq) {
+      step_tokens.clear();
+      step_seqs.clear();
+      logit_rows.clear();
+      logit_dest.clear();
+      int budget = kPrefillChunk;
+      for (size_t i = next; i < n_seq && budget > 0; ++i) {
+        Session::Impl& s = *sessions[i]->impl_;
+        const int n = static_cast<int>(tokens[i].size());
+        if (done[i] == n) continue;
+        const int take = std::min(n - done[i], budget);
+        const int first_row = static_cast<int>(step_tokens.size());
+        step_seqs.push_back({.cache = &s.cache, .first_row = first_row, .n_tokens = take});
+        step_tokens.insert(step_tokens.end(), tokens[i].begin() + done[i], tokens[i].begin() + done[i] + take);
+        for (int t = 0; t < take; ++t) {
+          const int token_index = done[i] + t;  // within tokens[i]
+          if (s.params.logits_all) {
+            logit_rows.push_back(first_row + t);
+            logit_dest.emplace_back(i, token_index);
+          } else if (token_index == n - 1) {
+            logit_rows.push_back(first_row + t);
+            logit_dest.emplace_back(i, 0);
+          }
+        }
+        done[i] += take;
+        budget -= take;
+      }
+      step_logits.resize(logit_rows.size() * n_vocab);
+      runner.forward->run(
+          {.tokens = step_tokens, .sequences = step_seqs, .logit_rows = logit_rows, .logits = step_logits.data()});
+      for (size_t r = 0; r < logit_dest.size(); ++r) {
+        const auto [i, row] = logit_dest[r];
+        std::memcpy(sessions[i]->impl_->logits.data() + static_cast<size_t>(row) * n_vocab,
+                    step_logits.data() + r * n_vocab, n_vocab * sizeof(float));
+      }
+      while (next < n_seq && done[next] == static_cast<int>(tokens[next].size())) ++next;
+    }
+  } catch (...) {
+    for (size_t i = 0; i < n_seq; ++i) {
+      sessions[i]->impl_->cache.set_n_tokens(n_past[i]);  // as a failed eval: the cache is as it was
+      sessions[i]->impl_->n_last = 0;
+    }
+    throw;
+  }
+  for (size_t i = 0; i < n_seq; ++i) {
+    Session::Impl& s = *sessions[i]->impl_;
+    s.tokens.insert(s.tokens.end(), tokens[i].begin(), tokens[i].end());  // the history follows the cache
+    s.n_last = static_cast<int>(tokens[i].size());
+    s.have_all_logits = s.params.logits_all;
+  }
+}
+
+void decode_batch(std::span<Session* const> sessions, std::span<const Token> tokens) {
+  std::vector<std::span<const Token>> lists;
+  lists.reserve(tokens.size());
+  for (const Token& t : tokens) lists.emplace_back(&t, 1);
+  eval_batch(sessions, lists);
+}
 
 }  // namespace latte

@@ -142,7 +142,7 @@ TEST_CASE("moe_route selects exactly the CPU reference's experts (softmax, sigmo
 TEST_CASE("moe_route breaks ties toward the lower expert and group index") {
   // all logits equal: experts 0..k-1 in order; groups all tie: groups 0..used-1
   const RouterCase flat{64, 6, 1, 1, cuda::MoeGating::softmax, false, true, 1.0f};
-  run_router_case(flat, std::vector<float>(64, 0.25f), {}, 3, "all equal");
+  run_router_case(flat, std::vector<float>(64 * 3, 0.25f), {}, 3, "all equal");
   const RouterCase grouped{64, 4, 8, 2, cuda::MoeGating::sigmoid, false, false, 1.0f};
   std::vector<float> logits(64, 0.0f);
   logits[63] = 0.5f;  // group 7 wins outright, then groups 0..6 tie: group 0 must be taken

@@ -2,6 +2,7 @@
 // every registered kernel case (kernel_bench.hpp) with CUDA events: warm-up, then the median of
 // batches of launches over rotating inputs larger than L2. Prints kernel, shape, time, GB/s,
 // TFLOP/s and the fraction of the measured ceiling (max of bytes / bandwidth, flops / rate).
+// run_kernel_bench_cases is also what `latte bench --kernels` runs, at the loaded model's shapes.
 #ifdef LATTE_WITH_CUDA
 
 #include <latte/error.hpp>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "command.hpp"
+#include "cuda/copy_bandwidth.hpp"
 #include "cuda/device_buffer.hpp"
 #include "cuda/device_caps.hpp"
 #include "cuda/gemm_bf16.hpp"
@@ -21,14 +23,46 @@
 
 namespace latte::cli {
 
-std::vector<KernelBenchCase>& kernel_bench_cases() {
-  static std::vector<KernelBenchCase> cases;
+namespace {
+std::vector<KernelBenchFactory>& factories() {
+  static std::vector<KernelBenchFactory> all;
+  return all;
+}
+}  // namespace
+
+std::vector<KernelBenchCase> kernel_bench_cases(const KernelBenchShapes& shapes) {
+  std::vector<KernelBenchCase> cases;
+  for (const auto& make : factories()) {
+    for (auto& c : make(shapes)) cases.push_back(std::move(c));
+  }
   return cases;
 }
 
-KernelBenchRegistration::KernelBenchRegistration(std::vector<KernelBenchCase> cases) {
-  auto& all = kernel_bench_cases();
-  for (auto& c : cases) all.push_back(std::move(c));
+KernelBenchRegistration::KernelBenchRegistration(KernelBenchFactory factory) {
+  factories().push_back(std::move(factory));
+}
+
+KernelBenchShapes kernel_bench_shapes(const ModelConfig& c) {
+  const int n_head = c.n_head;
+  return {.label = c.name.empty() ? std::string(architecture_name(c.arch)) : c.name,
+          .reference = false,
+          .hidden = c.n_embd,
+          .q_rows = n_head * c.qk_head_dim(),
+          .q_k = c.q_lora_rank > 0 ? c.q_lora_rank : c.n_embd,
+          .kv_a_rows = c.kv_lora_rank + c.qk_rope_head_dim,
+          .o_k = n_head * c.v_head_dim,
+          .dense_ffn = c.n_dense_lead > 0 ? c.n_ff : 0,
+          .vocab = c.n_vocab,
+          .n_expert = c.n_expert,
+          .n_expert_used = c.n_expert_used,
+          .expert_ffn = c.n_ff_expert,
+          .n_head = n_head,
+          .qk_nope = c.qk_nope_head_dim,
+          .qk_rope = c.qk_rope_head_dim,
+          .v_head = c.v_head_dim,
+          .kv_lora = c.kv_lora_rank,
+          .indexer_heads = c.indexer.n_head,
+          .indexer_top_k = c.indexer.top_k};
 }
 
 namespace {
@@ -72,6 +106,16 @@ int run_kernel_bench(std::span<const std::string> args) {
   const int device = std::stoi(a.take({"--device"}).value_or("0"));
   a.positionals();
   if (batches < 1 || per_batch < 1) throw Error(ErrorCode::invalid_argument, "--batches and --per-batch must be >= 1");
+  return run_kernel_bench_cases(KernelBenchShapes{},
+                                {.filter = filter, .batches = batches, .per_batch = per_batch, .device = device});
+}
+
+}  // namespace
+
+int run_kernel_bench_cases(const KernelBenchShapes& shapes, const KernelBenchRun& run) {
+  const std::string& filter = run.filter;
+  const int batches = run.batches, per_batch = run.per_batch, device = run.device;
+  if (batches < 1 || per_batch < 1) throw Error(ErrorCode::invalid_argument, "batches and per-batch must be >= 1");
   LATTE_CUDA_CHECK(cudaSetDevice(device));
   const auto& caps = cuda::device_caps(device);
   std::printf("device %d: %s, sm_%d%d, %d SMs, L2 %.0f MiB, kernel path %s\n", device, caps.name.c_str(), caps.cc_major,
@@ -81,18 +125,7 @@ int run_kernel_bench(std::span<const std::string> args) {
 
   // ---- ceilings ----
   double copy_gbs = 0, mma_tflops = 0;
-  {
-    const size_t bytes = size_t{1} << 30;
-    BenchContext ctx;
-    ctx.l2_bytes = caps.l2_bytes;
-    void* src = ctx.random_device(bytes);
-    void* dst = ctx.device_alloc(bytes);
-    const BenchLauncher copy = [&](cudaStream_t s, int) {
-      LATTE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s));
-    };
-    const Timing t = time_launches(copy, 7, 3, stream.get());
-    copy_gbs = 2.0 * bytes / (t.median_us * 1e3);  // read + write
-  }
+  copy_gbs = cuda::measure_copy_bandwidth(device) / 1e9;  // read + write
   {
     const int n = 8192;
     BenchContext ctx;
@@ -113,7 +146,8 @@ int run_kernel_bench(std::span<const std::string> args) {
   std::printf("%-34s %-28s %10s %9s %9s %8s %7s\n", "kernel", "shape", "time us", "GB/s", "TFLOP/s", "ceiling",
               "spread");
   int failures = 0;
-  for (const auto& c : kernel_bench_cases()) {
+  std::printf("shapes: %s\n", shapes.label.c_str());
+  for (const auto& c : kernel_bench_cases(shapes)) {
     if (!filter.empty() && (c.kernel + " " + c.shape).find(filter) == std::string::npos) continue;
     try {
       BenchContext ctx;
@@ -133,6 +167,8 @@ int run_kernel_bench(std::span<const std::string> args) {
   }
   return failures ? 1 : 0;
 }
+
+namespace {
 
 const Registration reg{
     {"kernel-bench", "time the CUDA kernels against the device's measured ceilings", run_kernel_bench}};

@@ -4,6 +4,7 @@
 //   standard decode   the decompressed cache at depth 8192 (8.9x the MLA bytes at 16 heads, 71x at 128)
 //   flash prefill     512 queries at depth 0 and 16384, DeepSeek dims (qk 192, v 128)
 //   dsa index scores / dsa top-k  GLM-5 indexer for decode (64 x 16384) and a 512-token prefill chunk
+// For a loaded model (`latte bench --kernels`): the same kernels at its head count, head dims and indexer.
 // Bytes are the minimum each kernel must move (cache read once, outputs written once); FLOPs count only
 // the useful (unmasked) work. Inputs are filled on the device with uniform values in [-1, 1).
 #ifdef LATTE_WITH_CUDA
@@ -16,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda/check.hpp"
@@ -101,9 +103,8 @@ KernelBenchCase mla_decode_case(int batch, int context, int heads, int top_k) {
           }};
 }
 
-KernelBenchCase standard_decode_case(int batch, int context, int heads) {
-  constexpr int kQk = 192, kV = 128;
-  return {.kernel = "standard decode 192/128",
+KernelBenchCase standard_decode_case(int batch, int context, int heads, int kQk = 192, int kV = 128) {
+  return {.kernel = "standard decode " + std::to_string(kQk) + "/" + std::to_string(kV),
           .shape = kv_shape(batch, context, heads),
           .bytes = static_cast<double>(batch) * context * heads * (kQk + kV) * 2 +
                    static_cast<double>(batch) * heads * (kQk + kV) * 2,
@@ -140,11 +141,10 @@ KernelBenchCase standard_decode_case(int batch, int context, int heads) {
           }};
 }
 
-KernelBenchCase flash_prefill_case(int queries, int pos0, int heads) {
-  constexpr int kQk = 192, kV = 128;
+KernelBenchCase flash_prefill_case(int queries, int pos0, int heads, int kQk = 192, int kV = 128) {
   const double keys = pos0 + queries;
   const double visible_pairs = static_cast<double>(queries) * pos0 + 0.5 * queries * (queries + 1.0);
-  return {.kernel = "flash prefill 192/128",
+  return {.kernel = "flash prefill " + std::to_string(kQk) + "/" + std::to_string(kV),
           .shape = "T=" + std::to_string(queries) + " pos0=" + std::to_string(pos0) + " N=" + std::to_string(heads),
           .bytes = keys * heads * (kQk + kV) * 2 + static_cast<double>(queries) * heads * (kQk + kV) * 2,
           .flops = 2.0 * heads * visible_pairs * (kQk + kV),
@@ -229,7 +229,26 @@ KernelBenchCase dsa_case(int batch, int q_len, int context, int top_k) {
           }};
 }
 
-std::vector<KernelBenchCase> attention_cases() {
+std::vector<KernelBenchCase> attention_cases(const KernelBenchShapes& m) {
+  if (!m.reference) {  // a loaded model: its head count and dims, its indexer if any
+    const int qk = m.qk_nope + m.qk_rope, heads = m.n_head;
+    std::vector<KernelBenchCase> cases;
+    if (m.kv_lora == cuda::kMlaLatentDim && m.kv_lora + m.qk_rope == cuda::kMlaCacheRow) {
+      for (auto [batch, context] : {std::pair{64, 8192}, std::pair{1, 4096}, std::pair{1, 16384}})
+        cases.push_back(mla_decode_case(batch, context, heads, 0));
+      if (m.indexer_top_k > 0) cases.push_back(mla_decode_case(64, 16384, heads, m.indexer_top_k));
+    }
+    cases.push_back(standard_decode_case(64, 8192, heads, qk, m.v_head));
+    cases.push_back(flash_prefill_case(512, 0, heads, qk, m.v_head));
+    cases.push_back(flash_prefill_case(512, 16384, heads, qk, m.v_head));
+    if (m.indexer_heads == cuda::kDsaIndexHeads && m.indexer_top_k > 0) {
+      for (int top_k : {0, m.indexer_top_k}) {
+        cases.push_back(dsa_case(64, 1, 16384, top_k));
+        cases.push_back(dsa_case(1, 512, 16896, top_k));
+      }
+    }
+    return cases;
+  }
   return {
       mla_decode_case(64, 8192, 16, 0),   mla_decode_case(64, 8192, 128, 0),    mla_decode_case(1, 4096, 16, 0),
       mla_decode_case(1, 16384, 16, 0),   mla_decode_case(1, 4096, 128, 0),     mla_decode_case(1, 16384, 128, 0),
@@ -240,7 +259,7 @@ std::vector<KernelBenchCase> attention_cases() {
   };
 }
 
-const KernelBenchRegistration reg{attention_cases()};
+const KernelBenchRegistration reg{attention_cases};
 
 }  // namespace
 }  // namespace latte::cli

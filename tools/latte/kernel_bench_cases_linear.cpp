@@ -1,6 +1,6 @@
-// kernel-bench cases of the linear layers at DeepSeek-V2-Lite shapes (hidden 2048, q 3072, kv_a 576,
-// o 2048x2048, dense FFN 10944, vocab 129280): decode GEMV (1 and 4 tokens), prefill GEMM (512
-// tokens, fused vs dequantize + cuBLAS), dequantize to bf16.
+// kernel-bench cases of the linear layers at a model's shapes (by default DeepSeek-V2-Lite: hidden
+// 2048, q 3072, kv_a 576, o 2048x2048, dense FFN 10944, vocab 129280): decode GEMV (1 and 4 tokens),
+// prefill GEMM (512 tokens, fused vs dequantize + cuBLAS), dequantize to bf16.
 #ifdef LATTE_WITH_CUDA
 
 #include <latte/quant.hpp>
@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cuda/dequantize.hpp"
 #include "cuda/gemm_bf16.hpp"
@@ -21,23 +22,33 @@ namespace latte::cli {
 namespace {
 
 struct Linear {
-  const char* name;
+  std::string name;
   int rows, k;
   GgmlType type;
 };
 
-// Q4_K_M-like choices: K-quants where k % 256 == 0, Q5_0/Q8_0 otherwise (what llama.cpp falls back to).
-const Linear kLinears[] = {
-    {"attn_q", 3072, 2048, GgmlType::q4_k},      {"attn_kv_a_mqa", 576, 2048, GgmlType::q4_k},
-    {"attn_output", 2048, 2048, GgmlType::q4_k}, {"attn_output", 2048, 2048, GgmlType::q5_k},
-    {"attn_output", 2048, 2048, GgmlType::q6_k}, {"attn_output", 2048, 2048, GgmlType::q8_0},
-    {"ffn_up", 10944, 2048, GgmlType::q4_k},     {"ffn_down", 2048, 10944, GgmlType::q5_0},
-    {"ffn_down", 2048, 10944, GgmlType::q8_0},   {"output", 129280, 2048, GgmlType::q6_k},
-};
+/// `preferred` (a K-quant) where k is a multiple of 256, else Q5_0 (what llama.cpp falls back to).
+GgmlType kquant_or_q5_0(GgmlType preferred, int k) { return k % 256 == 0 ? preferred : GgmlType::q5_0; }
+
+// Q4_K_M-like choices; attn_output and ffn_down also at the other types such files mix in.
+std::vector<Linear> linears_of(const KernelBenchShapes& m) {
+  std::vector<Linear> l{{"attn_q", m.q_rows, m.q_k, kquant_or_q5_0(GgmlType::q4_k, m.q_k)},
+                        {"attn_kv_a_mqa", m.kv_a_rows, m.hidden, kquant_or_q5_0(GgmlType::q4_k, m.hidden)}};
+  for (GgmlType t : {GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k, GgmlType::q8_0}) {
+    if (t == GgmlType::q8_0 || m.o_k % 256 == 0) l.push_back({"attn_output", m.hidden, m.o_k, t});
+  }
+  if (m.o_k % 256 != 0) l.push_back({"attn_output", m.hidden, m.o_k, GgmlType::q5_0});
+  if (m.dense_ffn > 0) {
+    l.push_back({"ffn_up", m.dense_ffn, m.hidden, kquant_or_q5_0(GgmlType::q4_k, m.hidden)});
+    l.push_back({"ffn_down", m.hidden, m.dense_ffn, kquant_or_q5_0(GgmlType::q6_k, m.dense_ffn)});
+    l.push_back({"ffn_down", m.hidden, m.dense_ffn, GgmlType::q8_0});
+  }
+  l.push_back({"output", m.vocab, m.hidden, kquant_or_q5_0(GgmlType::q6_k, m.hidden)});
+  return l;
+}
 
 std::string shape_of(const Linear& l, int tokens) {
-  return std::string(l.name) + " " + std::to_string(l.rows) + "x" + std::to_string(l.k) +
-         " t=" + std::to_string(tokens);
+  return l.name + " " + std::to_string(l.rows) + "x" + std::to_string(l.k) + " t=" + std::to_string(tokens);
 }
 
 /// Rotating copies of one weight matrix; returns the base pointers.
@@ -49,9 +60,10 @@ std::vector<const void*> weight_copies(BenchContext& ctx, const Linear& l, int64
   return copies;
 }
 
-std::vector<KernelBenchCase> linear_cases() {
+std::vector<KernelBenchCase> linear_cases(const KernelBenchShapes& shapes) {
+  const std::vector<Linear> linears = linears_of(shapes);
   std::vector<KernelBenchCase> cases;
-  for (const Linear& l : kLinears) {
+  for (const Linear& l : linears) {
     for (int tokens : {1, 4}) {
       cuda::GemvParams shape{.type = l.type, .n_rows = l.rows, .k = l.k, .n_tokens = tokens};
       cases.push_back({.kernel = "gemv " + std::string(type_name(l.type)),
@@ -79,7 +91,7 @@ std::vector<KernelBenchCase> linear_cases() {
                        }});
     }
   }
-  for (const Linear& l : kLinears) {
+  for (const Linear& l : linears) {
     const int m = 512;
     cuda::QuantGemmParams shape{.type = l.type, .n_rows = l.rows, .k = l.k, .m = m};
     auto prepare = [l, m](BenchContext& ctx, bool fused) -> BenchLauncher {
@@ -120,10 +132,11 @@ std::vector<KernelBenchCase> linear_cases() {
                      .flops = cuda::gemm_flops(shape),
                      .prepare = [prepare](BenchContext& ctx) { return prepare(ctx, false); }});
   }
-  for (const Linear& l : {kLinears[6], kLinears[9]}) {
+  for (const Linear& l : linears) {
+    if (l.name != "ffn_up" && l.name != "output") continue;
     const cuda::DequantizeParams shape{.type = l.type, .n_rows = l.rows, .k = l.k};
     cases.push_back({.kernel = "dequantize->bf16 " + std::string(type_name(l.type)),
-                     .shape = std::string(l.name) + " " + std::to_string(l.rows) + "x" + std::to_string(l.k),
+                     .shape = l.name + " " + std::to_string(l.rows) + "x" + std::to_string(l.k),
                      .bytes = cuda::dequantize_min_bytes(shape),
                      .flops = 0,
                      .prepare = [l](BenchContext& ctx) -> BenchLauncher {
@@ -146,7 +159,7 @@ std::vector<KernelBenchCase> linear_cases() {
   return cases;
 }
 
-const KernelBenchRegistration reg{linear_cases()};
+const KernelBenchRegistration reg{linear_cases};
 
 }  // namespace
 }  // namespace latte::cli

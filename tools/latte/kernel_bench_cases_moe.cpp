@@ -1,6 +1,6 @@
-// kernel-bench cases of the MoE layer and the small per-token kernels at DeepSeek-V2-Lite shapes:
-// 64 experts of 1408 (gate/up Q4_K, down Q5_0 since 1408 % 256 != 0), 6 active; router; RMSNorm;
-// RoPE on 16 heads. MoE bytes count the weights of the experts actually touched.
+// kernel-bench cases of the MoE layer and the small per-token kernels at a model's shapes (by
+// default DeepSeek-V2-Lite: 64 experts of 1408, gate/up Q4_K, down Q5_0 since 1408 % 256 != 0, 6
+// active; router; RMSNorm; RoPE on 16 heads). MoE bytes count the weights of the experts touched.
 #ifdef LATTE_WITH_CUDA
 
 #include <latte/quant.hpp>
@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -22,32 +23,50 @@
 namespace latte::cli {
 namespace {
 
-constexpr int kExperts = 64, kUsed = 6, kHidden = 2048, kFfn = 1408;
+struct MoeShape {
+  int n_expert, n_used, hidden, ffn;
+};
 
-int64_t touched_experts(int tokens) {
+int64_t touched_experts(const MoeShape& m, int tokens) {
+  const int kExperts = m.n_expert, kUsed = m.n_used;
   // expected distinct experts when each token draws 6 of 64 uniformly
   const double miss = std::pow(1.0 - static_cast<double>(kUsed) / kExperts, tokens);
   return static_cast<int64_t>(std::ceil(kExperts * (1.0 - miss)));
 }
 
-KernelBenchCase moe_case(int tokens) {
-  const int64_t gate_bytes = static_cast<int64_t>(row_bytes(GgmlType::q4_k, kHidden)) * kFfn;
-  const int64_t down_bytes = static_cast<int64_t>(row_bytes(GgmlType::q5_0, kFfn)) * kHidden;
+/// "E64x1408 k6 t=1" (snprintf: GCC 12 warns falsely on chains of std::string operator+ here).
+std::string moe_shape(int n_expert, int ffn, int used, int tokens) {
+  char buf[64];
+  if (ffn > 0) {
+    std::snprintf(buf, sizeof buf, "E%dx%d k%d t=%d", n_expert, ffn, used, tokens);
+  } else {
+    std::snprintf(buf, sizeof buf, "E%d k%d t=%d", n_expert, used, tokens);
+  }
+  return buf;
+}
+
+GgmlType kquant_or_q5_0(int k) { return k % 256 == 0 ? GgmlType::q4_k : GgmlType::q5_0; }
+
+KernelBenchCase moe_case(const MoeShape& m, int tokens) {
+  const int kExperts = m.n_expert, kUsed = m.n_used, kHidden = m.hidden, kFfn = m.ffn;
+  const GgmlType gate_type = kquant_or_q5_0(kHidden), down_type = kquant_or_q5_0(kFfn);
+  const int64_t gate_bytes = static_cast<int64_t>(row_bytes(gate_type, kHidden)) * kFfn;
+  const int64_t down_bytes = static_cast<int64_t>(row_bytes(down_type, kFfn)) * kHidden;
   const double bytes =
-      static_cast<double>(touched_experts(tokens)) * (2.0 * gate_bytes + down_bytes) + 8.0 * tokens * kHidden;
+      static_cast<double>(touched_experts(m, tokens)) * (2.0 * gate_bytes + down_bytes) + 8.0 * tokens * kHidden;
   const double flops = 2.0 * tokens * kUsed * 3.0 * kHidden * kFfn;
   return {.kernel = tokens <= 8 ? "moe experts decode" : "moe experts prefill",
-          .shape = "E64x1408 k6 t=" + std::to_string(tokens),
+          .shape = moe_shape(kExperts, kFfn, kUsed, tokens),
           .bytes = bytes,
           .flops = flops,
           .prepare = [=](BenchContext& ctx) -> BenchLauncher {
             // one stack (64 experts) per copy: 3 x ~100 MB already exceeds L2
-            auto* gate = ctx.random_device(static_cast<size_t>(gate_bytes * kExperts), int(GgmlType::q4_k));
-            auto* up = ctx.random_device(static_cast<size_t>(gate_bytes * kExperts), int(GgmlType::q4_k));
-            auto* down = ctx.random_device(static_cast<size_t>(down_bytes * kExperts), int(GgmlType::q5_0));
-            cuda::MoeExpertWeights w{.gate = {GgmlType::q4_k, gate, gate_bytes * kExperts, gate_bytes},
-                                     .up = {GgmlType::q4_k, up, gate_bytes * kExperts, gate_bytes},
-                                     .down = {GgmlType::q5_0, down, down_bytes * kExperts, down_bytes},
+            auto* gate = ctx.random_device(static_cast<size_t>(gate_bytes * kExperts), int(gate_type));
+            auto* up = ctx.random_device(static_cast<size_t>(gate_bytes * kExperts), int(gate_type));
+            auto* down = ctx.random_device(static_cast<size_t>(down_bytes * kExperts), int(down_type));
+            cuda::MoeExpertWeights w{.gate = {gate_type, gate, gate_bytes * kExperts, gate_bytes},
+                                     .up = {gate_type, up, gate_bytes * kExperts, gate_bytes},
+                                     .down = {down_type, down, down_bytes * kExperts, down_bytes},
                                      .n_experts = kExperts,
                                      .hidden = kHidden,
                                      .ffn = kFfn};
@@ -86,33 +105,40 @@ KernelBenchCase moe_case(int tokens) {
           }};
 }
 
-std::vector<KernelBenchCase> moe_cases() {
-  std::vector<KernelBenchCase> cases = {moe_case(1), moe_case(4), moe_case(512)};
+std::vector<KernelBenchCase> moe_cases(const KernelBenchShapes& shapes) {
+  const MoeShape m{shapes.n_expert, shapes.n_expert_used, shapes.hidden, shapes.expert_ffn};
+  const int kExperts = m.n_expert, kUsed = m.n_used, kHidden = m.hidden;
+  const int heads = shapes.n_head, q_rows = shapes.q_rows, head_dim = shapes.qk_nope + shapes.qk_rope,
+            n_rot = shapes.qk_rope, rot_offset = shapes.qk_nope;
+  std::vector<KernelBenchCase> cases;
+  if (kExperts > 0) cases = {moe_case(m, 1), moe_case(m, 4), moe_case(m, 512)};
   for (int tokens : {1, 512}) {
-    cases.push_back({.kernel = "moe router softmax",
-                     .shape = "E64 k6 t=" + std::to_string(tokens),
-                     .bytes = 4.0 * tokens * kExperts + 8.0 * tokens * kUsed,
-                     .flops = 0,
-                     .prepare = [tokens](BenchContext& ctx) -> BenchLauncher {
-                       auto* logits = static_cast<const float*>(ctx.random_device(size_t{4} * tokens * kExperts, 0));
-                       auto* ids = static_cast<int32_t*>(ctx.device_alloc(size_t{4} * tokens * kUsed));
-                       auto* w = static_cast<float*>(ctx.device_alloc(size_t{4} * tokens * kUsed));
-                       return [=](cudaStream_t s, int) {
-                         cuda::moe_route({.logits = logits,
-                                          .logits_stride = kExperts,
-                                          .n_tokens = tokens,
-                                          .n_experts = kExperts,
-                                          .k = kUsed,
-                                          .ids = ids,
-                                          .weights = w},
-                                         s);
-                       };
-                     }});
+    if (kExperts > 0) {
+      cases.push_back({.kernel = "moe router softmax",
+                       .shape = moe_shape(kExperts, 0, kUsed, tokens),
+                       .bytes = 4.0 * tokens * kExperts + 8.0 * tokens * kUsed,
+                       .flops = 0,
+                       .prepare = [=](BenchContext& ctx) -> BenchLauncher {
+                         auto* logits = static_cast<const float*>(ctx.random_device(size_t{4} * tokens * kExperts, 0));
+                         auto* ids = static_cast<int32_t*>(ctx.device_alloc(size_t{4} * tokens * kUsed));
+                         auto* w = static_cast<float*>(ctx.device_alloc(size_t{4} * tokens * kUsed));
+                         return [=](cudaStream_t s, int) {
+                           cuda::moe_route({.logits = logits,
+                                            .logits_stride = kExperts,
+                                            .n_tokens = tokens,
+                                            .n_experts = kExperts,
+                                            .k = kUsed,
+                                            .ids = ids,
+                                            .weights = w},
+                                           s);
+                         };
+                       }});
+    }
     cases.push_back({.kernel = "rms_norm + residual",
-                     .shape = "2048 t=" + std::to_string(tokens),
+                     .shape = std::to_string(kHidden) + " t=" + std::to_string(tokens),
                      .bytes = 16.0 * tokens * kHidden,
                      .flops = 0,
-                     .prepare = [tokens](BenchContext& ctx) -> BenchLauncher {
+                     .prepare = [=](BenchContext& ctx) -> BenchLauncher {
                        auto* x = static_cast<const float*>(ctx.random_device(size_t{4} * tokens * kHidden, 0));
                        auto* h = static_cast<float*>(ctx.random_device(size_t{4} * tokens * kHidden, 0));
                        auto* w = static_cast<const float*>(ctx.random_device(size_t{4} * kHidden, 0));
@@ -130,37 +156,38 @@ std::vector<KernelBenchCase> moe_cases() {
                                         s);
                        };
                      }});
-    cases.push_back({.kernel = "rope_yarn q",
-                     .shape = "16 heads x 64 t=" + std::to_string(tokens),
-                     .bytes = 8.0 * tokens * 16 * 64,
-                     .flops = 0,
-                     .prepare = [tokens](BenchContext& ctx) -> BenchLauncher {
-                       auto* q = static_cast<float*>(ctx.random_device(size_t{4} * tokens * 3072, 0));
-                       std::vector<int32_t> pos(static_cast<size_t>(tokens));
-                       std::iota(pos.begin(), pos.end(), 1000);
-                       auto* d_pos = static_cast<int32_t*>(ctx.device_alloc(pos.size() * 4));
-                       LATTE_CUDA_CHECK(cudaMemcpy(d_pos, pos.data(), pos.size() * 4, cudaMemcpyHostToDevice));
-                       const auto corr = cuda::yarn_corr_dims(64, 4096, 10000.0f, 32.0f, 1.0f);
-                       return [=](cudaStream_t s, int) {
-                         cuda::rope_yarn({.data = q,
-                                          .token_stride = 3072,
-                                          .n_heads = 16,
-                                          .head_stride = 192,
-                                          .rot_offset = 128,
-                                          .n_rot = 64,
-                                          .positions = d_pos,
-                                          .n_tokens = tokens,
-                                          .freq_scale = 1.0f / 40.0f,
-                                          .ext_factor = 1.0f,
-                                          .corr = corr},
-                                         s);
-                       };
-                     }});
+    cases.push_back(
+        {.kernel = "rope_yarn q",
+         .shape = std::to_string(heads) + " heads x " + std::to_string(n_rot) + " t=" + std::to_string(tokens),
+         .bytes = 8.0 * tokens * heads * n_rot,
+         .flops = 0,
+         .prepare = [=](BenchContext& ctx) -> BenchLauncher {
+           auto* q = static_cast<float*>(ctx.random_device(size_t{4} * tokens * q_rows, 0));
+           std::vector<int32_t> pos(static_cast<size_t>(tokens));
+           std::iota(pos.begin(), pos.end(), 1000);
+           auto* d_pos = static_cast<int32_t*>(ctx.device_alloc(pos.size() * 4));
+           LATTE_CUDA_CHECK(cudaMemcpy(d_pos, pos.data(), pos.size() * 4, cudaMemcpyHostToDevice));
+           const auto corr = cuda::yarn_corr_dims(n_rot, 4096, 10000.0f, 32.0f, 1.0f);
+           return [=](cudaStream_t s, int) {
+             cuda::rope_yarn({.data = q,
+                              .token_stride = q_rows,
+                              .n_heads = heads,
+                              .head_stride = head_dim,
+                              .rot_offset = rot_offset,
+                              .n_rot = n_rot,
+                              .positions = d_pos,
+                              .n_tokens = tokens,
+                              .freq_scale = 1.0f / 40.0f,
+                              .ext_factor = 1.0f,
+                              .corr = corr},
+                             s);
+           };
+         }});
   }
   return cases;
 }
 
-const KernelBenchRegistration reg{moe_cases()};
+const KernelBenchRegistration reg{moe_cases};
 
 }  // namespace
 }  // namespace latte::cli

@@ -1,0 +1,35 @@
+# `latte bench` on a small random-weight test-v3 model (written by the cli_model fixture of
+# model.tests.cmake): the table, --json, and clear errors for bad arguments. Tiny -p / -n keep it fast.
+set(_bench_model ${CMAKE_CURRENT_BINARY_DIR}/cli-test-v3.gguf)
+
+latte_cli_test(NAME bench_table
+               ARGS bench --model ${_bench_model} -p 8 -n 4 -d 0,6 --batch 1,3 -r 1 --threads 1
+                    --attention mla,standard
+               EXPECT_STDOUT "copy bandwidth: [0-9.]+ GB/s.*\\| model +\\| +size \\| +params \\| device +\\| attention \\| test .*\\| +t/s \\| +floor t/s \\| floor % \\|\n\\|[-|: ]+\\|\n\\| deepseek2 [^\n]*\\| cpu +\\| mla +\\| pp8 +\\| +[0-9.]+ ± [0-9.]+ \\| +[0-9.]+ \\| +[0-9.]+% \\|\n[^\n]*\\| mla +\\| tg4 +\\|[^\n]*\n[^\n]*\\| mla +\\| pp8 @ d6 +\\|[^\n]*\n[^\n]*\\| mla +\\| tg4 @ d6 +\\|[^\n]*\n[^\n]*\\| mla +\\| pp8\\+tg4 x3 +\\|[^\n]*\n[^\n]*\\| standard +\\| pp8 +\\|.*\\| standard +\\| pp8\\+tg4 x3 +\\|")
+add_test(NAME cli_bench_json
+         COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:latte-cli> -DMODEL=${_bench_model}
+                 -P ${CMAKE_CURRENT_LIST_DIR}/check_bench_json.cmake)
+set_tests_properties(cli_bench_json PROPERTIES LABELS cli)
+
+latte_cli_test(NAME bench_no_model ARGS bench -p 8 EXPECT_EXIT 1 EXPECT_STDERR "bench: --model is required")
+latte_cli_test(NAME bench_bad_prompt ARGS bench --model ${_bench_model} -p 8,x EXPECT_EXIT 1
+               EXPECT_STDERR "-p: 'x' is not an integer")
+latte_cli_test(NAME bench_negative_gen ARGS bench --model ${_bench_model} -n -2 EXPECT_EXIT 1
+               EXPECT_STDERR "-n: -2 is below the minimum 0")
+latte_cli_test(NAME bench_zero_batch ARGS bench --model ${_bench_model} --batch 0 EXPECT_EXIT 1
+               EXPECT_STDERR "--batch: 0 is below the minimum 1")
+latte_cli_test(NAME bench_zero_reps ARGS bench --model ${_bench_model} -r 0 EXPECT_EXIT 1
+               EXPECT_STDERR "-r: 0 is below the minimum 1")
+latte_cli_test(NAME bench_nothing_to_run ARGS bench --model ${_bench_model} -p 0 -n 0 EXPECT_EXIT 1
+               EXPECT_STDERR "-p and -n are all 0: nothing to run")
+latte_cli_test(NAME bench_unknown_backend ARGS bench --model ${_bench_model} -p 4 -n 0 -r 1 --attention flash
+               EXPECT_EXIT 1 EXPECT_STDERR "unknown attention backend 'flash'")
+latte_cli_test(NAME bench_bad_device ARGS bench --model ${_bench_model} --device tpu EXPECT_EXIT 1
+               EXPECT_STDERR "invalid device 'tpu'")
+latte_cli_test(NAME bench_kernels_on_cpu ARGS bench --model ${_bench_model} --kernels EXPECT_EXIT 1
+               EXPECT_STDERR "--kernels times CUDA kernels and needs --device cuda:N")
+latte_cli_test(NAME bench_unknown_option ARGS bench --model ${_bench_model} --frobnicate EXPECT_EXIT 1
+               EXPECT_STDERR "frobnicate")
+set_tests_properties(cli_bench_table cli_bench_json cli_bench_bad_prompt cli_bench_negative_gen cli_bench_zero_batch
+                     cli_bench_zero_reps cli_bench_nothing_to_run cli_bench_unknown_backend cli_bench_bad_device
+                     cli_bench_kernels_on_cpu cli_bench_unknown_option PROPERTIES FIXTURES_REQUIRED cli_model)

@@ -1,0 +1,36 @@
+# `latte bench --json` on a random model (MODEL), with EXE the latte binary: the output is one JSON
+# object whose tests are the requested ones, each with positive t/s, a positive floor and a sample
+# per repetition.
+execute_process(COMMAND ${EXE} bench --model ${MODEL} -p 6 -n 3 -d 0,5 --batch 1,2 -r 2 --threads 1
+                        --attention standard --json
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "latte bench --json failed (${rc}):\n${err}")
+endif()
+string(JSON n_tests LENGTH "${out}" tests)
+if(NOT n_tests EQUAL 5)
+  message(FATAL_ERROR "expected 5 tests (pp6, tg3, pp6 @ d5, tg3 @ d5, pp6+tg3 x2), got ${n_tests}:\n${out}")
+endif()
+string(JSON bandwidth GET "${out}" copy_bandwidth_bytes_per_s)
+string(JSON active GET "${out}" active_weight_bytes_per_token)
+string(JSON size GET "${out}" size_bytes)
+if(NOT bandwidth GREATER 0 OR NOT active GREATER 0 OR NOT active LESS size)
+  message(FATAL_ERROR "bandwidth ${bandwidth}, active bytes ${active}, size ${size}:\n${out}")
+endif()
+set(expected "pp6;tg3;pp6 @ d5;tg3 @ d5;pp6+tg3 x2")
+math(EXPR last "${n_tests} - 1")
+foreach(i RANGE ${last})
+  list(GET expected ${i} want)
+  string(JSON name GET "${out}" tests ${i} test)
+  string(JSON attention GET "${out}" tests ${i} attention)
+  string(JSON tps GET "${out}" tests ${i} tokens_per_s)
+  string(JSON floor GET "${out}" tests ${i} floor_tokens_per_s)
+  string(JSON n_samples LENGTH "${out}" tests ${i} samples_tokens_per_s)
+  if(NOT name STREQUAL want OR NOT attention STREQUAL "standard" OR NOT n_samples EQUAL 2)
+    message(FATAL_ERROR "test ${i}: '${name}' (${attention}, ${n_samples} samples), expected '${want}':\n${out}")
+  endif()
+  # CMake compares numbers as integers or decimals; "0.0..." or exponents fail GREATER 0 only if zero.
+  if(tps MATCHES "^-|^0(\\.0*)?$" OR floor MATCHES "^-|^0(\\.0*)?$")
+    message(FATAL_ERROR "test ${i} '${name}': t/s ${tps}, floor ${floor}")
+  endif()
+endforeach()
