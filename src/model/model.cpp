@@ -1,4 +1,5 @@
 // Model: load a GGUF file, read its config, audit and map its tensors.
+#include "model/fingerprint.hpp"
 #include "model/model_state.hpp"
 #include "model/weights.hpp"
 #include "parallel/shard_plan.hpp"
@@ -57,6 +58,7 @@ Model Model::from_file(gguf::File file, ModelParams params) {
                                         {.world_size = params.tensor_parallel, .moe = params.moe_split});
   }
   state->weights = detail::map_weights(state->file, state->config, state->audit);
+  state->fingerprint = detail::model_fingerprint(state->file);
   if (plan) state->tensor_parallel = detail::shard_model(state->config, state->weights, std::move(*plan));
 #ifdef LATTE_WITH_CUDA
   if (params.device.is_cuda()) {
@@ -82,6 +84,7 @@ const ModelConfig& Model::config() const noexcept { return state_->config; }
 const gguf::File& Model::file() const noexcept { return state_->file; }
 const WeightAudit& Model::audit() const noexcept { return state_->audit; }
 Device Model::device() const noexcept { return state_->device; }
+uint64_t Model::fingerprint() const noexcept { return state_->fingerprint; }
 
 const Tokenizer& Model::tokenizer() const {
   if (!state_->tokenizer) throw state_->tokenizer_error;

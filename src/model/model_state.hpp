@@ -8,6 +8,7 @@
 #include <latte/model.hpp>
 #include <latte/tokenizer.hpp>
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -33,6 +34,7 @@ struct ModelState {
   Error tokenizer_error{ErrorCode::not_found, ""};              ///< why `tokenizer` is empty
   /// The plan and per-rank shards when loaded with tensor_parallel > 1 (parallel/tensor_parallel_model.hpp).
   std::shared_ptr<const TensorParallelModel> tensor_parallel{};
+  uint64_t fingerprint = 0;  ///< model_fingerprint(file), see model/fingerprint.hpp
 };
 
 }  // namespace latte::detail

@@ -15,6 +15,19 @@ KvCache::KvCache(int n_layer, KvLayout layout, int indexer_dim, int n_ctx)
   indexer_.resize(static_cast<size_t>(n_layer));
 }
 
+KvCache KvCache::clone() const {
+  if (storage_ || forward_state) {
+    throw Error(ErrorCode::unsupported,
+                "KV cache: rows in device memory or split over ranks cannot be copied on the host");
+  }
+  KvCache copy(n_layer(), layout_, indexer_dim_, n_ctx_);
+  copy.n_tokens_ = n_tokens_;
+  copy.capacity_ = capacity_;
+  copy.attention_ = attention_;
+  copy.indexer_ = indexer_;
+  return copy;
+}
+
 void KvCache::reserve(int n_tokens) {
   if (n_tokens > n_ctx_) {
     throw Error(ErrorCode::context_overflow,

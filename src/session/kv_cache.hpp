@@ -56,6 +56,11 @@ class KvCache {
   }
   /// Layer `il`'s indexer keys: [capacity, indexer_dim] floats (empty without an indexer).
   [[nodiscard]] float* indexer_keys(int il) noexcept { return indexer_[static_cast<size_t>(il)].data(); }
+  [[nodiscard]] const float* indexer_keys(int il) const noexcept { return indexer_[static_cast<size_t>(il)].data(); }
+
+  /// An independent copy of a cache whose rows are on the host (fork). Throws Error(unsupported)
+  /// for device rows or per-rank state, which cannot be copied this way.
+  [[nodiscard]] KvCache clone() const;
 
   /// Bytes of valid state per token over all layers (attention rows plus indexer keys).
   [[nodiscard]] size_t bytes_per_token() const noexcept;

@@ -1,10 +1,6 @@
-// Session: validation of eval() input, the KV cache, and the forward pass over prompt chunks.
-#include "cpu/thread_pool.hpp"
-#include "model/architecture.hpp"
-#include "model/forward.hpp"
-#include "model/model_state.hpp"
-#include "parallel/tensor_parallel_forward.hpp"
-#include "session/kv_cache.hpp"
+// Session: validation of eval() input, the KV cache, the forward pass over prompt chunks, the token
+// history with prefix reuse, and fork. Saving and loading the state is in session_state.cpp.
+#include "session/session_impl.hpp"
 
 #include <latte/attention.hpp>
 #include <latte/batch.hpp>
@@ -28,48 +24,6 @@ namespace {
 constexpr int kPrefillChunk = 256;
 }  // namespace
 
-struct Session::Impl {
-  Impl(Model m, SessionParams p)
-      : model(std::move(m)),
-        params(std::move(p)),
-        pool(params.n_threads),
-        runner(pool.runner()),
-        backend_name(resolve_attention_backend(params.attention, model.config(), model.device())),
-        backend(AttentionRegistry::instance().create(backend_name, model.config(), model.device())),
-        cache(model.config().n_layer_main(), tensor_parallel() ? KvLayout{.values_per_token = 1} : backend->kv_layout(),
-              model.config().has_indexer() && !tensor_parallel() ? model.config().indexer.head_dim : 0, params.n_ctx) {
-    const detail::ModelState& state = model.state();
-    if (tensor_parallel()) {
-      // Each rank runs its own backend and cache over its shard; `cache` only counts tokens.
-      forward = detail::create_tensor_parallel_cpu_forward(state, backend_name, pool.size());
-      return;
-    }
-    backend->prepare(state.weights.attention_weights());
-#ifdef LATTE_WITH_CUDA
-    if (model.device().is_cuda()) {
-      forward = cuda::create_cuda_forward(state, *backend);
-      return;
-    }
-#endif
-    forward = detail::architecture_ops(state.config.arch).create_cpu_forward(state, *backend, runner);
-  }
-
-  [[nodiscard]] bool tensor_parallel() const noexcept { return model.state().tensor_parallel != nullptr; }
-
-  Model model;
-  SessionParams params;
-  cpu::ThreadPool pool;
-  TaskRunner runner;
-  std::string backend_name;
-  std::unique_ptr<AttentionBackend> backend;
-  detail::KvCache cache;
-  std::unique_ptr<detail::ForwardPass> forward;
-  std::vector<float> logits;  // [n_logit_rows, n_vocab]
-  int n_last = 0;             // tokens of the last eval
-  bool have_all_logits = false;
-  TapObserver tap_observer;
-};
-
 namespace {
 SessionParams checked(SessionParams p) {
   if (p.n_ctx < 1)
@@ -88,17 +42,26 @@ Session::~Session() = default;
 Session::Session(Session&&) noexcept = default;
 Session& Session::operator=(Session&&) noexcept = default;
 
-void Session::eval(std::span<const Token> tokens) {
-  Impl& s = *impl_;
-  const int n_vocab = s.model.config().n_vocab;
-  if (tokens.empty()) throw Error(ErrorCode::invalid_argument, "eval: no tokens");
+namespace {
+
+// Throws Error(invalid_argument) for an empty span or the first id outside [0, n_vocab).
+void check_tokens(std::span<const Token> tokens, int n_vocab, const char* what) {
+  if (tokens.empty()) throw Error(ErrorCode::invalid_argument, std::string(what) + ": no tokens");
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (tokens[i] < 0 || tokens[i] >= n_vocab) {
-      throw Error(ErrorCode::invalid_argument, "eval: token id " + std::to_string(tokens[i]) + " at index " +
-                                                   std::to_string(i) + " is outside the vocabulary [0, " +
-                                                   std::to_string(n_vocab) + ")");
+      throw Error(ErrorCode::invalid_argument, std::string(what) + ": token id " + std::to_string(tokens[i]) +
+                                                   " at index " + std::to_string(i) +
+                                                   " is outside the vocabulary [0, " + std::to_string(n_vocab) + ")");
     }
   }
+}
+
+}  // namespace
+
+void Session::eval(std::span<const Token> tokens) {
+  Impl& s = *impl_;
+  check_tokens(tokens, s.model.config().n_vocab, "eval");
+  const int n_vocab = s.model.config().n_vocab;
   const int n_past = s.cache.n_tokens();
   if (static_cast<int64_t>(n_past) + static_cast<int64_t>(tokens.size()) > s.params.n_ctx) {
     throw Error(ErrorCode::context_overflow, "eval: " + std::to_string(n_past) + " cached + " +
@@ -132,6 +95,7 @@ void Session::eval(std::span<const Token> tokens) {
     s.n_last = 0;
     throw;
   }
+  s.tokens.insert(s.tokens.end(), tokens.begin(), tokens.end());
   s.n_last = n;
   s.have_all_logits = all;
 }
@@ -161,6 +125,7 @@ int Session::n_ctx() const noexcept { return impl_->params.n_ctx; }
 
 void Session::reset() {
   impl_->cache.set_n_tokens(0);
+  impl_->tokens.clear();
   impl_->n_last = 0;
 }
 
@@ -170,10 +135,46 @@ void Session::truncate(int n) {
                                                  std::to_string(impl_->cache.n_tokens()) + " tokens");
   }
   impl_->cache.set_n_tokens(n);
+  impl_->tokens.resize(static_cast<size_t>(n));
   impl_->n_last = 0;
 }
 
 void Session::set_tap_observer(TapObserver observer) { impl_->tap_observer = std::move(observer); }
+
+std::span<const Token> Session::tokens() const noexcept { return impl_->tokens; }
+
+int Session::eval_reusing_prefix(std::span<const Token> all_tokens) {
+  Impl& s = *impl_;
+  check_tokens(all_tokens, s.model.config().n_vocab, "eval_reusing_prefix");
+  if (all_tokens.size() > static_cast<size_t>(s.params.n_ctx)) {
+    throw Error(ErrorCode::context_overflow, "eval_reusing_prefix: " + std::to_string(all_tokens.size()) +
+                                                 " tokens exceed n_ctx " + std::to_string(s.params.n_ctx));
+  }
+  const auto [held_end, wanted_end] =
+      std::mismatch(s.tokens.begin(), s.tokens.end(), all_tokens.begin(), all_tokens.end());
+  size_t common = static_cast<size_t>(held_end - s.tokens.begin());
+  if (common == all_tokens.size()) {
+    // Everything wanted is cached already: nothing runs when its last logits are the ones held.
+    if (common == s.tokens.size() && s.n_last > 0) return 0;
+    common -= 1;  // otherwise the last token runs again to produce its logits
+  }
+  truncate(static_cast<int>(common));
+  eval(all_tokens.subspan(common));
+  return static_cast<int>(all_tokens.size() - common);
+}
+
+Session Session::fork() const {
+  const Impl& s = *impl_;
+  s.require_host_cache("fork");
+  Session copy(s.model, s.params);
+  Impl& c = *copy.impl_;
+  c.cache = s.cache.clone();
+  c.tokens = s.tokens;
+  c.logits = s.logits;
+  c.n_last = s.n_last;
+  c.have_all_logits = s.have_all_logits;
+  return copy;
+}
 
 const std::string& Session::backend_name() const noexcept { return impl_->backend_name; }
 const Model& Session::model() const noexcept { return impl_->model; }
@@ -285,6 +286,7 @@ void eval_batch(std::span<Session* const> sessions, std::span<const std::span<co
   }
   for (size_t i = 0; i < n_seq; ++i) {
     Session::Impl& s = *sessions[i]->impl_;
+    s.tokens.insert(s.tokens.end(), tokens[i].begin(), tokens[i].end());  // the history follows the cache
     s.n_last = static_cast<int>(tokens[i].size());
     s.have_all_logits = s.params.logits_all;
   }

@@ -1,0 +1,86 @@
+// The state behind latte::Session, shared by session.cpp (eval, truncate, fork) and
+// session_state.cpp (save_state / load_state).
+#pragma once
+
+#include "cpu/thread_pool.hpp"
+#include "model/architecture.hpp"
+#include "model/forward.hpp"
+#include "model/model_state.hpp"
+#include "parallel/tensor_parallel_forward.hpp"
+#include "session/kv_cache.hpp"
+
+#ifdef LATTE_WITH_CUDA
+#include "cuda/cuda_forward.hpp"
+#endif
+
+#include <latte/attention.hpp>
+#include <latte/diagnostics.hpp>
+#include <latte/error.hpp>
+#include <latte/session.hpp>
+#include <latte/token.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace latte {
+
+struct Session::Impl {
+  Impl(Model m, SessionParams p)
+      : model(std::move(m)),
+        params(std::move(p)),
+        pool(params.n_threads),
+        runner(pool.runner()),
+        backend_name(resolve_attention_backend(params.attention, model.config(), model.device())),
+        backend(AttentionRegistry::instance().create(backend_name, model.config(), model.device())),
+        cache(model.config().n_layer_main(), tensor_parallel() ? KvLayout{.values_per_token = 1} : backend->kv_layout(),
+              model.config().has_indexer() && !tensor_parallel() ? model.config().indexer.head_dim : 0, params.n_ctx) {
+    const detail::ModelState& state = model.state();
+    if (tensor_parallel()) {
+      // Each rank runs its own backend and cache over its shard; `cache` only counts tokens.
+      forward = detail::create_tensor_parallel_cpu_forward(state, backend_name, pool.size());
+      return;
+    }
+    backend->prepare(state.weights.attention_weights());
+#ifdef LATTE_WITH_CUDA
+    if (model.device().is_cuda()) {
+      forward = cuda::create_cuda_forward(state, *backend);
+      return;
+    }
+#endif
+    forward = detail::architecture_ops(state.config.arch).create_cpu_forward(state, *backend, runner);
+  }
+
+  [[nodiscard]] bool tensor_parallel() const noexcept { return model.state().tensor_parallel != nullptr; }
+
+  /// Saving, loading and forking copy the cache rows on the host: sessions whose rows live in device
+  /// memory or in per-rank shards cannot do that yet.
+  void require_host_cache(const char* what) const {
+    if (model.device().is_cuda()) {
+      throw Error(ErrorCode::unsupported, std::string(what) + ": the session's cache is in " +
+                                              model.device().to_string() +
+                                              " memory; saving, loading and forking run on CPU sessions only so far");
+    }
+    if (tensor_parallel()) {
+      throw Error(ErrorCode::unsupported, std::string(what) +
+                                              ": the session's cache is split over tensor-parallel ranks; saving, "
+                                              "loading and forking run on unsplit sessions only so far");
+    }
+  }
+
+  Model model;
+  SessionParams params;
+  cpu::ThreadPool pool;
+  TaskRunner runner;
+  std::string backend_name;
+  std::unique_ptr<AttentionBackend> backend;
+  detail::KvCache cache;
+  std::unique_ptr<detail::ForwardPass> forward;
+  std::vector<Token> tokens;  // [cache.n_tokens()] the ids whose rows the cache holds, in order
+  std::vector<float> logits;  // [n_logit_rows, n_vocab]
+  int n_last = 0;             // tokens of the last eval (0: no logits held)
+  bool have_all_logits = false;
+  TapObserver tap_observer;
+};
+
+}  // namespace latte
