@@ -10,6 +10,7 @@
 #include <latte/session.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <numeric>
 
@@ -46,9 +47,32 @@ struct Session::Impl {
   std::vector<float> logits;  // [n_logit_rows, n_vocab]
   int n_last = 0;             // tokens of the last eval
   bool have_all_logits = false;
+  std::atomic<bool> in_use{false};  // set while a call that changes the session runs
 };
 
 namespace {
+/// Marks a session busy for the duration of a call that changes it. A Session is used by one thread
+/// at a time; a second thread entering meanwhile gets Error(invalid_argument) instead of a data race.
+/// Costs one atomic exchange per call, nothing next to a forward pass, so it is on in every build.
+class ExclusiveUse {
+ public:
+  ExclusiveUse(std::atomic<bool>& flag, const char* call) : flag_(flag) {
+    if (flag_.exchange(true, std::memory_order_acquire)) throw_in_use(call);
+  }
+  ~ExclusiveUse() { flag_.store(false, std::memory_order_release); }
+  ExclusiveUse(const ExclusiveUse&) = delete;
+  ExclusiveUse& operator=(const ExclusiveUse&) = delete;
+
+  [[noreturn]] static void throw_in_use(const char* call) {
+    throw Error(ErrorCode::invalid_argument, std::string(call) +
+                                                 ": the session is in use by another thread (a Session must "
+                                                 "not be used from two threads at once; give each its own)");
+  }
+
+ private:
+  std::atomic<bool>& flag_;
+};
+
 SessionParams checked(SessionParams p) {
   if (p.n_ctx < 1)
     throw Error(ErrorCode::invalid_argument, "n_ctx must be at least 1 (got " + std::to_string(p.n_ctx) + ")");
@@ -68,6 +92,7 @@ Session& Session::operator=(Session&&) noexcept = default;
 
 void Session::eval(std::span<const Token> tokens) {
   Impl& s = *impl_;
+  const ExclusiveUse exclusive(s.in_use, "eval");
   const int n_vocab = s.model.config().n_vocab;
   if (tokens.empty()) throw Error(ErrorCode::invalid_argument, "eval: no tokens");
   for (size_t i = 0; i < tokens.size(); ++i) {
@@ -119,6 +144,7 @@ std::span<const float> Session::logits() const {
 
 std::span<const float> Session::logits(int i) const {
   const Impl& s = *impl_;
+  if (s.in_use.load(std::memory_order_acquire)) ExclusiveUse::throw_in_use("logits");
   const size_t n_vocab = static_cast<size_t>(s.model.config().n_vocab);
   if (i < 0 || i >= s.n_last) {
     throw Error(ErrorCode::invalid_argument,
@@ -136,11 +162,13 @@ int Session::n_past() const noexcept { return impl_->cache.n_tokens(); }
 int Session::n_ctx() const noexcept { return impl_->params.n_ctx; }
 
 void Session::reset() {
+  const ExclusiveUse exclusive(impl_->in_use, "reset");
   impl_->cache.set_n_tokens(0);
   impl_->n_last = 0;
 }
 
 void Session::truncate(int n) {
+  const ExclusiveUse exclusive(impl_->in_use, "truncate");
   if (n < 0 || n > impl_->cache.n_tokens()) {
     throw Error(ErrorCode::invalid_argument, "truncate(" + std::to_string(n) + "): the session holds " +
                                                  std::to_string(impl_->cache.n_tokens()) + " tokens");
