@@ -73,7 +73,7 @@ void gguf_seeds(const fs::path& dir) {
     w.add_tensor("t.f32", GgmlType::f32, {4, 3});
     w.add_tensor("t.f16", GgmlType::f16, {8});
     w.add_tensor("t.q8_0", GgmlType::q8_0, {32, 2});
-    w.add_tensor("t.q4_k", GgmlType::q4_K, {256});
+    w.add_tensor("t.q4_k", GgmlType::q4_k, {256});
     const auto bytes = w.write_to_memory([](size_t index, std::span<std::byte> dst) {
       for (size_t i = 0; i < dst.size(); ++i) dst[i] = static_cast<std::byte>((i * 31 + index * 7) & 0x3f);
     });
