@@ -201,6 +201,10 @@ class Model {
   [[nodiscard]] const WeightAudit& audit() const noexcept;
   /// Where the model runs.
   [[nodiscard]] Device device() const noexcept;
+  /// A 64-bit hash of the file's metadata, tensor table and a sample of every tensor's bytes,
+  /// computed once at load: the same for the same file, different for another model. Saved
+  /// session states carry it so that they are never applied to the wrong model.
+  [[nodiscard]] uint64_t fingerprint() const noexcept;
   /// The tokenizer built from the file's tokenizer.ggml.* keys. Throws Error(not_found) when the
   /// file has none, or the error that building it raised (e.g. Error(unsupported) for an unknown
   /// pre-tokenizer); the model itself loads either way.

@@ -1,4 +1,5 @@
 // Model: load a GGUF file, read its config, audit and map its tensors.
+#include "model/fingerprint.hpp"
 #include "model/model_state.hpp"
 #include "model/weights.hpp"
 
@@ -39,6 +40,7 @@ Model Model::from_file(gguf::File file, ModelParams params) {
   report_progress(params, 0.3f);
   state->audit = audit_weights(state->file, state->config);
   state->weights = detail::map_weights(state->file, state->config, state->audit);
+  state->fingerprint = detail::model_fingerprint(state->file);
   if (state->file.find("tokenizer.ggml.tokens")) {
     try {
       state->tokenizer = Tokenizer::from_gguf(state->file);
@@ -57,6 +59,7 @@ const ModelConfig& Model::config() const noexcept { return state_->config; }
 const gguf::File& Model::file() const noexcept { return state_->file; }
 const WeightAudit& Model::audit() const noexcept { return state_->audit; }
 Device Model::device() const noexcept { return state_->device; }
+uint64_t Model::fingerprint() const noexcept { return state_->fingerprint; }
 
 const Tokenizer& Model::tokenizer() const {
   if (!state_->tokenizer) throw state_->tokenizer_error;

@@ -8,6 +8,7 @@
 #include <latte/model.hpp>
 #include <latte/tokenizer.hpp>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -21,6 +22,7 @@ struct ModelState {
   WeightAudit audit{};
   ModelWeights weights{};  ///< views into `file`
   Device device;
+  uint64_t fingerprint = 0;                         ///< model_fingerprint(file), see model/fingerprint.hpp
   std::optional<Tokenizer> tokenizer{};             ///< when the file has a usable tokenizer
   Error tokenizer_error{ErrorCode::not_found, ""};  ///< why `tokenizer` is empty
 };

@@ -43,6 +43,7 @@ class KvCache {
   }
   /// Layer `il`'s indexer keys: [capacity, indexer_dim] floats (empty without an indexer).
   [[nodiscard]] float* indexer_keys(int il) noexcept { return indexer_[static_cast<size_t>(il)].data(); }
+  [[nodiscard]] const float* indexer_keys(int il) const noexcept { return indexer_[static_cast<size_t>(il)].data(); }
 
   /// Bytes of valid state per token over all layers (attention rows plus indexer keys).
   [[nodiscard]] size_t bytes_per_token() const noexcept;

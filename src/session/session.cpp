@@ -1,9 +1,6 @@
-// Session: validation of eval() input, the KV cache, and the forward pass over prompt chunks.
-#include "cpu/thread_pool.hpp"
-#include "model/architecture.hpp"
-#include "model/forward.hpp"
-#include "model/model_state.hpp"
-#include "session/kv_cache.hpp"
+// Session: validation of eval() input, the KV cache, the forward pass over prompt chunks, the token
+// history with prefix reuse, and fork. Saving and loading the state is in session_state.cpp.
+#include "session/session_impl.hpp"
 
 #include <latte/attention.hpp>
 #include <latte/error.hpp>
@@ -21,58 +18,7 @@ namespace {
 constexpr int kPrefillChunk = 256;
 }  // namespace
 
-struct Session::Impl {
-  Impl(Model m, SessionParams p)
-      : model(std::move(m)),
-        params(std::move(p)),
-        pool(params.n_threads),
-        runner(pool.runner()),
-        backend_name(resolve_attention_backend(params.attention, model.config(), model.device())),
-        backend(AttentionRegistry::instance().create(backend_name, model.config(), model.device())),
-        cache(model.config().n_layer_main(), backend->kv_layout(),
-              model.config().has_indexer() ? model.config().indexer.head_dim : 0, params.n_ctx) {
-    const detail::ModelState& state = model.state();
-    backend->prepare(state.weights.attention_weights());
-    forward = detail::architecture_ops(state.config.arch).create_cpu_forward(state, *backend, runner);
-  }
-
-  Model model;
-  SessionParams params;
-  cpu::ThreadPool pool;
-  TaskRunner runner;
-  std::string backend_name;
-  std::unique_ptr<AttentionBackend> backend;
-  detail::KvCache cache;
-  std::unique_ptr<detail::ForwardPass> forward;
-  std::vector<float> logits;  // [n_logit_rows, n_vocab]
-  int n_last = 0;             // tokens of the last eval
-  bool have_all_logits = false;
-  std::atomic<bool> in_use{false};  // set while a call that changes the session runs
-};
-
 namespace {
-/// Marks a session busy for the duration of a call that changes it. A Session is used by one thread
-/// at a time; a second thread entering meanwhile gets Error(invalid_argument) instead of a data race.
-/// Costs one atomic exchange per call, nothing next to a forward pass, so it is on in every build.
-class ExclusiveUse {
- public:
-  ExclusiveUse(std::atomic<bool>& flag, const char* call) : flag_(flag) {
-    if (flag_.exchange(true, std::memory_order_acquire)) throw_in_use(call);
-  }
-  ~ExclusiveUse() { flag_.store(false, std::memory_order_release); }
-  ExclusiveUse(const ExclusiveUse&) = delete;
-  ExclusiveUse& operator=(const ExclusiveUse&) = delete;
-
-  [[noreturn]] static void throw_in_use(const char* call) {
-    throw Error(ErrorCode::invalid_argument, std::string(call) +
-                                                 ": the session is in use by another thread (a Session must "
-                                                 "not be used from two threads at once; give each its own)");
-  }
-
- private:
-  std::atomic<bool>& flag_;
-};
-
 SessionParams checked(SessionParams p) {
   if (p.n_ctx < 1)
     throw Error(ErrorCode::invalid_argument, "n_ctx must be at least 1 (got " + std::to_string(p.n_ctx) + ")");
@@ -90,18 +36,27 @@ Session::~Session() = default;
 Session::Session(Session&&) noexcept = default;
 Session& Session::operator=(Session&&) noexcept = default;
 
-void Session::eval(std::span<const Token> tokens) {
-  Impl& s = *impl_;
-  const ExclusiveUse exclusive(s.in_use, "eval");
-  const int n_vocab = s.model.config().n_vocab;
-  if (tokens.empty()) throw Error(ErrorCode::invalid_argument, "eval: no tokens");
+namespace {
+
+// Throws Error(invalid_argument) for an empty span or the first id outside [0, n_vocab).
+void check_tokens(std::span<const Token> tokens, int n_vocab, const char* what) {
+  if (tokens.empty()) throw Error(ErrorCode::invalid_argument, std::string(what) + ": no tokens");
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (tokens[i] < 0 || tokens[i] >= n_vocab) {
-      throw Error(ErrorCode::invalid_argument, "eval: token id " + std::to_string(tokens[i]) + " at index " +
-                                                   std::to_string(i) + " is outside the vocabulary [0, " +
-                                                   std::to_string(n_vocab) + ")");
+      throw Error(ErrorCode::invalid_argument, std::string(what) + ": token id " + std::to_string(tokens[i]) +
+                                                   " at index " + std::to_string(i) +
+                                                   " is outside the vocabulary [0, " + std::to_string(n_vocab) + ")");
     }
   }
+}
+
+}  // namespace
+
+void Session::eval(std::span<const Token> tokens) {
+  Impl& s = *impl_;
+  const detail::ExclusiveUse exclusive(s.in_use, "eval");
+  check_tokens(tokens, s.model.config().n_vocab, "eval");
+  const int n_vocab = s.model.config().n_vocab;
   const int n_past = s.cache.n_tokens();
   if (static_cast<int64_t>(n_past) + static_cast<int64_t>(tokens.size()) > s.params.n_ctx) {
     throw Error(ErrorCode::context_overflow, "eval: " + std::to_string(n_past) + " cached + " +
@@ -133,6 +88,7 @@ void Session::eval(std::span<const Token> tokens) {
     s.n_last = 0;
     throw;
   }
+  s.tokens.insert(s.tokens.end(), tokens.begin(), tokens.end());
   s.n_last = n;
   s.have_all_logits = all;
 }
@@ -144,7 +100,7 @@ std::span<const float> Session::logits() const {
 
 std::span<const float> Session::logits(int i) const {
   const Impl& s = *impl_;
-  if (s.in_use.load(std::memory_order_acquire)) ExclusiveUse::throw_in_use("logits");
+  detail::ExclusiveUse::check_idle(s.in_use, "logits");
   const size_t n_vocab = static_cast<size_t>(s.model.config().n_vocab);
   if (i < 0 || i >= s.n_last) {
     throw Error(ErrorCode::invalid_argument,
@@ -162,19 +118,57 @@ int Session::n_past() const noexcept { return impl_->cache.n_tokens(); }
 int Session::n_ctx() const noexcept { return impl_->params.n_ctx; }
 
 void Session::reset() {
-  const ExclusiveUse exclusive(impl_->in_use, "reset");
+  const detail::ExclusiveUse exclusive(impl_->in_use, "reset");
   impl_->cache.set_n_tokens(0);
+  impl_->tokens.clear();
   impl_->n_last = 0;
 }
 
 void Session::truncate(int n) {
-  const ExclusiveUse exclusive(impl_->in_use, "truncate");
+  const detail::ExclusiveUse exclusive(impl_->in_use, "truncate");
   if (n < 0 || n > impl_->cache.n_tokens()) {
     throw Error(ErrorCode::invalid_argument, "truncate(" + std::to_string(n) + "): the session holds " +
                                                  std::to_string(impl_->cache.n_tokens()) + " tokens");
   }
   impl_->cache.set_n_tokens(n);
+  impl_->tokens.resize(static_cast<size_t>(n));
   impl_->n_last = 0;
+}
+
+std::span<const Token> Session::tokens() const noexcept { return impl_->tokens; }
+
+int Session::eval_reusing_prefix(std::span<const Token> all_tokens) {
+  Impl& s = *impl_;
+  detail::ExclusiveUse::check_idle(s.in_use, "eval_reusing_prefix");  // truncate and eval take the session
+  check_tokens(all_tokens, s.model.config().n_vocab, "eval_reusing_prefix");
+  if (all_tokens.size() > static_cast<size_t>(s.params.n_ctx)) {
+    throw Error(ErrorCode::context_overflow, "eval_reusing_prefix: " + std::to_string(all_tokens.size()) +
+                                                 " tokens exceed n_ctx " + std::to_string(s.params.n_ctx));
+  }
+  const auto [held_end, wanted_end] =
+      std::mismatch(s.tokens.begin(), s.tokens.end(), all_tokens.begin(), all_tokens.end());
+  size_t common = static_cast<size_t>(held_end - s.tokens.begin());
+  if (common == all_tokens.size()) {
+    // Everything wanted is cached already: nothing runs when its last logits are the ones held.
+    if (common == s.tokens.size() && s.n_last > 0) return 0;
+    common -= 1;  // otherwise the last token runs again to produce its logits
+  }
+  truncate(static_cast<int>(common));
+  eval(all_tokens.subspan(common));
+  return static_cast<int>(all_tokens.size() - common);
+}
+
+Session Session::fork() const {
+  const Impl& s = *impl_;
+  detail::ExclusiveUse::check_idle(s.in_use, "fork");
+  Session copy(s.model, s.params);
+  Impl& c = *copy.impl_;
+  c.cache = s.cache;
+  c.tokens = s.tokens;
+  c.logits = s.logits;
+  c.n_last = s.n_last;
+  c.have_all_logits = s.have_all_logits;
+  return copy;
 }
 
 const std::string& Session::backend_name() const noexcept { return impl_->backend_name; }
