@@ -4,7 +4,7 @@
 # tests/fuzz/regressions, then fuzzes each harness for a bounded time.
 #
 #   scripts/fuzz.sh [SECONDS_PER_HARNESS (default 25)] [HARNESS...]   (harnesses: gguf model_config
-#                                                                     tokenizer chat_template safetensors)
+#                                                 tokenizer chat_template safetensors session_state)
 #
 # Fails on any crash, leak, sanitizer report, uncaught exception, timeout (-timeout) or allocation above
 # -malloc_limit_mb. A failing input is left in $LATTE_FUZZ_BUILD_DIR/artifacts/<harness>/; once fixed,
@@ -16,7 +16,7 @@ source scripts/env.sh
 seconds=${1:-25}
 shift || true
 harnesses=("$@")
-if [ ${#harnesses[@]} -eq 0 ]; then harnesses=(gguf model_config tokenizer chat_template safetensors); fi
+if [ ${#harnesses[@]} -eq 0 ]; then harnesses=(gguf model_config tokenizer chat_template safetensors session_state); fi
 build=${LATTE_FUZZ_BUILD_DIR:-build-fuzz}
 
 # -O1 with line tables: the harnesses find bugs by coverage, not speed, and the build stays short.

@@ -1,16 +1,16 @@
 // Writes the fuzzers' seed corpora with latte's own writers: GGUF files from gguf::Writer and the
 // random-model writer (in tiny configurations of both architectures), safetensors files from the test
-// writer, tokenizer inputs (texts, and id sequences the tokenizer produced), and chat templates with
-// conversations from tests/data/chat_templates.
+// writer, tokenizer inputs (texts, and id sequences the tokenizer produced), chat templates with
+// conversations from tests/data/chat_templates, and session states from Session::save_state.
 //
-//   make_fuzz_seeds OUT_DIR      -> OUT_DIR/{gguf,model_config,tokenizer,chat_template,safetensors}/
-#include "model/presets.hpp"
-#include "model/random_model.hpp"
+//   make_fuzz_seeds OUT_DIR  -> OUT_DIR/{gguf,model_config,tokenizer,chat_template,safetensors,session_state}/
+#include "fuzz/fuzz_models.hpp"
 #include "support/safetensors_writer.hpp"
 
 #include <latte/chat.hpp>
 #include <latte/gguf.hpp>
 #include <latte/model.hpp>
+#include <latte/session.hpp>
 #include <latte/tokenizer.hpp>
 
 #include <nlohmann/json.hpp>
@@ -88,24 +88,29 @@ void gguf_seeds(const fs::path& dir) {
 std::vector<std::vector<std::byte>> model_seeds() {
   std::vector<std::vector<std::byte>> out;
   for (const char* preset : {"test-v3", "test-v2-lite", "test-glm-dsa"}) {
-    latte::ModelConfig c = latte::model_preset(preset);
-    c.n_vocab = 32;
-    c.n_embd = 16;
-    c.n_head = 2;
-    c.q_lora_rank = c.q_lora_rank > 0 ? 8 : 0;
-    c.kv_lora_rank = 8;
-    c.qk_nope_head_dim = 4;
-    c.qk_rope_head_dim = 4;
-    c.v_head_dim = 4;
-    c.n_ff = 16;
-    c.n_ff_expert = 8;
-    c.rope_scaling.original_context_length = c.rope_scaling.original_context_length > 0 ? 64 : 0;
-    if (c.has_indexer()) c.indexer = {.n_head = 2, .head_dim = 8, .top_k = 4};
     for (latte::KvBLayout layout : {latte::KvBLayout::split, latte::KvBLayout::fused}) {
-      out.push_back(latte::random_model_bytes(c, {.seed = 3, .kv_b_layout = layout}));
+      out.push_back(latte::fuzz::tiny_model_bytes(preset, layout));
     }
   }
   return out;
+}
+
+// States saved by sessions of the state fuzzer's model: empty, after a prompt, after a prompt and
+// decoded tokens, with logits of every token, with host data.
+void state_seeds(const fs::path& dir) {
+  const latte::Model model = latte::fuzz::state_fuzz_model();
+  const std::vector<latte::Token> prompt{1, 5, 9, 30, 2, 7};
+  int n = 0;
+  for (bool all : {false, true}) {
+    latte::Session s(model, {.n_ctx = latte::fuzz::kStateFuzzContext, .attention = "mla", .logits_all = all,
+                             .n_threads = 1});
+    write_seed(dir, "state_" + std::to_string(n++), s.save_state_to_memory());
+    s.eval(prompt);
+    write_seed(dir, "state_" + std::to_string(n++), s.save_state_to_memory(all ? "host data" : ""));
+    const latte::Token next = 3;
+    s.eval(std::span(&next, 1));
+    write_seed(dir, "state_" + std::to_string(n++), s.save_state_to_memory());
+  }
 }
 
 void tokenizer_seeds(const fs::path& dir, const fs::path& data) {
@@ -183,6 +188,7 @@ int main(int argc, char** argv) {
     tokenizer_seeds(out / "tokenizer", data);
     chat_seeds(out / "chat_template", data);
     safetensors_seeds(out / "safetensors");
+    state_seeds(out / "session_state");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "make_fuzz_seeds: %s\n", e.what());
     return 1;
