@@ -109,7 +109,8 @@ TEST_CASE("GGUF arrays of 2^60 numbers or strings are rejected before allocating
   check_rejected_gguf(numbers.bytes, {"key 'test.numbers' array length", "array of 1152921504606846976 elements"});
   GgufBytes strings = gguf_header(0, 1);
   strings.str("tokenizer.ggml.tokens").u32(kTypeArray).u32(kTypeString).u64(uint64_t{1} << 60).str("a");
-  check_rejected_gguf(strings.bytes, {"key 'tokenizer.ggml.tokens'", "array of 1152921504606846976 strings cannot fit"});
+  check_rejected_gguf(strings.bytes,
+                      {"key 'tokenizer.ggml.tokens'", "array of 1152921504606846976 strings cannot fit"});
 }
 
 TEST_CASE("a GGUF array of many empty strings costs memory in proportion to the file") {
@@ -196,8 +197,10 @@ TEST_CASE("sessions reject out-of-range token ids and context overflow before ru
   const std::vector<latte::Token> nine(9, 1);
   check_error(error_of([&] { s.eval(nine); }), ErrorCode::context_overflow, {"9 new tokens exceed n_ctx 8"});
   s.eval(std::vector<latte::Token>{1, 2, 3, 4, 5, 6});
-  check_error(error_of([&] { s.eval(std::vector<latte::Token>{1, 2, 3}); }), ErrorCode::context_overflow,
-              {"6 cached + 3 new tokens exceed n_ctx 8"});
+  check_error(error_of([&] {
+                s.eval(std::vector<latte::Token>{1, 2, 3});
+              }),
+              ErrorCode::context_overflow, {"6 cached + 3 new tokens exceed n_ctx 8"});
   CHECK(s.n_past() == 6);
   check_error(error_of([&] { s.truncate(7); }), ErrorCode::invalid_argument, {"truncate(7)"});
   check_error(error_of([&] { s.truncate(-1); }), ErrorCode::invalid_argument, {"truncate(-1)"});
@@ -254,17 +257,19 @@ TEST_CASE("a sampler rejects logits it cannot draw from") {
   check_error(error_of([&] { (void)s.sample(std::vector<float>{0.f, inf}); }), ErrorCode::invalid_argument, {});
   check_error(error_of([&] { (void)s.sample(std::vector<float>{-inf, -inf}); }), ErrorCode::invalid_argument, {});
   latte::Sampler biased({.logit_bias = {{7, 1.0f}}});
-  check_error(error_of([&] { (void)biased.sample(std::vector<float>{0.f, 1.f}); }), ErrorCode::invalid_argument,
-              {"7"});
+  check_error(error_of([&] { (void)biased.sample(std::vector<float>{0.f, 1.f}); }), ErrorCode::invalid_argument, {"7"});
   check_error(error_of([&] { s.accept(-5); }), ErrorCode::invalid_argument, {"-5"});
   latte::Sampler penalised({.repeat_penalty = 1.5f});
   penalised.accept(9);  // a history token outside the next call's vocabulary
-  check_error(error_of([&] { (void)penalised.sample(std::vector<float>{0.f, 1.f}); }), ErrorCode::invalid_argument,
-              {"9"});
+  check_error(error_of([&] {
+                (void)penalised.sample(std::vector<float>{0.f, 1.f});
+              }),
+              ErrorCode::invalid_argument, {"9"});
 }
 
 TEST_CASE("the tokenizer rejects out-of-range ids naming the id and the vocabulary size") {
-  const auto tok = latte::Tokenizer::from_gguf(latte::gguf::File::open(latte::test::data_path("deepseek-v3-vocab.gguf")));
+  const auto tok =
+      latte::Tokenizer::from_gguf(latte::gguf::File::open(latte::test::data_path("deepseek-v3-vocab.gguf")));
   const int n = tok.n_vocab();
   for (latte::Token bad : {-1, n, INT32_MAX, INT32_MIN}) {
     const std::vector<latte::Token> ids{0, bad};
@@ -319,7 +324,8 @@ TEST_CASE("inputs the fuzzers once crashed on now give latte::Error") {
         });
         CHECK(std::string(e.what()).find("crasher.gguf") != std::string::npos);
       } else if (name == "safetensors") {
-        const latte::Error e = error_of([&] { (void)latte::safetensors::File::from_bytes(bytes, "crasher.safetensors"); });
+        const latte::Error e =
+            error_of([&] { (void)latte::safetensors::File::from_bytes(bytes, "crasher.safetensors"); });
         CHECK(std::string(e.what()).find("crasher.safetensors") != std::string::npos);
       } else {
         FAIL("no replay for harness " << name);

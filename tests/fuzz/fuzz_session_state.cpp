@@ -26,7 +26,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   latte::Session& s = session();
   s.reset();
   try {
-    const std::string host = s.load_state_from_memory(std::as_bytes(std::span<const uint8_t>(data, size)), "fuzz.state");
+    const std::string host =
+        s.load_state_from_memory(std::as_bytes(std::span<const uint8_t>(data, size)), "fuzz.state");
     if (s.n_past() < 0 || s.n_past() > s.n_ctx()) __builtin_trap();
     if (s.tokens().size() != static_cast<size_t>(s.n_past())) __builtin_trap();
     for (latte::Token t : s.tokens()) {

@@ -20,8 +20,7 @@
 namespace {
 
 const latte::Tokenizer& tokenizer() {
-  static const latte::Tokenizer tok =
-      latte::Tokenizer::from_gguf(latte::gguf::File::open(LATTE_FUZZ_VOCAB_GGUF));
+  static const latte::Tokenizer tok = latte::Tokenizer::from_gguf(latte::gguf::File::open(LATTE_FUZZ_VOCAB_GGUF));
   return tok;
 }
 

@@ -102,8 +102,8 @@ void state_seeds(const fs::path& dir) {
   const std::vector<latte::Token> prompt{1, 5, 9, 30, 2, 7};
   int n = 0;
   for (bool all : {false, true}) {
-    latte::Session s(model, {.n_ctx = latte::fuzz::kStateFuzzContext, .attention = "mla", .logits_all = all,
-                             .n_threads = 1});
+    latte::Session s(model,
+                     {.n_ctx = latte::fuzz::kStateFuzzContext, .attention = "mla", .logits_all = all, .n_threads = 1});
     write_seed(dir, "state_" + std::to_string(n++), s.save_state_to_memory());
     s.eval(prompt);
     write_seed(dir, "state_" + std::to_string(n++), s.save_state_to_memory(all ? "host data" : ""));
@@ -114,7 +114,8 @@ void state_seeds(const fs::path& dir) {
 }
 
 void tokenizer_seeds(const fs::path& dir, const fs::path& data) {
-  const latte::Tokenizer tok = latte::Tokenizer::from_gguf(latte::gguf::File::open((data / "deepseek-v3-vocab.gguf").string()));
+  const latte::Tokenizer tok =
+      latte::Tokenizer::from_gguf(latte::gguf::File::open((data / "deepseek-v3-vocab.gguf").string()));
   std::vector<std::string> texts;
   const std::string cases = read_text(data / "ggml-vocab-deepseek-llm.gguf.inp");
   const std::string separator = "\n__ggml_vocab_test__\n";
