@@ -3,8 +3,8 @@
 # LeakSanitizer), writes their seed corpora with latte's own writers, replays the saved crashers of
 # tests/fuzz/regressions, then fuzzes each harness for a bounded time.
 #
-#   scripts/fuzz.sh [SECONDS_PER_HARNESS (default 25)] [HARNESS...]   (harnesses: gguf model_config
-#                                                 tokenizer chat_template safetensors session_state)
+#   scripts/fuzz.sh [SECONDS_PER_HARNESS (default 25)] [HARNESS...]
+#   harnesses: gguf model_config tokenizer chat_template safetensors session_state (default: all)
 #
 # Fails on any crash, leak, sanitizer report, uncaught exception, timeout (-timeout) or allocation above
 # -malloc_limit_mb. A failing input is left in $LATTE_FUZZ_BUILD_DIR/artifacts/<harness>/; once fixed,
