@@ -2,7 +2,11 @@
 # Builds latte and runs its test suite, as CI does:
 #   1. the main build (CUDA kernels compiled for sm_90a/sm_100/sm_120 when nvcc is present), warnings
 #      as errors, and every CPU test (each once per attention backend), CLI and package tests;
-#   2. an AddressSanitizer + UndefinedBehaviorSanitizer build of the CPU suite.
+#   2. an AddressSanitizer + UndefinedBehaviorSanitizer build of the CPU suite (LeakSanitizer on);
+#   3. a ThreadSanitizer build of the library and latte_thread_tests (sessions on several threads);
+#   4. the libFuzzer harnesses (scripts/fuzz.sh), each for LATTE_FUZZ_SECONDS (default 20), when
+#      Clang is installed.
+# LATTE_SKIP_SANITIZERS=1 skips 2-4, LATTE_SKIP_FUZZ=1 skips 4.
 # GPU tests (label `gpu`) run only where a GPU is present: see scripts/gpu-check.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,5 +23,14 @@ if [ "${LATTE_SKIP_SANITIZERS:-0}" != 1 ]; then
   cmake --build build-asan --parallel "$LATTE_JOBS"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir build-asan --output-on-failure --label-exclude "gpu|package" --parallel "$LATTE_JOBS"
+
+  cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -g1" -DLATTE_CUDA=OFF \
+        -DLATTE_SANITIZE=ON -DLATTE_SANITIZE_KIND=thread -DLATTE_BUILD_EXAMPLES=OFF -DLATTE_BUILD_TOOLS=OFF "${LATTE_CMAKE_LAUNCHER[@]}"
+  cmake --build build-tsan --parallel "$LATTE_JOBS" --target latte_thread_tests
+  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 build-tsan/tests/latte_thread_tests
+
+  if [ "${LATTE_SKIP_FUZZ:-0}" != 1 ] && command -v clang++ >/dev/null 2>&1; then
+    ./scripts/fuzz.sh "${LATTE_FUZZ_SECONDS:-20}"
+  fi
 fi
 echo "latte: all tests passed"

@@ -34,7 +34,12 @@ struct SessionParams {
 
 /// The state of one sequence over a Model: the KV cache of every layer (and, for glm-dsa, the
 /// indexer keys), the number of tokens seen and the logits of the last eval. Holds a Model copy,
-/// so the model outlives the session. Not thread-safe: use one thread per session at a time.
+/// so the model outlives the session (destroying the Model first is safe).
+/// Threads: one Session is used by one thread at a time. A call (eval, eval_reusing_prefix, reset,
+/// truncate, load_state, logits, fork, save_state) made while another thread is inside eval, reset,
+/// truncate or load_state of the same Session throws Error(invalid_argument) (checked in every build,
+/// not a guarantee to rely on: it catches overlaps that happen, not every missing synchronisation).
+/// Several Sessions on one Model may run on several threads at once.
 class Session {
  public:
   /// Creates an empty session. Throws Error(invalid_argument) for n_ctx < 1 or n_threads < 0,

@@ -120,6 +120,15 @@ using detail::TensorSpec;
 
 WeightAudit audit_weights(const gguf::File& file, const ModelConfig& config) {
   WeightAudit audit;
+  // Every block has tensors of its own (attn_norm at least), so a block count above the file's tensor
+  // count cannot be satisfied. Say so in one entry instead of listing (and allocating) the tensors of
+  // up to 2^31 blocks that a hostile block_count would ask for.
+  if (static_cast<uint64_t>(config.n_layer) > file.tensors().size()) {
+    audit.missing.push_back({"blk.*", "block_count " + std::to_string(config.n_layer) +
+                                          " needs tensors for every block; the file has only " +
+                                          std::to_string(file.tensors().size()) + " tensors"});
+    return audit;
+  }
   const std::vector<TensorSpec> specs = detail::expected_tensors(config);
   std::map<std::string, const detail::TensorSpec*, std::less<>> by_name;
   for (const auto& s : specs) by_name.emplace(s.name, &s);

@@ -12,6 +12,7 @@
 #endif
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <numeric>
@@ -60,6 +61,7 @@ void check_tokens(std::span<const Token> tokens, int n_vocab, const char* what) 
 
 void Session::eval(std::span<const Token> tokens) {
   Impl& s = *impl_;
+  const detail::ExclusiveUse exclusive(s.in_use, "eval");
   check_tokens(tokens, s.model.config().n_vocab, "eval");
   const int n_vocab = s.model.config().n_vocab;
   const int n_past = s.cache.n_tokens();
@@ -107,6 +109,7 @@ std::span<const float> Session::logits() const {
 
 std::span<const float> Session::logits(int i) const {
   const Impl& s = *impl_;
+  detail::ExclusiveUse::check_idle(s.in_use, "logits");
   const size_t n_vocab = static_cast<size_t>(s.model.config().n_vocab);
   if (i < 0 || i >= s.n_last) {
     throw Error(ErrorCode::invalid_argument,
@@ -124,12 +127,14 @@ int Session::n_past() const noexcept { return impl_->cache.n_tokens(); }
 int Session::n_ctx() const noexcept { return impl_->params.n_ctx; }
 
 void Session::reset() {
+  const detail::ExclusiveUse exclusive(impl_->in_use, "reset");
   impl_->cache.set_n_tokens(0);
   impl_->tokens.clear();
   impl_->n_last = 0;
 }
 
 void Session::truncate(int n) {
+  const detail::ExclusiveUse exclusive(impl_->in_use, "truncate");
   if (n < 0 || n > impl_->cache.n_tokens()) {
     throw Error(ErrorCode::invalid_argument, "truncate(" + std::to_string(n) + "): the session holds " +
                                                  std::to_string(impl_->cache.n_tokens()) + " tokens");
@@ -145,6 +150,7 @@ std::span<const Token> Session::tokens() const noexcept { return impl_->tokens; 
 
 int Session::eval_reusing_prefix(std::span<const Token> all_tokens) {
   Impl& s = *impl_;
+  detail::ExclusiveUse::check_idle(s.in_use, "eval_reusing_prefix");  // truncate and eval take the session
   check_tokens(all_tokens, s.model.config().n_vocab, "eval_reusing_prefix");
   if (all_tokens.size() > static_cast<size_t>(s.params.n_ctx)) {
     throw Error(ErrorCode::context_overflow, "eval_reusing_prefix: " + std::to_string(all_tokens.size()) +
@@ -166,6 +172,7 @@ int Session::eval_reusing_prefix(std::span<const Token> all_tokens) {
 Session Session::fork() const {
   const Impl& s = *impl_;
   s.require_host_cache("fork");
+  detail::ExclusiveUse::check_idle(s.in_use, "fork");
   Session copy(s.model, s.params);
   Impl& c = *copy.impl_;
   c.cache = s.cache.clone();

@@ -19,6 +19,7 @@
 #include <latte/session.hpp>
 #include <latte/token.hpp>
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
@@ -81,6 +82,37 @@ struct Session::Impl {
   int n_last = 0;             // tokens of the last eval (0: no logits held)
   bool have_all_logits = false;
   TapObserver tap_observer;
+  std::atomic<bool> in_use{false};  // set while a call that changes the session runs
 };
+
+namespace detail {
+
+/// Marks a session busy for the duration of a call that changes it. A Session is used by one thread
+/// at a time; a second thread entering meanwhile gets Error(invalid_argument) instead of a data race.
+/// Costs one atomic exchange per call, nothing next to a forward pass, so it is on in every build.
+class ExclusiveUse {
+ public:
+  ExclusiveUse(std::atomic<bool>& flag, const char* call) : flag_(flag) {
+    if (flag_.exchange(true, std::memory_order_acquire)) throw_in_use(call);
+  }
+  ~ExclusiveUse() { flag_.store(false, std::memory_order_release); }
+  ExclusiveUse(const ExclusiveUse&) = delete;
+  ExclusiveUse& operator=(const ExclusiveUse&) = delete;
+
+  /// Throws unless no call holds the session (for calls that only read it).
+  static void check_idle(const std::atomic<bool>& flag, const char* call) {
+    if (flag.load(std::memory_order_acquire)) throw_in_use(call);
+  }
+  [[noreturn]] static void throw_in_use(const char* call) {
+    throw Error(ErrorCode::invalid_argument, std::string(call) +
+                                                 ": the session is in use by another thread (a Session must "
+                                                 "not be used from two threads at once; give each its own)");
+  }
+
+ private:
+  std::atomic<bool>& flag_;
+};
+
+}  // namespace detail
 
 }  // namespace latte

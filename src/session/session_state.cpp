@@ -426,6 +426,7 @@ std::string read_state(auto& s, StateSource& source, const std::string& name) {
 }  // namespace
 
 void Session::save_state(const std::string& path, std::string_view host_data) const {
+  detail::ExclusiveUse::check_idle(impl_->in_use, "save_state");
   const std::string temporary = path + ".tmp";
   try {
     FileSink sink(temporary);
@@ -447,16 +448,19 @@ void Session::save_state(const std::string& path, std::string_view host_data) co
 std::vector<std::byte> Session::save_state_to_memory(std::string_view host_data) const {
   std::vector<std::byte> out;
   MemorySink sink(out);
+  detail::ExclusiveUse::check_idle(impl_->in_use, "save_state");
   write_state(*impl_, host_data, sink);
   return out;
 }
 
 std::string Session::load_state(const std::string& path) {
+  const detail::ExclusiveUse exclusive(impl_->in_use, "load_state");
   FileSource source(path);
   return read_state(*impl_, source, path);
 }
 
 std::string Session::load_state_from_memory(std::span<const std::byte> bytes, const std::string& name) {
+  const detail::ExclusiveUse exclusive(impl_->in_use, "load_state");
   MemorySource source(bytes);
   return read_state(*impl_, source, name);
 }
