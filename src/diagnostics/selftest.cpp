@@ -82,6 +82,11 @@ SelftestResult run_selftest(Device device) {
   return detail::run_selftest_cases(device.index);
 }
 
+void detail::forget_verified_devices() noexcept {
+  const std::lock_guard lock(verified_mutex);
+  verified_devices.clear();
+}
+
 void ensure_selftest(Device device) {
   if (!device.is_cuda() || selftest_disabled() || !detail::selftest_built()) return;
   const std::lock_guard lock(verified_mutex);

@@ -43,7 +43,7 @@ if(NOT LATTE_CUDA)
   # A CPU-only build: cuda sides fail with the library's error, and the self-test cannot run (exit 3).
   latte_cli_test(NAME diagnose_cuda_side_on_cpu_build
                  ARGS diagnose --model ${_model} --tokens "1 2" --compare cpu:mla,cuda:mla
-                 EXPECT_EXIT 1 EXPECT_STDERR "device cuda:0: only the CPU forward pass is available in this build")
+                 EXPECT_EXIT 1 EXPECT_STDERR "device cuda:0: latte was built without CUDA")
   set_tests_properties(cli_diagnose_cuda_side_on_cpu_build PROPERTIES FIXTURES_REQUIRED cli_model)
   latte_cli_test(NAME diagnose_selftest_without_cuda ARGS diagnose --selftest
                  EXPECT_EXIT 3 EXPECT_STDOUT "selftest not run: this build of latte has no CUDA backend")
