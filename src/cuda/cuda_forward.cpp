@@ -34,10 +34,10 @@
 #include <latte/error.hpp>
 
 #include <algorithm>
-#include <initializer_list>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <map>
 #include <string>
 #include <string_view>

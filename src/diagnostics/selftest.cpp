@@ -92,7 +92,7 @@ void ensure_selftest(Device device) {
   const std::lock_guard lock(verified_mutex);
   if (verified_devices.contains(device.index)) return;
   if (device.index < 0 || device.index >= Device::cuda_device_count()) return;  // nothing to verify
-  const std::string identity = detail::selftest_identity(device.index);  // "sm90-12080"
+  const std::string identity = detail::selftest_identity(device.index);         // "sm90-12080"
   const std::filesystem::path dir = cache_dir();
   const std::filesystem::path file = dir.empty() ? std::filesystem::path() : dir / ("selftest-" + identity + ".json");
   if (!file.empty()) {

@@ -55,7 +55,8 @@ TEST_CASE("ensure_selftest caches a pass per architecture and driver") {
     ::setenv("XDG_CACHE_HOME", saved.c_str(), 1);
   } else {
     ::unsetenv("XDG_CACHE_HOME");
-  }  ::setenv("LATTE_NO_SELFTEST", "1", 1);  // as main() set it for the other cases
+  }
+  ::setenv("LATTE_NO_SELFTEST", "1", 1);  // as main() set it for the other cases
 }
 
 TEST_CASE("a CUDA Model::load refuses a device whose self-test failed, naming the kernel") {
@@ -65,8 +66,7 @@ TEST_CASE("a CUDA Model::load refuses a device whose self-test failed, naming th
   ::setenv("XDG_CACHE_HOME", dir.path().c_str(), 1);
   std::filesystem::create_directories(dir.path() + "/latte");
   // A cached failing verdict for this architecture/driver (as a wrong kernel would leave it).
-  const std::string file =
-      dir.path() + "/latte/selftest-" + latte::diagnostics::detail::selftest_identity(0) + ".json";
+  const std::string file = dir.path() + "/latte/selftest-" + latte::diagnostics::detail::selftest_identity(0) + ".json";
   std::ofstream(file) << R"({"passed": false, "table": ")"
                       << "rms_norm f32                 7x7168                 rel err 0.5        bound 1e-05    "
                          "MISMATCH\\n\"}\n";
@@ -76,7 +76,7 @@ TEST_CASE("a CUDA Model::load refuses a device whose self-test failed, naming th
                                    {.device = latte::Device::cuda(0)});
   };
   latte::diagnostics::detail::forget_verified_devices();  // an earlier case may have verified device 0
-  CHECK_NOTHROW(load());  // LATTE_NO_SELFTEST=1 (set by main) skips the check
+  CHECK_NOTHROW(load());                                  // LATTE_NO_SELFTEST=1 (set by main) skips the check
   ::unsetenv("LATTE_NO_SELFTEST");
   std::string message;
   try {

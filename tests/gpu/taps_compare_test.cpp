@@ -66,7 +66,7 @@ bool is_expert_ids(std::string_view name) {
 }
 
 struct Verdict {
-  bool agree = true;        ///< every tap within the bound
+  bool agree = true;          ///< every tap within the bound
   bool routing_flip = false;  ///< the first divergence is at or after an expert choice that differs
   std::string text;
 };
