@@ -3,6 +3,8 @@
 #   1. latte diagnose --selftest --device cuda:0       the self-test table (exit 0 pass, 2 mismatch)
 #   2. for each oracle fixture (tests/data/oracle/*): latte convert -> GGUF, tools/oracle/dump_taps.py
 #      (transformers, float32, on the CPU) -> tap dump, latte diagnose --against the dump (CPU fp32)
+#   3. for each fixture: latte diagnose --compare cpu:mla,cuda:mla and cpu:mla,cuda:standard (CPU vs CUDA
+#      tap by tap, bf16 bound)
 # Everything goes to $OUT (if set) or out/diagnose-gpu/; a summary is printed last.
 #   LATTE_DIAGNOSE_TOKENS   token ids of the compared prompt (default: 24 ids of the fixtures' vocabulary)
 set -uo pipefail
@@ -32,6 +34,12 @@ for dir in tests/data/oracle/*/; do
     summary+=("$name: convert failed (see $name-convert.log)")
     continue
   fi
+  for cuda_side in cuda:mla cuda:standard; do
+    "$LATTE" diagnose --model "$gguf" --tokens "$TOKENS" --compare "cpu:mla,$cuda_side" \
+      >"$LOG_DIR/$name-${cuda_side/:/-}.txt" 2>&1
+    rc=$?
+    summary+=("$name: diagnose --compare cpu:mla,$cuda_side: rc $rc, $(tail -n 1 "$LOG_DIR/$name-${cuda_side/:/-}.txt")")
+  done
   if ! timeout 300 python3 tools/oracle/dump_taps.py --checkpoint "$dir" --tokens "$TOKENS" --out "$taps" \
     >"$LOG_DIR/$name-dump.log" 2>&1; then
     summary+=("$name: dump_taps.py failed (see $name-dump.log)")

@@ -7,6 +7,10 @@
 //   x += attn attn_output^T                                      residual fused into the product
 //   xn = RMSNorm(x);  x += dense FFN | routed experts + shared experts
 // then logits = RMSNorm(x) output^T for the requested rows, copied into pinned host memory.
+//
+// Activation taps (ForwardBatch::taps): the same names, shapes and order as the CPU pass. A wanted
+// tap synchronises the stream and copies its device rows to the host as fp32; a step with an
+// observer runs eagerly (never as a captured graph). Without an observer nothing changes.
 #include "cuda/cuda_forward.hpp"
 
 #include "cuda/activations.hpp"
@@ -33,6 +37,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <map>
 #include <string>
 #include <string_view>
@@ -119,7 +124,8 @@ class CudaForward final : public detail::ForwardPass {
     ensure_capacity(T, static_cast<int>(batch.logit_rows.size()));
     stage_tokens(batch);
     stage_step(batch);
-    if (!graphs_.run(*this, batch)) enqueue(batch);
+    taps_ = batch.taps;  // with taps the step runs eagerly: a tap synchronises and copies mid-step
+    if (taps_ != nullptr || !graphs_.run(*this, batch)) enqueue(batch);
     finish_logits(batch);
     for (const detail::BatchSequence& s : batch.sequences) s.cache->set_n_tokens(s.cache->n_tokens() + s.n_tokens);
   }
@@ -140,9 +146,12 @@ class CudaForward final : public detail::ForwardPass {
                       .out = act_.x.data(),
                       .out_stride = c_.n_embd},
                      stream());
+    std::string tap;
+    if (tapping(-1, "token_embd", tap)) emit_device(tap, -1, {T, c_.n_embd}, act_.x.data(), T, c_.n_embd, c_.n_embd);
     for (int il = 0; il < c_.n_layer_main(); ++il) {
       attention_block(il, batch);
       feed_forward_block(il);
+      if (tapping(il, "residual", tap)) emit_device(tap, il, {T, c_.n_embd}, act_.x.data(), T, c_.n_embd, c_.n_embd);
     }
     output_logits(batch);
   }
@@ -334,6 +343,72 @@ class CudaForward final : public detail::ForwardPass {
     rope_yarn(p, stream());
   }
 
+  // ---- activation taps ------------------------------------------------------------------------
+
+  /// Whether tap `tap` of block `il` (-1: not a block tap) is observed; its full name into `name`.
+  bool tapping(int il, std::string_view tap, std::string& name) const {
+    if (taps_ == nullptr) return false;
+    name = il < 0 ? std::string(tap) : detail::TapSink::block_name(il, tap);
+    return taps_->wants(name);
+  }
+
+  /// Waits for the stream and copies `rows` rows of `width` values found every `stride` values from
+  /// `src` (device memory) into `dst` (contiguous, resized).
+  template <class T>
+  void copy_to_host(std::vector<T>& dst, const T* src, int64_t rows, int64_t width, int64_t stride) {
+    dst.resize(static_cast<size_t>(rows * width));
+    if (dst.empty()) return;
+    LATTE_CUDA_CHECK(cudaMemcpy2DAsync(dst.data(), static_cast<size_t>(width) * sizeof(T), src,
+                                       static_cast<size_t>(stride) * sizeof(T), static_cast<size_t>(width) * sizeof(T),
+                                       static_cast<size_t>(rows), cudaMemcpyDeviceToHost, stream()));
+    stream_.synchronize();
+  }
+
+  /// Emits a device tensor of `shape` stored as `rows` rows of `width` floats every `stride` floats.
+  void emit_device(const std::string& name, int il, std::initializer_list<int64_t> shape, const float* src,
+                   int64_t rows, int64_t width, int64_t stride) {
+    copy_to_host(tap_host_, src, rows, width, stride);
+    taps_->emit(name, il, shape, tap_host_.data());
+  }
+
+  /// attn_out / ffn_out: the residual stream before the update, kept until emit_update.
+  void keep_residual() {
+    const int T = step_.n_rows;
+    copy_to_host(tap_before_, act_.x.data(), T, c_.n_embd, c_.n_embd);
+  }
+
+  /// Emits x_after - x_before in fp32 (as the CPU pass does).
+  void emit_update(const std::string& name, int il) {
+    const int T = step_.n_rows, H = c_.n_embd;
+    copy_to_host(tap_host_, act_.x.data(), T, H, H);
+    for (size_t i = 0; i < tap_host_.size(); ++i) tap_host_[i] -= tap_before_[i];
+    taps_->emit(name, il, {T, H}, tap_host_.data());
+  }
+
+  /// expert_ids / expert_weights: per row ascending expert id, the weights in that order.
+  void emit_experts(int il) {
+    std::string ids_name, weights_name;
+    const bool want_ids = tapping(il, "expert_ids", ids_name);
+    const bool want_weights = tapping(il, "expert_weights", weights_name);
+    if (!want_ids && !want_weights) return;
+    const int T = step_.n_rows, K = c_.n_expert_used;
+    copy_to_host(tap_ids_, act_.ids.data(), T, K, K);
+    copy_to_host(tap_host_, act_.weights.data(), T, K, K);
+    std::vector<std::pair<int32_t, float>> row(static_cast<size_t>(K));
+    std::vector<float> ids(static_cast<size_t>(T) * K);
+    for (int t = 0; t < T; ++t) {
+      const size_t base = static_cast<size_t>(t) * K;
+      for (int k = 0; k < K; ++k) row[static_cast<size_t>(k)] = {tap_ids_[base + k], tap_host_[base + k]};
+      std::sort(row.begin(), row.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+      for (int k = 0; k < K; ++k) {
+        ids[base + k] = static_cast<float>(row[static_cast<size_t>(k)].first);
+        tap_host_[base + k] = row[static_cast<size_t>(k)].second;
+      }
+    }
+    if (want_ids) taps_->emit(ids_name, il, {T, K}, ids.data());
+    if (want_weights) taps_->emit(weights_name, il, {T, K}, tap_host_.data());
+  }
+
   void attention_block(int il, const detail::ForwardBatch& batch) {
     const DeviceLayer& w = weights_->layers[static_cast<size_t>(il)];
     const int T = static_cast<int>(batch.tokens.size()), H = c_.n_embd, N = c_.n_head, L = c_.kv_lora_rank;
@@ -341,6 +416,8 @@ class CudaForward final : public detail::ForwardPass {
     Activations& a = act_;
 
     rms(a.x.data(), H, w.attn_norm, H, T, a.xn.data(), H);
+    std::string tap;
+    if (tapping(il, "attn_norm", tap)) emit_device(tap, il, {T, H}, a.xn.data(), T, H, H);
     if (w.attn_input) {
       linear(w.attn_input, a.xn.data(), H, T, a.proj.data(), width);
     } else {
@@ -360,8 +437,13 @@ class CudaForward final : public detail::ForwardPass {
                                          static_cast<size_t>(N) * qk * sizeof(float), static_cast<size_t>(T),
                                          cudaMemcpyDeviceToDevice, stream()));
     }
-    rope(a.q.data(), static_cast<int64_t>(N) * qk, N, qk, P, T);
+    const int64_t q_row = static_cast<int64_t>(N) * qk;
+    if (tapping(il, "q", tap)) emit_device(tap, il, {T, N, qk}, a.q.data(), T, q_row, q_row);
+    if (tapping(il, "kv_latent", tap)) emit_device(tap, il, {T, L}, a.latent.data(), T, L, L);
+    rope(a.q.data(), q_row, N, qk, P, T);
     rope(a.k_rope.data(), R, 1, R, 0, T);
+    if (tapping(il, "q_pe", tap)) emit_device(tap, il, {T, N, R}, a.q.data() + P, static_cast<int64_t>(T) * N, R, qk);
+    if (tapping(il, "k_pe", tap)) emit_device(tap, il, {T, R}, a.k_rope.data(), T, R, R);
 
     const int selection_width = c_.has_indexer() ? select_positions(il, batch) : 0;
     for (size_t i = 0; i < attention_sequences_.size(); ++i) {
@@ -381,7 +463,11 @@ class CudaForward final : public detail::ForwardPass {
                              .stream = stream()},
                             step_);
     const int64_t nv = static_cast<int64_t>(N) * c_.v_head_dim;
+    if (tapping(il, "attn_heads", tap)) emit_device(tap, il, {T, N, c_.v_head_dim}, a.attn.data(), T, nv, nv);
+    const bool tap_out = tapping(il, "attn_out", tap);
+    if (tap_out) keep_residual();
     linear(w.attn_output, a.attn.data(), nv, T, a.x.data(), H, a.x.data());
+    if (tap_out) emit_update(tap, il);
   }
 
   /// glm-dsa: appends the indexer keys; returns top_k with a.selection filled, or 0 for dense attention.
@@ -468,12 +554,17 @@ class CudaForward final : public detail::ForwardPass {
     const int T = step_.n_rows, H = c_.n_embd;
     Activations& a = act_;
     rms(a.x.data(), H, w.ffn_norm, H, T, a.xn.data(), H);
+    std::string tap;
+    if (tapping(il, "ffn_norm", tap)) emit_device(tap, il, {T, H}, a.xn.data(), T, H, H);
+    const bool tap_out = tapping(il, "ffn_out", tap);
+    if (tap_out) keep_residual();
     if (!c_.is_moe_layer(il)) {
       gated_ffn(w.dense, T);
-      return;
+    } else {
+      routed_experts(il, w, T);
+      if (w.shared) gated_ffn(w.shared, T);
     }
-    routed_experts(w, T);
-    if (w.shared) gated_ffn(w.shared, T);
+    if (tap_out) emit_update(tap, il);
   }
 
   /// x += down(silu(gate xn) * up xn).
@@ -484,7 +575,7 @@ class CudaForward final : public detail::ForwardPass {
     linear(f.down, a.hidden.data(), F, T, a.x.data(), c_.n_embd, a.x.data());
   }
 
-  void routed_experts(const DeviceLayer& w, int T) {
+  void routed_experts(int il, const DeviceLayer& w, int T) {
     Activations& a = act_;
     const int H = c_.n_embd, E = c_.n_expert, K = c_.n_expert_used, F = c_.n_ff_expert;
     linear(w.router, a.xn.data(), H, T, a.router.data(), E);
@@ -502,6 +593,9 @@ class CudaForward final : public detail::ForwardPass {
                .ids = a.ids.data(),
                .weights = a.weights.data()},
               stream());
+    std::string tap;
+    if (tapping(il, "router_logits", tap)) emit_device(tap, il, {T, E}, a.router.data(), T, E, E);
+    emit_experts(il);
     const DeviceExperts& x = w.experts;
     auto stack = [&](const DeviceMatrix& m, int64_t stride_rows) {
       return ExpertStack{
@@ -560,6 +654,8 @@ class CudaForward final : public detail::ForwardPass {
           a.out_rows.data() + static_cast<size_t>(i) * H, H);
       i = j;
     }
+    std::string tap;
+    if (tapping(-1, "output_norm", tap)) emit_device(tap, -1, {n_out, H}, a.out_rows.data(), n_out, H, H);
     float* logits = a.logits.data();
     linear(weights_->output, a.out_rows.data(), H, n_out, logits, vocab);
     copy_logits_to_host(logits, n_out, vocab, vocab, logits_host_, stream());
@@ -569,6 +665,10 @@ class CudaForward final : public detail::ForwardPass {
     stream_.synchronize();
     const size_t n = batch.logit_rows.size() * static_cast<size_t>(c_.n_vocab);
     if (n) std::memcpy(batch.logits, logits_host_.data(), n * sizeof(float));
+    std::string tap;
+    if (n && tapping(-1, "logits", tap)) {
+      taps_->emit(tap, -1, {static_cast<int64_t>(batch.logit_rows.size()), c_.n_vocab}, batch.logits);
+    }
   }
 
   const detail::ModelState& model_;
@@ -590,6 +690,9 @@ class CudaForward final : public detail::ForwardPass {
   std::vector<const std::byte*> rows_, index_rows_;
   std::vector<AttentionSequence> attention_sequences_;
   PinnedBuffer<float> logits_host_;
+  const detail::TapSink* taps_ = nullptr;  // this step's observer, or null
+  std::vector<float> tap_host_, tap_before_;
+  std::vector<int32_t> tap_ids_;
 };
 
 DecodeGraphs::DecodeGraphs() {

@@ -2,7 +2,8 @@
 //
 // Cache: $XDG_CACHE_HOME/latte/selftest-<arch>-<driver>.json (or $HOME/.cache/latte/...), holding
 // {"passed": bool, "table": "..."}; <arch> is the compute capability (e.g. sm90), <driver> the CUDA
-// driver version (e.g. 12080). A new architecture or driver runs the test again.
+// driver version (e.g. 12080). A new architecture or driver runs the test again. Within a process a
+// device that passed is not checked again (Model::load calls ensure_selftest for every CUDA load).
 #include "diagnostics/selftest_cases.hpp"
 
 #include <latte/diagnostics.hpp>
@@ -13,6 +14,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <set>
+#include <sstream>
 #include <string>
 #include <utility>
 
@@ -30,6 +34,31 @@ bool selftest_disabled() {
   const char* v = std::getenv("LATTE_NO_SELFTEST");
   return v && *v && std::string(v) != "0";
 }
+
+/// The kernels of the MISMATCH lines of a self-test table ("mla_decode bf16, rms_norm f32").
+std::string failing_cases(const std::string& table) {
+  std::istringstream lines(table);
+  std::string line, names;
+  while (std::getline(lines, line)) {
+    if (line.find("MISMATCH") == std::string::npos) continue;
+    // A case line starts with the kernel name, then at least two spaces before its shape.
+    std::string name = line.substr(0, line.find("  "));
+    if (!names.empty()) names += ", ";
+    names += name;
+  }
+  return names.empty() ? std::string("unknown case") : names;
+}
+
+Error selftest_failure(const std::string& identity, const std::string& where, const std::string& table) {
+  return Error(ErrorCode::device, "the GPU self-test failed on " + identity + " in " + failing_cases(table) + where +
+                                      "; run `latte diagnose --selftest` for the table, or set LATTE_NO_SELFTEST=1 "
+                                      "to skip the check at your own risk:\n" +
+                                      table);
+}
+
+/// CUDA ordinals that passed in this process.
+std::mutex verified_mutex;
+std::set<int> verified_devices;
 
 SelftestResult not_run(std::string reason) {
   SelftestResult r;
@@ -53,9 +82,17 @@ SelftestResult run_selftest(Device device) {
   return detail::run_selftest_cases(device.index);
 }
 
+void detail::forget_verified_devices() noexcept {
+  const std::lock_guard lock(verified_mutex);
+  verified_devices.clear();
+}
+
 void ensure_selftest(Device device) {
   if (!device.is_cuda() || selftest_disabled() || !detail::selftest_built()) return;
-  const std::string identity = detail::selftest_identity(device.index);  // "sm90-12080"
+  const std::lock_guard lock(verified_mutex);
+  if (verified_devices.contains(device.index)) return;
+  if (device.index < 0 || device.index >= Device::cuda_device_count()) return;  // nothing to verify
+  const std::string identity = detail::selftest_identity(device.index);         // "sm90-12080"
   const std::filesystem::path dir = cache_dir();
   const std::filesystem::path file = dir.empty() ? std::filesystem::path() : dir / ("selftest-" + identity + ".json");
   if (!file.empty()) {
@@ -63,10 +100,12 @@ void ensure_selftest(Device device) {
     if (in) {
       try {
         const nlohmann::json cached = nlohmann::json::parse(in);
-        if (cached.at("passed").get<bool>()) return;
-        throw Error(ErrorCode::device, "the GPU self-test failed on " + identity + " (cached in " + file.string() +
-                                           "; delete it to re-run, or set LATTE_NO_SELFTEST=1):\n" +
-                                           cached.value("table", std::string()));
+        if (cached.at("passed").get<bool>()) {
+          verified_devices.insert(device.index);
+          return;
+        }
+        throw selftest_failure(identity, " (a cached verdict: delete " + file.string() + " to re-run it)",
+                               cached.value("table", std::string()));
       } catch (const nlohmann::json::exception&) {
         // An unreadable cache entry: run the test again and overwrite it.
       }
@@ -80,10 +119,8 @@ void ensure_selftest(Device device) {
     std::ofstream out(file, std::ios::trunc);
     if (out) out << nlohmann::json{{"passed", r.passed}, {"table", r.table}}.dump(1) << '\n';
   }
-  if (!r.passed) {
-    throw Error(ErrorCode::device, "the GPU self-test failed on " + identity +
-                                       " (set LATTE_NO_SELFTEST=1 to skip it at your own risk):\n" + r.table);
-  }
+  if (!r.passed) throw selftest_failure(identity, "", r.table);
+  verified_devices.insert(device.index);
 }
 
 }  // namespace latte::diagnostics

@@ -14,5 +14,7 @@ bool selftest_built() noexcept;
 std::string selftest_identity(int ordinal);
 /// Runs every case on device `ordinal` (which exists).
 SelftestResult run_selftest_cases(int ordinal);
+/// Forgets which devices ensure_selftest verified in this process (tests of the cached verdicts).
+void forget_verified_devices() noexcept;
 
 }  // namespace latte::diagnostics::detail

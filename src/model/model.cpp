@@ -5,6 +5,7 @@
 #include "parallel/shard_plan.hpp"
 #include "parallel/tensor_parallel_model.hpp"
 
+#include <latte/diagnostics.hpp>
 #include <latte/error.hpp>
 #include <latte/gguf.hpp>
 #include <latte/model.hpp>
@@ -64,6 +65,9 @@ Model Model::from_file(gguf::File file, ModelParams params) {
   if (params.device.is_cuda()) {
     report_progress(params, 0.4f);
     state->device_weights = cuda::upload_weights(*state, params.device.index);
+    // Kernels that are wrong on this architecture/driver are caught before the first forward pass
+    // (once per device per process; the verdict is cached per user; LATTE_NO_SELFTEST=1 skips it).
+    diagnostics::ensure_selftest(params.device);
   }
 #endif
   if (state->file.find("tokenizer.ggml.tokens")) {

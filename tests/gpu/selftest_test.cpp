@@ -1,8 +1,14 @@
 // The GPU self-test on this machine's first GPU: it runs, every case passes, it is fast, and
 // ensure_selftest caches its verdict per architecture/driver under $XDG_CACHE_HOME/latte.
+#include "diagnostics/selftest_cases.hpp"
+#include "model/presets.hpp"
+#include "model/random_model.hpp"
 #include "support/temp_dir.hpp"
 
 #include <latte/diagnostics.hpp>
+#include <latte/error.hpp>
+#include <latte/gguf.hpp>
+#include <latte/model.hpp>
 
 #include <doctest/doctest.h>
 
@@ -31,6 +37,7 @@ TEST_CASE("ensure_selftest caches a pass per architecture and driver") {
   const std::string saved = old ? old : "";
   ::setenv("XDG_CACHE_HOME", dir.path().c_str(), 1);
   ::unsetenv("LATTE_NO_SELFTEST");
+  latte::diagnostics::detail::forget_verified_devices();
   latte::diagnostics::ensure_selftest(latte::Device::cuda(0));
   int found = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir.path() + "/latte")) {
@@ -49,4 +56,42 @@ TEST_CASE("ensure_selftest caches a pass per architecture and driver") {
   } else {
     ::unsetenv("XDG_CACHE_HOME");
   }
+  ::setenv("LATTE_NO_SELFTEST", "1", 1);  // as main() set it for the other cases
+}
+
+TEST_CASE("a CUDA Model::load refuses a device whose self-test failed, naming the kernel") {
+  latte::test::TempDir dir;
+  const char* old = std::getenv("XDG_CACHE_HOME");
+  const std::string saved = old ? old : "";
+  ::setenv("XDG_CACHE_HOME", dir.path().c_str(), 1);
+  std::filesystem::create_directories(dir.path() + "/latte");
+  // A cached failing verdict for this architecture/driver (as a wrong kernel would leave it).
+  const std::string file = dir.path() + "/latte/selftest-" + latte::diagnostics::detail::selftest_identity(0) + ".json";
+  std::ofstream(file) << R"({"passed": false, "table": ")"
+                      << "rms_norm f32                 7x7168                 rel err 0.5        bound 1e-05    "
+                         "MISMATCH\\n\"}\n";
+  const auto bytes = latte::random_model_bytes(latte::model_preset("test-v3"), {.seed = 5});
+  auto load = [&] {
+    return latte::Model::from_file(latte::gguf::File::from_bytes(bytes, "test-v3.gguf"),
+                                   {.device = latte::Device::cuda(0)});
+  };
+  latte::diagnostics::detail::forget_verified_devices();  // an earlier case may have verified device 0
+  CHECK_NOTHROW(load());                                  // LATTE_NO_SELFTEST=1 (set by main) skips the check
+  ::unsetenv("LATTE_NO_SELFTEST");
+  std::string message;
+  try {
+    (void)load();
+  } catch (const latte::Error& e) {
+    message = e.what();
+  }
+  ::setenv("LATTE_NO_SELFTEST", "1", 1);
+  if (old) {
+    ::setenv("XDG_CACHE_HOME", saved.c_str(), 1);
+  } else {
+    ::unsetenv("XDG_CACHE_HOME");
+  }
+  INFO(message);
+  CHECK(message.find("self-test failed") != std::string::npos);
+  CHECK(message.find("in rms_norm f32") != std::string::npos);
+  CHECK(message.find("latte diagnose --selftest") != std::string::npos);
 }
