@@ -219,6 +219,69 @@ TEST_CASE("a wrong attention backend is named at exactly the tap it corrupts") {
   }
 }
 
+TEST_CASE("glm-dsa steps with sparse attention emit each block's index selection, compared as choices") {
+  const latte::Model model = latte::test::shared_random_model("test-glm-dsa");
+  const latte::ModelConfig& c = model.config();
+  const int top_k = c.indexer.top_k;
+  const latte::SessionParams params{.n_ctx = 64, .attention = "mla", .logits_all = false, .n_threads = 2};
+  auto selections = [](const std::vector<diag::TapRecord>& taps) {
+    std::vector<const diag::TapRecord*> out;
+    for (const diag::TapRecord& t : taps) {
+      if (t.name.ends_with(".index_selection")) out.push_back(&t);
+    }
+    return out;
+  };
+
+  // Every query sees at most top_k positions: dense attention, no selection.
+  CHECK(selections(diag::record_taps(model, params, latte::test::fresh_tokens(top_k - 2, c.n_vocab))).empty());
+
+  const int T = top_k + 9;
+  const auto taps = diag::record_taps(model, params, latte::test::fresh_tokens(T, c.n_vocab));
+  const auto sel = selections(taps);
+  REQUIRE(sel.size() == static_cast<size_t>(c.n_layer_main()));
+  for (int il = 0; il < c.n_layer_main(); ++il) {
+    CAPTURE(il);
+    const diag::TapRecord& t = *sel[static_cast<size_t>(il)];
+    const std::string b = "blk." + std::to_string(il) + ".";
+    CHECK(t.name == b + "index_selection");
+    CHECK(t.layer == il);
+    REQUIRE(t.shape == std::vector<int64_t>{T, top_k});
+    // Between k_pe and attn_heads, where the selection is made and used.
+    const auto at = static_cast<size_t>(&t - taps.data());
+    REQUIRE(at > 0);
+    REQUIRE(at + 1 < taps.size());
+    CHECK(taps[at - 1].name == b + "k_pe");
+    CHECK(taps[at + 1].name == b + "attn_heads");
+    for (int r = 0; r < T; ++r) {
+      CAPTURE(r);
+      const float* row = t.data.data() + static_cast<size_t>(r) * top_k;
+      const int n = std::min(top_k, r + 1);  // row r (position r) sees positions 0 .. r
+      for (int j = 0; j < top_k; ++j) {
+        if (j >= n) {
+          CHECK(row[j] == -1.0f);
+          continue;
+        }
+        CHECK(row[j] >= 0.0f);
+        CHECK(row[j] <= static_cast<float>(r));
+        CHECK(row[j] == std::floor(row[j]));
+        if (j > 0) CHECK(row[j] > row[j - 1]);
+        if (r < top_k) CHECK(row[j] == static_cast<float>(j));
+      }
+    }
+  }
+
+  // A differing choice counts as such: the fraction of differing entries, not a norm.
+  std::vector<diag::TapRecord> changed(taps);
+  diag::TapRecord& last = changed[static_cast<size_t>(sel.back() - taps.data())];
+  float& entry = last.data[static_cast<size_t>(T - 1) * top_k];
+  entry = entry == 0.0f ? 1.0f : 0.0f;
+  const auto report = diag::compare_taps(changed, taps, diag::kFp32Bound);
+  REQUIRE(report.first_divergence);
+  const diag::TapComparison& flip = report.taps[*report.first_divergence];
+  CHECK(flip.name == last.name);
+  CHECK(flip.rel_error == doctest::Approx(1.0 / static_cast<double>(last.data.size())));
+}
+
 TEST_CASE("tap dumps round-trip through .npy files that numpy can read") {
   latte::test::TempDir dir;
   std::mt19937 rng(std::random_device{}());

@@ -12,6 +12,8 @@
 //   blk.N.q_pe             [T, Nh, R]    the query's rope part after RoPE
 //   blk.N.kv_latent        [T, L]        the normalised latent c
 //   blk.N.k_pe             [T, R]        the shared rope key after RoPE
+//   blk.N.index_selection  [T, top_k]    glm-dsa steps with sparse attention only: the positions the
+//                                        indexer selected (as floats), ascending per row, -1 padded
 //   blk.N.attn_heads       [T, Nh, V]    attention output of every head, before attn_output
 //   blk.N.attn_out         [T, H]        attention output after attn_output (the residual update,
 //                                        computed as x_after - x_before in fp32)
@@ -98,7 +100,7 @@ std::vector<TapRecord> record_taps(const Model& model, const SessionParams& para
 /// One row of a comparison.
 struct TapComparison {
   std::string name;
-  double rel_error = 0;  ///< ‖a−b‖/‖b‖ (expert_ids: the fraction of differing entries); inf for NaN/Inf
+  double rel_error = 0;  ///< ‖a−b‖/‖b‖ (expert_ids, index_selection: the fraction of differing entries); inf for NaN/Inf
   double cosine = 1;     ///< cosine similarity of a and b (1 when both are zero)
   bool agrees = true;    ///< rel_error <= bound, shapes equal, both present
   std::string note;      ///< why it disagrees beyond the error ("missing in B", "shape [2,3] vs [2,4]")

@@ -446,6 +446,11 @@ class CudaForward final : public detail::ForwardPass {
     if (tapping(il, "k_pe", tap)) emit_device(tap, il, {T, R}, a.k_rope.data(), T, R, R);
 
     const int selection_width = c_.has_indexer() ? select_positions(il, batch) : 0;
+    if (selection_width > 0 && tapping(il, "index_selection", tap)) {
+      copy_to_host(tap_ids_, a.selection.data(), T, selection_width, selection_width);
+      const std::vector<float> selected(tap_ids_.begin(), tap_ids_.end());
+      taps_->emit(tap, il, {T, selection_width}, selected.data());
+    }
     for (size_t i = 0; i < attention_sequences_.size(); ++i) {
       attention_sequences_[i].cache = const_cast<std::byte*>(rows_[i * static_cast<size_t>(c_.n_layer_main()) + il]);
     }

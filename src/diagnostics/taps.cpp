@@ -117,7 +117,7 @@ TapComparison compare_one(const TapRecord& a, const TapRecord& b, double bound) 
   if (!finite) {
     c.rel_error = std::numeric_limits<double>::infinity();
     c.note = "non-finite values";
-  } else if (ends_with(a.name, "expert_ids")) {
+  } else if (ends_with(a.name, "expert_ids") || ends_with(a.name, "index_selection")) {
     c.rel_error = a.data.empty() ? 0.0 : static_cast<double>(differing) / static_cast<double>(a.data.size());
   } else {
     c.rel_error = b2 == 0 ? (diff2 == 0 ? 0.0 : std::numeric_limits<double>::infinity()) : std::sqrt(diff2 / b2);

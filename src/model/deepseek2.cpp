@@ -21,6 +21,7 @@
 #include <latte/error.hpp>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -306,6 +307,10 @@ void Deepseek2CpuForward::attention_block(int il, const ForwardBatch& batch) {
   if (tapping(il, "k_pe", tap)) taps_->emit(tap, il, {T, R}, act_.k_rope.data());
 
   const int width = select_positions(il, batch, act_, selection_);
+  if (width > 0 && tapping(il, "index_selection", tap)) {
+    const std::vector<float> selected(selection_.begin(), selection_.begin() + static_cast<std::ptrdiff_t>(T) * width);
+    taps_->emit(tap, il, {T, width}, selected.data());
+  }
 
   // o = attention over each sequence's cache.
   ensure_size(act_.attn, static_cast<size_t>(T) * N * c.v_head_dim);
