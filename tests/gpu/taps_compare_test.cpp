@@ -19,6 +19,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdio>
 #include <map>
@@ -90,6 +91,35 @@ int most_swapped(const diag::TapRecord& a, const diag::TapRecord& b) {
   return most;
 }
 
+/// The relative error of attention-output tap `heads_a` against `heads_b` ([T, ...]) over the rows
+/// whose index selections (`sel_a`, `sel_b`, [T, top_k]) are identical; 0 when there are none.
+double same_selection_error(const diag::TapRecord& sel_a, const diag::TapRecord& sel_b,
+                            const diag::TapRecord& heads_a, const diag::TapRecord& heads_b) {
+  REQUIRE(heads_a.shape == heads_b.shape);
+  REQUIRE(heads_a.shape.front() == sel_a.shape.front());
+  const auto rows = static_cast<size_t>(sel_a.shape.front());
+  const size_t sel_width = sel_a.data.size() / rows, width = heads_a.data.size() / rows;
+  double diff2 = 0, ref2 = 0;
+  for (size_t r = 0; r < rows; ++r) {
+    if (!std::equal(sel_a.data.begin() + static_cast<std::ptrdiff_t>(r * sel_width),
+                    sel_a.data.begin() + static_cast<std::ptrdiff_t>((r + 1) * sel_width),
+                    sel_b.data.begin() + static_cast<std::ptrdiff_t>(r * sel_width))) {
+      continue;
+    }
+    for (size_t j = r * width; j < (r + 1) * width; ++j) {
+      const double d = static_cast<double>(heads_a.data[j]) - heads_b.data[j];
+      diff2 += d * d;
+      ref2 += static_cast<double>(heads_b.data[j]) * heads_b.data[j];
+    }
+  }
+  return ref2 > 0 ? std::sqrt(diff2 / ref2) : (diff2 > 0 ? INFINITY : 0.0);
+}
+
+const diag::TapRecord* find_tap(const std::vector<diag::TapRecord>& taps, std::string_view name) {
+  const auto it = std::find_if(taps.begin(), taps.end(), [&](const diag::TapRecord& x) { return x.name == name; });
+  return it == taps.end() ? nullptr : &*it;
+}
+
 struct Verdict {
   bool agree = true;          ///< every tap within the bound
   bool routing_flip = false;  ///< the first divergence is at or after an expert or indexer choice that differs
@@ -100,8 +130,9 @@ struct Verdict {
 /// entry (even one flip among many, below the bound) is a routing flip; likewise downstream of an
 /// index_selection tap (glm-dsa): the indexer's top_k is discrete, and index scores that differ by
 /// bf16 rounding swap a position at the boundary, which moves that row's attention output by a
-/// fraction of order 1/sqrt(top_k). Only a few swaps per row count as such a flip: a wrong indexer
-/// changes most of a row's selection.
+/// fraction of order 1/sqrt(top_k). Only a few swaps per row count as such a flip (a wrong indexer
+/// changes most of a row's selection), and the block's attn_heads must still agree within the bound
+/// on the rows whose selections are identical (a wrong sparse attention kernel fails there).
 Verdict classify(const diag::ComparisonReport& r, const std::vector<diag::TapRecord>& a,
                  const std::vector<diag::TapRecord>& b) {
   Verdict v;
@@ -114,12 +145,21 @@ Verdict classify(const diag::ComparisonReport& r, const std::vector<diag::TapRec
     const bool selection = ends_with(t.name, ".index_selection");
     if (!(experts || selection) || t.rel_error == 0 || !t.note.empty()) continue;
     if (selection) {
-      const auto other = std::find_if(b.begin(), b.end(), [&](const diag::TapRecord& x) { return x.name == t.name; });
-      REQUIRE(other != b.end());
+      const diag::TapRecord* other = find_tap(b, t.name);
+      REQUIRE(other != nullptr);
       const int swapped = most_swapped(a[i], *other);
       const int allowed = std::max<int>(1, static_cast<int>(a[i].shape.back()) / 4);
       v.text += " -- " + t.name + ": at most " + std::to_string(swapped) + " positions of a row differ";
       if (swapped > allowed) break;  // not a near-tie: a real divergence
+      const std::string heads = t.name.substr(0, t.name.size() - std::string_view("index_selection").size()) +
+                                "attn_heads";
+      const diag::TapRecord* heads_a = find_tap(a, heads);
+      const diag::TapRecord* heads_b = find_tap(b, heads);
+      REQUIRE(heads_a != nullptr);
+      REQUIRE(heads_b != nullptr);
+      const double same = same_selection_error(a[i], *other, *heads_a, *heads_b);
+      v.text += "; " + heads + " rel err " + std::to_string(same) + " on the rows with the same selection";
+      if (same > r.bound) break;  // the attention itself differs
     }
     v.routing_flip = true;
     v.text += std::string(experts ? " -- routing flip at " : " -- sparse selection flip at ") + t.name + " (" +
