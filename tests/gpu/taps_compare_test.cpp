@@ -93,8 +93,8 @@ int most_swapped(const diag::TapRecord& a, const diag::TapRecord& b) {
 
 /// The relative error of attention-output tap `heads_a` against `heads_b` ([T, ...]) over the rows
 /// whose index selections (`sel_a`, `sel_b`, [T, top_k]) are identical; 0 when there are none.
-double same_selection_error(const diag::TapRecord& sel_a, const diag::TapRecord& sel_b,
-                            const diag::TapRecord& heads_a, const diag::TapRecord& heads_b) {
+double same_selection_error(const diag::TapRecord& sel_a, const diag::TapRecord& sel_b, const diag::TapRecord& heads_a,
+                            const diag::TapRecord& heads_b) {
   REQUIRE(heads_a.shape == heads_b.shape);
   REQUIRE(heads_a.shape.front() == sel_a.shape.front());
   const auto rows = static_cast<size_t>(sel_a.shape.front());
@@ -151,8 +151,8 @@ Verdict classify(const diag::ComparisonReport& r, const std::vector<diag::TapRec
       const int allowed = std::max<int>(1, static_cast<int>(a[i].shape.back()) / 4);
       v.text += " -- " + t.name + ": at most " + std::to_string(swapped) + " positions of a row differ";
       if (swapped > allowed) break;  // not a near-tie: a real divergence
-      const std::string heads = t.name.substr(0, t.name.size() - std::string_view("index_selection").size()) +
-                                "attn_heads";
+      const std::string heads =
+          t.name.substr(0, t.name.size() - std::string_view("index_selection").size()) + "attn_heads";
       const diag::TapRecord* heads_a = find_tap(a, heads);
       const diag::TapRecord* heads_b = find_tap(b, heads);
       REQUIRE(heads_a != nullptr);
