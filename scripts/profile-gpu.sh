@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Where the time of a whole-model step goes on a GPU: runs `latte bench` under Nsight Compute
+# (ncu, hardware timer only, clocks left alone), once for a prefill of P tokens and once for N decode
+# steps, and prints per kernel: launches, total and mean time, and the share of the step.
+# CUDA graphs are off while profiling so every kernel is seen as itself.
+#
+#   scripts/profile-gpu.sh MODEL.gguf [P] [N] [ATTENTION]     (defaults: 512 4 mla)
+#
+# Needs a GPU build in build-gpu/ (scripts/gpu-check.sh makes it) and ncu on the PATH or in
+# /opt/nvidia/nsight-compute/. Output: a table per phase on stdout, raw CSV in $OUT or out/profile/.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+MODEL=${1:?usage: scripts/profile-gpu.sh MODEL.gguf [P] [N] [ATTENTION]}
+P=${2:-512}
+N=${3:-4}
+ATTN=${4:-mla}
+OUT_DIR=${OUT:-out/profile}
+mkdir -p "$OUT_DIR"
+LATTE=build-gpu/tools/latte/latte
+NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -n 1)
+if [ -z "$NCU" ]; then
+  echo "profile-gpu: ncu not found" >&2
+  exit 2
+fi
+export LATTE_NO_SELFTEST=1 LATTE_CUDA_GRAPHS=0
+
+profile() {  # profile TAG BENCH-ARGS...
+  local tag=$1
+  shift
+  "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv --page raw \
+    "$LATTE" bench --model "$MODEL" --device cuda:0 --attention "$ATTN" -r 1 "$@" \
+    >"$OUT_DIR/$tag.csv" 2>"$OUT_DIR/$tag.log"
+  python3 - "$OUT_DIR/$tag.csv" "$tag" <<'EOF'
+import csv, sys, collections
+path, tag = sys.argv[1], sys.argv[2]
+rows = []
+with open(path) as f:
+    lines = [l for l in f if l.startswith('"')]
+reader = csv.DictReader(lines)
+for r in reader:
+    v = r.get("gpu__time_duration.sum", "")
+    try:
+        t = float(v.replace(",", ""))
+    except ValueError:
+        continue  # the units row
+    name = r.get("Kernel Name", "?")
+    short = name.split("(")[0].split("<")[0].replace("void ", "").strip()
+    rows.append((short, name, t))
+total = sum(t for _, _, t in rows)
+agg = collections.defaultdict(lambda: [0, 0.0])
+for short, _, t in rows:
+    agg[short][0] += 1
+    agg[short][1] += t
+print(f"== {tag}: {len(rows)} kernels, {total/1e3:.1f} us of kernel time (ns units assumed)")
+print(f"{'kernel':60s} {'launches':>8s} {'total us':>10s} {'mean us':>9s} {'share':>6s}")
+for k, (n, t) in sorted(agg.items(), key=lambda kv: -kv[1][1])[:30]:
+    print(f"{k[:60]:60s} {n:8d} {t/1e3:10.1f} {t/n/1e3:9.2f} {100*t/total:5.1f}%")
+EOF
+}
+
+profile prefill -p "$P" -n 0
+profile decode -p 0 -n "$N"
