@@ -1,6 +1,7 @@
 // y = x W^T (+ residual) for a device weight matrix of any GGUF type and any number of rows of x:
 // up to 8 rows through one quantized GEMV pass (fp32 exact), more rows through the tensor-core GEMM
-// (x rounded to bf16) when the type has one, else through GEMV passes of 8 rows.
+// (x rounded to bf16) when the type has one, fp32 weights through an fp32 cuBLAS product, else through
+// GEMV passes of 8 rows.
 //
 //   latte::cuda::Linear linear;                       // owns the bf16 staging of x
 //   linear(w, {.x = xn, .x_stride = H, .rows = T, .y = q, .y_stride = Nqk}, stream);
@@ -8,11 +9,13 @@
 
 #include "cuda/device_buffer.hpp"
 #include "cuda/device_weights.hpp"
+#include "cuda/gemm_bf16.hpp"
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <memory>
 
 namespace latte::cuda {
 
@@ -45,6 +48,7 @@ class Linear {
  private:
   __nv_bfloat16* staged(const float* x, int64_t x_stride, int rows, int k, cudaStream_t stream);
   DeviceBuffer<__nv_bfloat16> x_bf16_;
+  std::unique_ptr<BlasHandle> blas_;  // fp32 weights beyond 8 rows; made on first use
 };
 
 }  // namespace latte::cuda
