@@ -328,11 +328,13 @@ class CudaMlaBackend final : public CudaAttentionBackend {
                                .c = kv,
                                .ldc = kv_width,
                                .m = n_kv};
-    if (gemm_quant_supports(w.kv_b.type) && reinterpret_cast<uintptr_t>(w.kv_b.data) % 16 == 0) {
+    // Short caches: the fused quantized GEMM; long ones: a bf16 copy of attn_kv_b and cuBLAS (as Linear).
+    if (gemm_quant_supports(w.kv_b.type) && reinterpret_cast<uintptr_t>(w.kv_b.data) % 16 == 0 &&
+        n_kv < Linear::kBlasMinRows) {
       gemm_quant(gemm, stream);
     } else {
       if (!blas_) blas_ = std::make_unique<BlasHandle>();
-      const size_t elems = static_cast<size_t>(w.kv_b.rows) * static_cast<size_t>(w.kv_b.k);
+      const size_t elems = static_cast<size_t>(w.kv_b.rows) * static_cast<size_t>((w.kv_b.k + 7) / 8 * 8);
       gemm_quant_via_bf16(*blas_, gemm, ensure(weight_bf16_, elems, "mla kv_b bf16"), elems, stream);
     }
 

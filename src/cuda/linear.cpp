@@ -55,6 +55,38 @@ void Linear::operator()(const DeviceMatrix& w, const LinearCall& c, cudaStream_t
   if (c.rows <= 0) return;
   const bool gemm = c.rows > gemv_max_tokens && gemm_quant_supports(w.type) && w.k % 32 == 0 &&
                     reinterpret_cast<uintptr_t>(w.data) % 16 == 0;
+  const size_t weight_elems = static_cast<size_t>(w.rows) * static_cast<size_t>((w.k + 7) / 8 * 8);
+  if (gemm && c.rows >= kBlasMinRows && weight_elems <= kMaxDequantizedElems) {
+    // Long prefill chunks: dequantize the matrix to bf16 once and let cuBLAS run the product. At 512
+    // rows this is several times faster than the fused kernel, which decodes every weight tile once per
+    // 64 rows of x with mma.sync (BENCHMARKS.md); the bf16 rounding of the weights is the same.
+    if (c.residual != nullptr && c.residual != c.y) {
+      LATTE_CUDA_CHECK(cudaMemcpy2DAsync(c.y, static_cast<size_t>(c.y_stride) * sizeof(float), c.residual,
+                                         static_cast<size_t>(c.y_stride) * sizeof(float),
+                                         static_cast<size_t>(w.rows) * sizeof(float), static_cast<size_t>(c.rows),
+                                         cudaMemcpyDeviceToDevice, stream));
+    }
+    if (w_bf16_.size() < weight_elems) {
+      w_bf16_ = DeviceBuffer<__nv_bfloat16>(weight_elems, "bf16 weight scratch");
+      bump_scratch_generation();
+    }
+    if (!blas_) blas_ = std::make_unique<BlasHandle>();
+    const __nv_bfloat16* a = staged(c.x, c.x_stride, c.rows, static_cast<int>(w.k), stream);
+    gemm_quant_via_bf16(*blas_,
+                        {.type = w.type,
+                         .weight = w.data,
+                         .weight_bytes = w.bytes(),
+                         .n_rows = static_cast<int>(w.rows),
+                         .k = static_cast<int>(w.k),
+                         .a = a,
+                         .lda = w.k,
+                         .c = c.y,
+                         .ldc = c.y_stride,
+                         .residual = c.residual != nullptr ? c.y : nullptr,
+                         .m = c.rows},
+                        w_bf16_.data(), w_bf16_.size(), stream);
+    return;
+  }
   if (gemm) {
     const __nv_bfloat16* a = staged(c.x, c.x_stride, c.rows, static_cast<int>(w.k), stream);
     gemm_quant({.type = w.type,
