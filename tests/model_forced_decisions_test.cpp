@@ -304,3 +304,40 @@ TEST_CASE("bf16 ulps and the near-tie margin") {
   CHECK(latte::detail::bf16_ulp(0.0) > 0.0);
   CHECK(latte::detail::near_tie_margin(0.5) == latte::detail::kNearTieUlps * std::ldexp(1.0, -8));
 }
+
+TEST_CASE("bad forced decisions are errors naming the block and position") {
+  const latte::Model m = latte::test::shared_random_model("test-glm-dsa");
+  const latte::ModelConfig& c = m.config();
+  const auto tokens = latte::test::fresh_tokens(c.indexer.top_k + 4, c.n_vocab);
+  int moe = 0;
+  while (!c.is_moe_layer(moe)) ++moe;
+  struct Bad {
+    DecisionKind kind;
+    int layer, position;
+    std::vector<int32_t> values;
+    const char* message;
+  };
+  std::vector<int32_t> far_position(static_cast<size_t>(c.indexer.top_k), -1);
+  std::iota(far_position.begin(), far_position.end() - 1, 0);
+  far_position.back() = c.indexer.top_k + 3;  // beyond the causal positions of position top_k + 1
+  std::vector<int32_t> experts(static_cast<size_t>(c.n_expert_used));
+  std::iota(experts.begin(), experts.end(), c.n_expert - c.n_expert_used + 1);  // the last id is n_expert
+  for (const Bad& bad : {Bad{DecisionKind::experts, moe, 5, experts, "is outside [0, "},
+                         Bad{DecisionKind::selection, 0, c.indexer.top_k + 1, far_position, "outside the row's"}}) {
+    CAPTURE(latte::detail::decision_kind_name(bad.kind));
+    latte::detail::ForcedDecisions forced;
+    forced.force(bad.kind, bad.layer, bad.position, bad.values);
+    latte::test::CpuStepRun run(m, latte::test::attention_backend(), 64);
+    try {
+      (void)run.eval(tokens, &forced);
+      FAIL("a bad forced decision must throw");
+    } catch (const latte::Error& e) {
+      const std::string what = e.what();
+      INFO(what);
+      CHECK(e.code() == latte::ErrorCode::invalid_argument);
+      CHECK(what.find("blk." + std::to_string(bad.layer) + " position " + std::to_string(bad.position)) !=
+            std::string::npos);
+      CHECK(what.find(bad.message) != std::string::npos);
+    }
+  }
+}
