@@ -1,5 +1,7 @@
 #include "convert/safetensors.hpp"
 
+#include "gguf/file_mapping.hpp"
+
 #include <latte/error.hpp>
 
 #include <nlohmann/json.hpp>
@@ -13,7 +15,8 @@
 
 namespace latte::safetensors {
 
-using convert::MappedFile;
+using gguf::FileMapping;
+using gguf::MappingAccess;
 namespace {
 
 using nlohmann::json;
@@ -82,7 +85,7 @@ std::string TensorView::shape_string() const {
 // ---- File -------------------------------------------------------------------------------------
 
 struct File::Impl {
-  std::variant<std::monostate, MappedFile, std::vector<std::byte>> storage;
+  std::variant<std::monostate, FileMapping, std::vector<std::byte>> storage;
   std::string path;
   std::span<const std::byte> bytes;
   std::vector<TensorView> tensors;  // sorted by data offset
@@ -229,7 +232,7 @@ File::~File() = default;
 File File::open(const std::string& path) {
   auto impl = std::make_unique<Impl>();
   impl->path = path;
-  impl->bytes = impl->storage.emplace<MappedFile>(path).bytes();
+  impl->bytes = impl->storage.emplace<FileMapping>(path, MappingAccess::sequential).bytes();
   impl->parse();
   return File(std::move(impl));
 }
@@ -252,7 +255,7 @@ const TensorView* File::find(std::string_view name) const noexcept {
 }
 
 void File::release(const TensorView& tensor) const noexcept {
-  if (const auto* mapped = std::get_if<MappedFile>(&impl_->storage)) mapped->release(tensor.bytes);
+  if (const auto* mapped = std::get_if<FileMapping>(&impl_->storage)) mapped->release(tensor.bytes);
 }
 
 }  // namespace latte::safetensors

@@ -6,8 +6,6 @@
 //   const latte::safetensors::TensorView& t = ckpt.at("model.embed_tokens.weight");
 #pragma once
 
-#include "convert/mapped_file.hpp"
-
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -68,7 +66,7 @@ class File {
   [[nodiscard]] const TensorView* find(std::string_view name) const noexcept;
   /// The optional "__metadata__" string map.
   [[nodiscard]] const std::map<std::string, std::string>& metadata() const noexcept;
-  /// Drops the pages of `tensor`'s bytes from the resident set (see MappedFile::release).
+  /// Drops the pages of `tensor`'s bytes from the resident set (see gguf::FileMapping::release).
   void release(const TensorView& tensor) const noexcept;
 
  private:

@@ -2,6 +2,8 @@
 // per family in gemm_quant_{kquants,legacy}.cu.
 #include "cuda/gemm_quant.hpp"
 
+#include "cuda/quant_type_families.hpp"
+
 #include <latte/error.hpp>
 
 #include <cstdint>
@@ -9,30 +11,14 @@
 
 namespace latte::cuda {
 
-bool gemm_quant_supports(GgmlType type) noexcept {
-  switch (type) {
-    case GgmlType::bf16:
-    case GgmlType::q4_0:
-    case GgmlType::q4_1:
-    case GgmlType::q5_0:
-    case GgmlType::q5_1:
-    case GgmlType::q8_0:
-    case GgmlType::q2_k:
-    case GgmlType::q3_k:
-    case GgmlType::q4_k:
-    case GgmlType::q5_k:
-    case GgmlType::q6_k:
-      return true;
-    default:
-      return false;
-  }
-}
-
 namespace {
-void require_arg(bool ok, const std::string& what) {
-  if (!ok) throw Error(ErrorCode::invalid_argument, "gemm_quant: " + what);
-}
+// bf16 tiles are what the tensor cores multiply: f32 / f16 / mxfp4 weights are dequantized to bf16 and
+// go through gemm_bf16 instead.
+using GemmTypes = JoinedTypeList<GgmlTypeList<GgmlType::bf16>, LegacyQuantTypes, KQuantTypes>;
+constexpr ArgumentCheck require_arg{"gemm_quant"};
 }  // namespace
+
+bool gemm_quant_supports(GgmlType type) noexcept { return GemmTypes::contains(type); }
 
 void gemm_quant(const QuantGemmParams& p, cudaStream_t stream) {
   const auto type_name = std::string(type_traits(p.type).name);
@@ -62,32 +48,7 @@ void gemm_quant(const QuantGemmParams& p, cudaStream_t stream) {
     require_arg(p.n_tiles != nullptr && p.max_tiles >= 1, "grouped mode needs n_tiles and max_tiles >= 1");
     require_arg(p.matrix_stride_bytes >= rb * p.n_rows, "matrix_stride_bytes is smaller than one matrix");
   }
-  switch (p.type) {
-    case GgmlType::bf16:
-      return launch_gemm<GgmlType::bf16>(p, stream);
-    case GgmlType::q4_0:
-      return launch_gemm<GgmlType::q4_0>(p, stream);
-    case GgmlType::q4_1:
-      return launch_gemm<GgmlType::q4_1>(p, stream);
-    case GgmlType::q5_0:
-      return launch_gemm<GgmlType::q5_0>(p, stream);
-    case GgmlType::q5_1:
-      return launch_gemm<GgmlType::q5_1>(p, stream);
-    case GgmlType::q8_0:
-      return launch_gemm<GgmlType::q8_0>(p, stream);
-    case GgmlType::q2_k:
-      return launch_gemm<GgmlType::q2_k>(p, stream);
-    case GgmlType::q3_k:
-      return launch_gemm<GgmlType::q3_k>(p, stream);
-    case GgmlType::q4_k:
-      return launch_gemm<GgmlType::q4_k>(p, stream);
-    case GgmlType::q5_k:
-      return launch_gemm<GgmlType::q5_k>(p, stream);
-    case GgmlType::q6_k:
-      return launch_gemm<GgmlType::q6_k>(p, stream);
-    default:
-      break;
-  }
+  if (GemmTypes::dispatch(p.type, [&]<GgmlType T>() { launch_gemm<T>(p, stream); })) return;
   throw Error(ErrorCode::internal, "gemm_quant: dispatch missed type " + type_name);
 }
 

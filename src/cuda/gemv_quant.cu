@@ -2,6 +2,8 @@
 // are instantiated per type family in gemv_quant_{float,legacy,kquants}.cu (parallel compilation).
 #include "cuda/gemv_quant.hpp"
 
+#include "cuda/quant_type_families.hpp"
+
 #include <latte/error.hpp>
 
 #include <cstdint>
@@ -9,41 +11,19 @@
 
 namespace latte::cuda {
 
-bool gemv_supports(GgmlType type) noexcept {
-  switch (type) {
-    case GgmlType::f32:
-    case GgmlType::f16:
-    case GgmlType::bf16:
-    case GgmlType::q4_0:
-    case GgmlType::q4_1:
-    case GgmlType::q5_0:
-    case GgmlType::q5_1:
-    case GgmlType::q8_0:
-    case GgmlType::mxfp4:
-    case GgmlType::q2_k:
-    case GgmlType::q3_k:
-    case GgmlType::q4_k:
-    case GgmlType::q5_k:
-    case GgmlType::q6_k:
-      return true;
-    default:
-      return false;
-  }
-}
-
 namespace {
-
-void require_arg(bool ok, const std::string& what) {
-  if (!ok) throw Error(ErrorCode::invalid_argument, "gemv_quant: " + what);
-}
-
+// Float rows of every width and MXFP4 as well as the GEMM's types: decode reads the weights as stored.
+using GemvTypes = JoinedTypeList<FloatTypes, LegacyQuantTypes, Mxfp4Types, KQuantTypes>;
+constexpr ArgumentCheck require_arg{"gemv_quant"};
 }  // namespace
+
+bool gemv_supports(GgmlType type) noexcept { return GemvTypes::contains(type); }
 
 void gemv_quant(const GemvParams& p, cudaStream_t stream) {
   const auto type_name = std::string(type_traits(p.type).name);
   if (!gemv_supports(p.type)) throw Error(ErrorCode::unsupported, "gemv_quant: no GEMV kernel for type " + type_name);
   const auto& tr = type_traits(p.type);
-  const bool is_float = p.type == GgmlType::f32 || p.type == GgmlType::f16 || p.type == GgmlType::bf16;
+  const bool is_float = FloatTypes::contains(p.type);
   const int64_t block_values = is_float ? 32 : tr.block_values;
   require_arg(p.weight != nullptr && p.x != nullptr && p.y != nullptr, "weight, x and y must be set");
   require_arg(p.n_rows > 0 && p.k > 0,
@@ -74,38 +54,7 @@ void gemv_quant(const GemvParams& p, cudaStream_t stream) {
                 "max_tokens_per_group outside 1..8");
     require_arg(p.matrix_stride_bytes >= rb * p.n_rows, "matrix_stride_bytes is smaller than one matrix");
   }
-  switch (p.type) {
-    case GgmlType::f32:
-      return launch_gemv<GgmlType::f32>(p, stream);
-    case GgmlType::f16:
-      return launch_gemv<GgmlType::f16>(p, stream);
-    case GgmlType::bf16:
-      return launch_gemv<GgmlType::bf16>(p, stream);
-    case GgmlType::q4_0:
-      return launch_gemv<GgmlType::q4_0>(p, stream);
-    case GgmlType::q4_1:
-      return launch_gemv<GgmlType::q4_1>(p, stream);
-    case GgmlType::q5_0:
-      return launch_gemv<GgmlType::q5_0>(p, stream);
-    case GgmlType::q5_1:
-      return launch_gemv<GgmlType::q5_1>(p, stream);
-    case GgmlType::q8_0:
-      return launch_gemv<GgmlType::q8_0>(p, stream);
-    case GgmlType::mxfp4:
-      return launch_gemv<GgmlType::mxfp4>(p, stream);
-    case GgmlType::q2_k:
-      return launch_gemv<GgmlType::q2_k>(p, stream);
-    case GgmlType::q3_k:
-      return launch_gemv<GgmlType::q3_k>(p, stream);
-    case GgmlType::q4_k:
-      return launch_gemv<GgmlType::q4_k>(p, stream);
-    case GgmlType::q5_k:
-      return launch_gemv<GgmlType::q5_k>(p, stream);
-    case GgmlType::q6_k:
-      return launch_gemv<GgmlType::q6_k>(p, stream);
-    default:
-      break;
-  }
+  if (GemvTypes::dispatch(p.type, [&]<GgmlType T>() { launch_gemv<T>(p, stream); })) return;
   throw Error(ErrorCode::internal, "gemv_quant: dispatch missed type " + type_name);
 }
 

@@ -27,6 +27,42 @@ void check_call(const MoeExpertWeights& w, const MoeWorkspace& ws, const MoeExpe
   if (!w.gate.data || !w.up.data || !w.down.data) fail("expert stacks must be set");
 }
 
+// moe_sort's inputs and tables; the caller adds the GEMV groups (decode) or the GEMM tiles (prefill).
+MoeSortParams sort_params(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeExpertsCall& c) {
+  return {.ids = c.ids,
+          .n_tokens = c.n_tokens,
+          .k = c.k,
+          .n_experts = w.n_experts,
+          .expert_offsets = ws.expert_offsets.data(),
+          .slot_of_pair = ws.slot_of_pair.data(),
+          .token_of_slot = ws.token_of_slot.data()};
+}
+
+// `p` (GemvParams or QuantGemmParams) reading the expert matrices of `stack`.
+template <class Params>
+Params on_stack(Params p, const ExpertStack& stack) {
+  p.type = stack.type;
+  p.weight = stack.data;
+  p.weight_bytes = stack.bytes;
+  p.matrix_stride_bytes = stack.matrix_stride_bytes;
+  return p;
+}
+
+// out[t] (+)= sum_j weights[t, j] * down_out[slot of pair (t, j)].
+void combine_slots(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeExpertsCall& c, cudaStream_t stream) {
+  moe_combine({.expert_out = ws.down_out.data(),
+               .ld = w.hidden,
+               .slot_of_pair = ws.slot_of_pair.data(),
+               .weights = c.weights,
+               .n_tokens = c.n_tokens,
+               .k = c.k,
+               .hidden = w.hidden,
+               .out = c.out,
+               .out_stride = c.out_stride,
+               .accumulate = c.accumulate},
+              stream);
+}
+
 }  // namespace
 
 MoeWorkspace::MoeWorkspace(const MoeWorkspaceShape& shape) : shape_(shape) {
@@ -57,30 +93,21 @@ void moe_experts_decode(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeEx
   if (c.n_tokens == 0) return;
   const int pairs = c.n_tokens * c.k;
   const int max_groups = moe_max_groups(pairs, w.n_experts);
-  moe_sort({.ids = c.ids,
-            .n_tokens = c.n_tokens,
-            .k = c.k,
-            .n_experts = w.n_experts,
-            .expert_offsets = ws.expert_offsets.data(),
-            .slot_of_pair = ws.slot_of_pair.data(),
-            .token_of_slot = ws.token_of_slot.data(),
-            .groups = ws.groups.data(),
-            .n_groups = ws.counts.data() + 1},
-           stream);
-  GemvParams g{.type = w.gate.type,
-               .weight = w.gate.data,
-               .weight_bytes = w.gate.bytes,
-               .matrix_stride_bytes = w.gate.matrix_stride_bytes,
-               .n_rows = w.ffn,
-               .k = w.hidden,
-               .x = c.x,
-               .x_stride = c.x_stride,
-               .y = ws.gate_out.data(),
-               .y_stride = w.ffn,
-               .groups = ws.groups.data(),
-               .n_groups = ws.counts.data() + 1,
-               .max_groups = max_groups,
-               .max_tokens_per_group = c.n_tokens};
+  MoeSortParams sort = sort_params(w, ws, c);
+  sort.groups = ws.groups.data();
+  sort.n_groups = ws.counts.data() + 1;
+  moe_sort(sort, stream);
+  GemvParams g = on_stack(GemvParams{.n_rows = w.ffn,
+                                     .k = w.hidden,
+                                     .x = c.x,
+                                     .x_stride = c.x_stride,
+                                     .y = ws.gate_out.data(),
+                                     .y_stride = w.ffn,
+                                     .groups = ws.groups.data(),
+                                     .n_groups = ws.counts.data() + 1,
+                                     .max_groups = max_groups,
+                                     .max_tokens_per_group = c.n_tokens},
+                          w.gate);
   const bool fused =
       w.gate.type == w.up.type && w.gate.matrix_stride_bytes == w.up.matrix_stride_bytes && w.gate.bytes == w.up.bytes;
   if (fused) {
@@ -88,11 +115,7 @@ void moe_experts_decode(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeEx
     gemv_quant(g, stream);
   } else {
     gemv_quant(g, stream);
-    GemvParams u = g;
-    u.type = w.up.type;
-    u.weight = w.up.data;
-    u.weight_bytes = w.up.bytes;
-    u.matrix_stride_bytes = w.up.matrix_stride_bytes;
+    GemvParams u = on_stack(g, w.up);
     u.y = ws.up_out.data();
     gemv_quant(u, stream);
     silu_gate({.gate = ws.gate_out.data(),
@@ -106,33 +129,20 @@ void moe_experts_decode(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeEx
               stream);
   }
   // down: group i's x rows are its slots (the gated activations), y rows the same slots
-  GemvParams d{.type = w.down.type,
-               .weight = w.down.data,
-               .weight_bytes = w.down.bytes,
-               .matrix_stride_bytes = w.down.matrix_stride_bytes,
-               .n_rows = w.hidden,
-               .k = w.ffn,
-               .x = ws.gate_out.data(),
-               .x_stride = w.ffn,
-               .y = ws.down_out.data(),
-               .y_stride = w.hidden,
-               .groups = ws.groups.data(),
-               .n_groups = ws.counts.data() + 1,
-               .max_groups = max_groups,
-               .max_tokens_per_group = c.n_tokens};
+  GemvParams d = on_stack(GemvParams{.n_rows = w.hidden,
+                                     .k = w.ffn,
+                                     .x = ws.gate_out.data(),
+                                     .x_stride = w.ffn,
+                                     .y = ws.down_out.data(),
+                                     .y_stride = w.hidden,
+                                     .groups = ws.groups.data(),
+                                     .n_groups = ws.counts.data() + 1,
+                                     .max_groups = max_groups,
+                                     .max_tokens_per_group = c.n_tokens},
+                          w.down);
   d.x_row_is_y_row = true;  // the groups' x rows are tokens; down reads the slot's activations
   gemv_quant(d, stream);
-  moe_combine({.expert_out = ws.down_out.data(),
-               .ld = w.hidden,
-               .slot_of_pair = ws.slot_of_pair.data(),
-               .weights = c.weights,
-               .n_tokens = c.n_tokens,
-               .k = c.k,
-               .hidden = w.hidden,
-               .out = c.out,
-               .out_stride = c.out_stride,
-               .accumulate = c.accumulate},
-              stream);
+  combine_slots(w, ws, c, stream);
 }
 
 void moe_experts_prefill(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeExpertsCall& c, cudaStream_t stream) {
@@ -147,36 +157,23 @@ void moe_experts_prefill(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeE
   if (c.n_tokens == 0) return;
   const int pairs = c.n_tokens * c.k;
   const int max_tiles = moe_max_tiles(pairs, w.n_experts);
-  moe_sort({.ids = c.ids,
-            .n_tokens = c.n_tokens,
-            .k = c.k,
-            .n_experts = w.n_experts,
-            .expert_offsets = ws.expert_offsets.data(),
-            .slot_of_pair = ws.slot_of_pair.data(),
-            .token_of_slot = ws.token_of_slot.data(),
-            .tiles = ws.tiles.data(),
-            .n_tiles = ws.counts.data()},
-           stream);
-  QuantGemmParams g{.type = w.gate.type,
-                    .weight = w.gate.data,
-                    .weight_bytes = w.gate.bytes,
-                    .matrix_stride_bytes = w.gate.matrix_stride_bytes,
-                    .n_rows = w.ffn,
-                    .k = w.hidden,
-                    .a = c.x_bf16,
-                    .lda = c.x_stride,
-                    .a_rows = ws.token_of_slot.data(),
-                    .c = ws.gate_out.data(),
-                    .ldc = w.ffn,
-                    .tiles = ws.tiles.data(),
-                    .n_tiles = ws.counts.data(),
-                    .max_tiles = max_tiles};
+  MoeSortParams sort = sort_params(w, ws, c);
+  sort.tiles = ws.tiles.data();
+  sort.n_tiles = ws.counts.data();
+  moe_sort(sort, stream);
+  const QuantGemmParams g = on_stack(QuantGemmParams{.n_rows = w.ffn,
+                                                     .k = w.hidden,
+                                                     .a = c.x_bf16,
+                                                     .lda = c.x_stride,
+                                                     .a_rows = ws.token_of_slot.data(),
+                                                     .c = ws.gate_out.data(),
+                                                     .ldc = w.ffn,
+                                                     .tiles = ws.tiles.data(),
+                                                     .n_tiles = ws.counts.data(),
+                                                     .max_tiles = max_tiles},
+                                     w.gate);
   gemm_quant(g, stream);
-  QuantGemmParams u = g;
-  u.type = w.up.type;
-  u.weight = w.up.data;
-  u.weight_bytes = w.up.bytes;
-  u.matrix_stride_bytes = w.up.matrix_stride_bytes;
+  QuantGemmParams u = on_stack(g, w.up);
   u.c = ws.up_out.data();
   gemm_quant(u, stream);
   silu_gate({.gate = ws.gate_out.data(),
@@ -189,31 +186,18 @@ void moe_experts_prefill(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeE
              .rows = pairs,
              .cols = w.ffn},
             stream);
-  gemm_quant({.type = w.down.type,
-              .weight = w.down.data,
-              .weight_bytes = w.down.bytes,
-              .matrix_stride_bytes = w.down.matrix_stride_bytes,
-              .n_rows = w.hidden,
-              .k = w.ffn,
-              .a = ws.act_bf16.data(),
-              .lda = w.ffn,
-              .c = ws.down_out.data(),
-              .ldc = w.hidden,
-              .tiles = ws.tiles.data(),
-              .n_tiles = ws.counts.data(),
-              .max_tiles = max_tiles},
+  gemm_quant(on_stack(QuantGemmParams{.n_rows = w.hidden,
+                                      .k = w.ffn,
+                                      .a = ws.act_bf16.data(),
+                                      .lda = w.ffn,
+                                      .c = ws.down_out.data(),
+                                      .ldc = w.hidden,
+                                      .tiles = ws.tiles.data(),
+                                      .n_tiles = ws.counts.data(),
+                                      .max_tiles = max_tiles},
+                      w.down),
              stream);
-  moe_combine({.expert_out = ws.down_out.data(),
-               .ld = w.hidden,
-               .slot_of_pair = ws.slot_of_pair.data(),
-               .weights = c.weights,
-               .n_tokens = c.n_tokens,
-               .k = c.k,
-               .hidden = w.hidden,
-               .out = c.out,
-               .out_stride = c.out_stride,
-               .accumulate = c.accumulate},
-              stream);
+  combine_slots(w, ws, c, stream);
 }
 
 }  // namespace latte::cuda

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <utility>
 
@@ -28,7 +29,7 @@ struct Descriptor {
 
 }  // namespace
 
-FileMapping::FileMapping(const std::string& path) {
+FileMapping::FileMapping(const std::string& path, MappingAccess access) {
   Descriptor file{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
   if (file.fd < 0) {
     if (errno == ENOENT) throw Error(ErrorCode::not_found, path + ": no such file");
@@ -45,6 +46,7 @@ FileMapping::FileMapping(const std::string& path) {
     throw_io(path, "map", errno);
   }
   data_ = static_cast<const std::byte*>(address);
+  if (access == MappingAccess::sequential) ::madvise(address, size_, MADV_SEQUENTIAL);
 }
 
 FileMapping::FileMapping(FileMapping&& other) noexcept
@@ -61,6 +63,17 @@ FileMapping& FileMapping::operator=(FileMapping&& other) noexcept {
 
 FileMapping::~FileMapping() {
   if (data_) ::munmap(const_cast<std::byte*>(data_), size_);
+}
+
+void FileMapping::release(std::span<const std::byte> range) const noexcept {
+  if (!data_ || range.empty() || range.data() < data_ || range.data() + range.size() > data_ + size_) return;
+  // madvise works on whole pages: shrink the range to the pages it covers completely.
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = reinterpret_cast<uintptr_t>(range.data());
+  const auto end = begin + range.size();
+  const uintptr_t first = (begin + page - 1) / page * page;
+  const uintptr_t last = end / page * page;
+  if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
 }
 
 }  // namespace latte::gguf

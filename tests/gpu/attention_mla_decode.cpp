@@ -37,7 +37,7 @@ struct Reference {
   std::vector<double> lse;  // [B, q_len, N]
 };
 
-// cache[b]: kv_lens[b] rows of 576; q_latent [B, q_len, N, 512]; q_rope [B, q_len, N, 64];
+// cache[b]: sequence b's rows of 576; q_latent [B, q_len, N, 512]; q_rope [B, q_len, N, 64];
 // visible[b][t]: positions query t of sequence b attends.
 Reference reference_mla(const MlaCase& c, const std::vector<std::vector<float>>& cache,
                         const std::vector<float>& q_latent, const std::vector<float>& q_rope,
@@ -46,42 +46,30 @@ Reference reference_mla(const MlaCase& c, const std::vector<std::vector<float>>&
   const int N = c.n_heads;
   Reference ref;
   ref.out.assign(static_cast<size_t>(B) * c.q_len * N * kMlaLatentDim, 0.0);
-  ref.lse.assign(static_cast<size_t>(B) * c.q_len * N, -std::numeric_limits<double>::infinity());
+  ref.lse.assign(static_cast<size_t>(B) * c.q_len * N, 0.0);
   for (int b = 0; b < B; ++b) {
     for (int t = 0; t < c.q_len; ++t) {
-      const std::vector<int>& positions = visible[b][t];
       for (int h = 0; h < N; ++h) {
         const size_t row = (static_cast<size_t>(b) * c.q_len + t) * N + h;
         const float* ql = &q_latent[row * kMlaLatentDim];
         const float* qr = &q_rope[row * kMlaRopeDim];
-        std::vector<double> score(positions.size());
-        double max_score = -std::numeric_limits<double>::infinity();
-        for (size_t i = 0; i < positions.size(); ++i) {
-          const float* kv = &cache[b][static_cast<size_t>(positions[i]) * kMlaCacheRow];
-          double dot = 0;
-          for (int d = 0; d < kMlaLatentDim; ++d) dot += double(ql[d]) * kv[d];
-          for (int d = 0; d < kMlaRopeDim; ++d) dot += double(qr[d]) * kv[kMlaLatentDim + d];
-          score[i] = c.scale * dot;
-          max_score = std::max(max_score, score[i]);
-        }
-        if (positions.empty()) continue;
-        double sum = 0;
-        double* o = &ref.out[row * kMlaLatentDim];
-        for (size_t i = 0; i < positions.size(); ++i) {
-          const double p = std::exp(score[i] - max_score);
-          sum += p;
-          const float* kv = &cache[b][static_cast<size_t>(positions[i]) * kMlaCacheRow];
-          for (int d = 0; d < kMlaLatentDim; ++d) o[d] += p * kv[d];
-        }
-        for (int d = 0; d < kMlaLatentDim; ++d) o[d] /= sum;
-        ref.lse[row] = max_score + std::log(sum);
+        const auto cache_row = [&](int s) { return &cache[b][static_cast<size_t>(s) * kMlaCacheRow]; };
+        const auto dot = [&](int s) {
+          const float* kv = cache_row(s);
+          double sum = 0;
+          for (int d = 0; d < kMlaLatentDim; ++d) sum += double(ql[d]) * kv[d];
+          for (int d = 0; d < kMlaRopeDim; ++d) sum += double(qr[d]) * kv[kMlaLatentDim + d];
+          return sum;
+        };
+        ref.lse[row] = reference_attention_row(visible[b][t], c.scale, dot, cache_row,
+                                               std::span(ref.out).subspan(row * kMlaLatentDim, kMlaLatentDim));
       }
     }
   }
   return ref;
 }
 
-// Runs one case on the GPU and checks it; returns a one-line summary (also on success).
+// Runs one case on the GPU and checks it; reports a one-line summary (also on success).
 void check_mla_case(const MlaCase& c) {
   Rng rng;
   const int B = static_cast<int>(c.kv_lens.size());
@@ -97,19 +85,12 @@ void check_mla_case(const MlaCase& c) {
   int max_len = 1;
   for (int len : c.kv_lens) max_len = std::max(max_len, len);
 
-  // Cache rows, bf16-exact.
-  std::vector<std::vector<float>> cache(B);
-  std::vector<std::vector<uint16_t>> cache_bits(B);
-  for (int b = 0; b < B; ++b) {
-    if (c.shared_sequence && b > 0) {
-      cache[b] = cache[0];
-      cache_bits[b] = cache_bits[0];
-      continue;
-    }
-    const int len = c.shared_sequence ? max_len : c.kv_lens[b];
-    Bf16Values rows = random_bf16(static_cast<size_t>(len) * kMlaCacheRow, rng);
-    cache[b] = std::move(rows.values);
-    cache_bits[b] = std::move(rows.bits);
+  // Cache rows, bf16-exact; with a shared sequence every batch entry reads the same rows.
+  CacheRows cache = random_cache_rows(c.shared_sequence ? std::vector<int>{max_len} : c.kv_lens, kMlaCacheRow, rng);
+  if (c.shared_sequence) {
+    const CacheRows one = cache;
+    cache.values.assign(B, one.values[0]);
+    cache.bits.assign(B, one.bits[0]);
   }
   const size_t n_rows = static_cast<size_t>(B) * c.q_len * N;
   const Bf16Values q_latent = random_bf16(n_rows * kMlaLatentDim, rng);
@@ -117,65 +98,24 @@ void check_mla_case(const MlaCase& c) {
 
   // Visible positions and (sparse) the index rows handed to the kernel.
   const int index_stride = c.top_k + 5;
-  std::vector<int32_t> indices;
+  SparseSelection selection;
   std::vector<std::vector<std::vector<int>>> visible(B, std::vector<std::vector<int>>(c.q_len));
-  if (sparse) indices.assign(static_cast<size_t>(B) * index_stride, 0);
-  for (int b = 0; b < B; ++b) {
-    const int len = c.kv_lens[b];
-    if (!sparse) {
-      for (int t = 0; t < c.q_len; ++t) {
-        for (int s = 0; s <= len - c.q_len + t; ++s) visible[b][t].push_back(s);
-      }
-      continue;
-    }
-    std::vector<int> all(len);
-    std::iota(all.begin(), all.end(), 0);
-    std::shuffle(all.begin(), all.end(), rng.engine);
-    const int chosen = std::min(len, c.top_k - c.top_k / 8);  // leave room for invalid entries
-    std::vector<int32_t> row(all.begin(), all.begin() + chosen);
-    visible[b][0].assign(row.begin(), row.end());
-    while (static_cast<int>(row.size()) < c.top_k) row.push_back(row.size() % 2 ? -1 : len + rng.uniform_int(0, 100));
-    std::shuffle(row.begin(), row.end(), rng.engine);
-    std::copy(row.begin(), row.end(), indices.begin() + static_cast<size_t>(b) * index_stride);
-    // Entries past top_k must be ignored: make them valid positions the query did not select.
-    for (int i = c.top_k; i < index_stride; ++i) indices[static_cast<size_t>(b) * index_stride + i] = len - 1;
-  }
-  const Reference ref = reference_mla(c, cache, q_latent.values, q_rope.values, visible);
-
-  // Device inputs.
-  latte::cuda::PagedRows<const __nv_bfloat16> cache_view;
-  latte::cuda::DeviceBuffer<uint16_t> cache_device;
-  latte::cuda::DeviceBuffer<int32_t> page_table_i32;
-  if (c.page_size > 0) {
-    const PagedPool pool = make_paged_pool(cache_bits, kMlaCacheRow, c.page_size, rng);
-    cache_device = upload(pool.pool);
-    page_table_i32 = upload(pool.page_table);
-    cache_view = {.data = reinterpret_cast<const __nv_bfloat16*>(cache_device.data()),
-                  .page_table = page_table_i32.data(),
-                  .page_stride = pool.page_stride,
-                  .token_stride = kMlaCacheRow,
-                  .page_size = c.page_size,
-                  .page_table_stride = pool.pages_per_seq};
-  } else if (c.shared_sequence) {
-    std::vector<uint16_t> flat(cache_bits[0]);
-    flat.resize(flat.size() + 3 * kMlaCacheRow, 0xffffu);  // NaN rows past the sequence
-    cache_device = upload(flat);
-    cache_view = {.data = reinterpret_cast<const __nv_bfloat16*>(cache_device.data()),
-                  .page_stride = 0,
-                  .token_stride = kMlaCacheRow};
+  if (sparse) {
+    selection = random_sparse_selection(c.kv_lens, c.top_k, index_stride, rng);
+    for (int b = 0; b < B; ++b) visible[b][0] = selection.selected[b];
   } else {
-    // [B, max_len + 3, 576]; rows past each sequence's length hold NaN.
-    const int capacity = max_len + 3;
-    std::vector<uint16_t> flat(static_cast<size_t>(B) * capacity * kMlaCacheRow, 0xffffu);
     for (int b = 0; b < B; ++b) {
-      std::copy(cache_bits[b].begin(), cache_bits[b].end(),
-                flat.begin() + static_cast<size_t>(b) * capacity * kMlaCacheRow);
+      for (int t = 0; t < c.q_len; ++t) visible[b][t] = causal_positions(c.kv_lens[b], c.q_len, t);
     }
-    cache_device = upload(flat);
-    cache_view = {.data = reinterpret_cast<const __nv_bfloat16*>(cache_device.data()),
-                  .page_stride = static_cast<int64_t>(capacity) * kMlaCacheRow,
-                  .token_stride = kMlaCacheRow};
   }
+  const Reference ref = reference_mla(c, cache.values, q_latent.values, q_rope.values, visible);
+
+  // Device inputs: a paged pool, one shared sequence (page_stride 0) or [B, max_len + 3, 576]; rows
+  // past each sequence hold NaN.
+  const CacheLayout layout{.dim = kMlaCacheRow, .page_size = c.page_size, .spare_rows = 3};
+  DeviceCache cache_device =
+      upload_cache(c.shared_sequence ? std::vector<std::vector<uint16_t>>{cache.bits[0]} : cache.bits, layout, rng);
+  if (c.shared_sequence) cache_device.view.page_stride = 0;
   latte::cuda::DeviceBuffer<uint16_t> q_latent_device, q_rope_device;
   latte::cuda::MlaDecodeParams params;
   if (c.concatenated_query) {
@@ -202,14 +142,10 @@ void check_mla_case(const MlaCase& c) {
   }
   const std::vector<int32_t> lens(c.kv_lens.begin(), c.kv_lens.end());
   auto lens_device = upload(lens);
-  auto indices_device = upload(indices);
-  const size_t out_bytes = n_rows * kMlaLatentDim * (c.bf16_out ? 2 : 4);
-  latte::cuda::DeviceBuffer<char> out_device(out_bytes);
-  latte::cuda::DeviceBuffer<float> lse_device(n_rows);
-  poison(out_device.data(), out_bytes);
-  poison(lse_device.data(), n_rows * sizeof(float));
+  auto indices_device = upload(selection.indices);
+  DecodeOutputs outputs(n_rows, kMlaLatentDim, c.bf16_out);
 
-  params.cache = cache_view;
+  params.cache = cache_device.view;
   params.kv_lens = lens_device.data();
   if (sparse) {
     params.indices = indices_device.data();
@@ -222,40 +158,23 @@ void check_mla_case(const MlaCase& c) {
   params.max_kv_len = max_len;
   params.scale = c.scale;
   params.out_type = c.bf16_out ? AttnOutputType::bf16 : AttnOutputType::f32;
-  params.out = out_device.data();
-  params.lse = lse_device.data();
+  params.out = outputs.out.data();
+  params.lse = outputs.lse.data();
 
   const latte::cuda::MlaDecodePlan plan = latte::cuda::plan_mla_decode(params, c.force_splits);
   latte::cuda::DeviceBuffer<char> workspace(std::max<size_t>(plan.workspace_bytes, 16));
   poison(workspace.data(), workspace.size());
   latte::cuda::run_mla_decode(params, plan, workspace.data(), workspace.size(), nullptr);
-  const std::vector<float> out = download_as_float(out_device.data(), n_rows * kMlaLatentDim, c.bf16_out);
-  const std::vector<float> lse = download(lse_device.data(), n_rows);
 
   const std::string plan_text = " plan{config " + std::to_string(plan.config) + ", rows/CTA " +
                                 std::to_string(plan.rows_per_cta) + ", splits " + std::to_string(plan.splits) +
                                 ", chunk " + std::to_string(plan.chunk) + "}";
   // bf16 P in the P.V product (and a bf16 output) bound the error near 2^-9 relative.
-  const Comparison out_cmp = compare(out, ref.out, 0.05 * rms(ref.out));
-  const Comparison lse_cmp = compare(lse, ref.lse, 5e-3);
-  const bool ok = out_cmp.rel_l2 < 1e-2 && !out_cmp.has_bad() && !lse_cmp.has_bad();
-  const std::string summary = label + plan_text + "\n  " + out_cmp.describe("out") + "\n  " + lse_cmp.describe("lse");
-  if (ok) {
-    MESSAGE(summary);
-  } else {
-    FAIL_CHECK(summary);
-  }
+  check_outputs(label + plan_text, outputs.out_values(), ref.out, outputs.lse_values(), ref.lse,
+                {.out_rel_l2 = 1e-2, .out_elem = 0.05 * rms(ref.out), .lse_elem = 5e-3});
 }
 
-void check_all(const std::vector<MlaCase>& cases) {
-  for (const MlaCase& c : cases) {
-    try {
-      check_mla_case(c);
-    } catch (const std::exception& e) {
-      FAIL_CHECK("mla_decode " << c.name << " threw: " << e.what());
-    }
-  }
-}
+void check_all(const std::vector<MlaCase>& cases) { check_each_case(cases, "mla_decode", check_mla_case); }
 
 }  // namespace
 
