@@ -30,6 +30,7 @@
 #include "cuda/norms.hpp"
 #include "cuda/rope_yarn.hpp"
 #include "model/deepseek2.hpp"
+#include "parallel/communicator.hpp"
 
 #include <latte/error.hpp>
 
@@ -81,15 +82,25 @@ class DecodeGraphs {
   std::map<std::vector<uint64_t>, Entry> entries_;
 };
 
-class CudaForward final : public detail::ForwardPass {
+class CudaForward final : public CudaRankForward {
  public:
-  CudaForward(const detail::ModelState& model, CudaAttentionBackend& backend)
-      : model_(model),
-        c_(model.config),
-        weights_(model.device_weights),
+  /// `rank`: one rank of a tensor-parallel group (config and weights are its shard), or nullptr.
+  CudaForward(const ModelConfig& config, std::shared_ptr<const DeviceWeights> weights, CudaAttentionBackend& backend,
+              const CudaRankSetup* rank)
+      : c_(config),
+        weights_(std::move(weights)),
         backend_(backend),
-        layout_(detail::attention_input_layout(model.config)) {
+        layout_(detail::attention_input_layout(config)) {
     if (!weights_) throw Error(ErrorCode::internal, "cuda forward: the model has no device weights");
+    if (rank) {
+      communicator_ = rank->communicator;
+      if (!communicator_) throw Error(ErrorCode::internal, "cuda forward: a tensor-parallel rank needs a communicator");
+      if (rank->expert_count > 0 && rank->expert_count < c_.n_expert) {
+        held_first_ = rank->expert_first;  // expert-parallel: this rank's experts only
+        n_held_ = rank->expert_count;
+      }
+    }
+    if (n_held_ == 0) n_held_ = c_.n_expert;
     backend_.bind(weights_);
     const RopeScaling& rs = c_.rope_scaling;
     rope_ = {.freq_base = c_.rope_freq_base};
@@ -115,7 +126,7 @@ class CudaForward final : public detail::ForwardPass {
     }
   }
 
-  void run(const detail::ForwardBatch& batch) override {
+  void prepare(const detail::ForwardBatch& batch) override {
     use_device(weights_->ordinal);
     const int T = static_cast<int>(batch.tokens.size());
     if (T == 0) return;
@@ -124,11 +135,20 @@ class CudaForward final : public detail::ForwardPass {
     ensure_capacity(T, static_cast<int>(batch.logit_rows.size()));
     stage_tokens(batch);
     stage_step(batch);
-    taps_ = batch.taps;  // with taps the step runs eagerly: a tap synchronises and copies mid-step
+  }
+
+  void execute(const detail::ForwardBatch& batch) override {
+    use_device(weights_->ordinal);
+    if (batch.tokens.empty()) return;
+    // With taps the step runs eagerly: a tap synchronises and copies mid-step. A tensor-parallel rank
+    // holds a share of the heads and FFN columns, so it emits none (the CPU ranks do the same).
+    taps_ = communicator_ ? nullptr : batch.taps;
     if (taps_ != nullptr || !graphs_.run(*this, batch)) enqueue(batch);
     finish_logits(batch);
     for (const detail::BatchSequence& s : batch.sequences) s.cache->set_n_tokens(s.cache->n_tokens() + s.n_tokens);
   }
+
+  [[nodiscard]] void* stream_handle() const noexcept override { return stream_.get(); }
 
   /// Everything a step runs on the stream, from the staged inputs to the logits in pinned memory.
   void enqueue(const detail::ForwardBatch& batch) {
@@ -201,6 +221,26 @@ class CudaForward final : public detail::ForwardPass {
   friend class DecodeGraphs;
   cudaStream_t stream() const noexcept { return stream_.get(); }
 
+  // ---- tensor parallelism -----------------------------------------------------------------------
+  // At the two reduction points of a block every rank adds its share (its heads' attn_output
+  // columns, its FFN columns or experts) into x; rank 0 on top of the residual stream, the others on
+  // zeros, so that the in-place fp32 all-reduce of x leaves x + sum of the shares on every rank.
+
+  /// Before a block's share is added into x: the ranks other than 0 start from zeros.
+  void begin_share() {
+    if (communicator_ && communicator_->rank() > 0) {
+      LATTE_CUDA_CHECK(
+          cudaMemsetAsync(act_.x.data(), 0, static_cast<size_t>(step_.n_rows) * c_.n_embd * sizeof(float), stream()));
+    }
+  }
+  /// After it: x = sum over ranks (NCCL on the step's stream, captured with it in a decode graph).
+  void reduce_shares() {
+    if (communicator_) {
+      communicator_->all_reduce_sum(act_.x.data(), static_cast<size_t>(step_.n_rows) * c_.n_embd,
+                                    detail::CollectiveType::f32);
+    }
+  }
+
   void prepare_caches(const detail::ForwardBatch& batch) {
     const KvLayout layout = backend_.kv_layout();
     const size_t index_row = c_.has_indexer() ? static_cast<size_t>(c_.indexer.head_dim) * 2 : 0;
@@ -256,7 +296,7 @@ class CudaForward final : public detail::ForwardPass {
       a.xn_bf16 = DeviceBuffer<__nv_bfloat16>(t * H, "bf16 activations");
       if (c_.n_dense_lead < c_.n_layer_main()) {
         moe_ = std::make_unique<MoeWorkspace>(MoeWorkspaceShape{
-            .max_tokens = T, .k = c_.n_expert_used, .n_experts = c_.n_expert, .hidden = H, .ffn = c_.n_ff_expert});
+            .max_tokens = T, .k = c_.n_expert_used, .n_experts = n_held_, .hidden = H, .ffn = c_.n_ff_expert});
       }
     }
     if (c_.has_indexer()) {
@@ -471,7 +511,9 @@ class CudaForward final : public detail::ForwardPass {
     if (tapping(il, "attn_heads", tap)) emit_device(tap, il, {T, N, c_.v_head_dim}, a.attn.data(), T, nv, nv);
     const bool tap_out = tapping(il, "attn_out", tap);
     if (tap_out) keep_residual();
+    begin_share();
     linear(w.attn_output, a.attn.data(), nv, T, a.x.data(), H, a.x.data());
+    reduce_shares();
     if (tap_out) emit_update(tap, il);
   }
 
@@ -563,12 +605,14 @@ class CudaForward final : public detail::ForwardPass {
     if (tapping(il, "ffn_norm", tap)) emit_device(tap, il, {T, H}, a.xn.data(), T, H, H);
     const bool tap_out = tapping(il, "ffn_out", tap);
     if (tap_out) keep_residual();
+    begin_share();
     if (!c_.is_moe_layer(il)) {
       gated_ffn(w.dense, T);
     } else {
       routed_experts(il, w, T);
       if (w.shared) gated_ffn(w.shared, T);
     }
+    reduce_shares();
     if (tap_out) emit_update(tap, il);
   }
 
@@ -609,7 +653,7 @@ class CudaForward final : public detail::ForwardPass {
     const MoeExpertWeights experts{.gate = stack(x.gate, x.gate_up_stride_rows),
                                    .up = stack(x.up, x.gate_up_stride_rows),
                                    .down = stack(x.down, H),
-                                   .n_experts = E,
+                                   .n_experts = n_held_,
                                    .hidden = H,
                                    .ffn = F};
     const bool grouped_gemm = T > gemv_max_tokens && gemm_quant_supports(x.gate.type) &&
@@ -625,7 +669,8 @@ class CudaForward final : public detail::ForwardPass {
                            .x_stride = H,
                            .out = a.x.data(),
                            .out_stride = H,
-                           .accumulate = true},
+                           .accumulate = true,
+                           .held_first = held_first_},
                           stream());
       return;
     }
@@ -641,7 +686,8 @@ class CudaForward final : public detail::ForwardPass {
                           .x_stride = H,
                           .out = a.x.data() + row0,
                           .out_stride = H,
-                          .accumulate = true},
+                          .accumulate = true,
+                          .held_first = held_first_},
                          stream());
     }
   }
@@ -676,8 +722,10 @@ class CudaForward final : public detail::ForwardPass {
     }
   }
 
-  const detail::ModelState& model_;
   const ModelConfig& c_;
+  detail::Communicator* communicator_ = nullptr;  // tensor parallelism: sums the ranks' shares
+  int held_first_ = -1;                            // expert parallelism: first routed expert held, or -1
+  int n_held_ = 0;                                 // routed experts held (all of them without expert parallelism)
   std::shared_ptr<const DeviceWeights> weights_;
   CudaAttentionBackend& backend_;
   detail::AttentionInputLayout layout_;
@@ -762,7 +810,18 @@ std::unique_ptr<detail::ForwardPass> create_cuda_forward(const detail::ModelStat
                                             "' does not run on CUDA; choose a CUDA backend (mla, standard)");
   }
   use_device(model.device.index);
-  return std::make_unique<CudaForward>(model, *cuda_backend);
+  return std::make_unique<CudaForward>(model.config, model.device_weights, *cuda_backend, nullptr);
+}
+
+std::unique_ptr<CudaRankForward> create_cuda_rank_forward(const CudaRankSetup& rank, AttentionBackend& backend) {
+  auto* cuda_backend = dynamic_cast<CudaAttentionBackend*>(&backend);
+  if (!cuda_backend) {
+    throw Error(ErrorCode::unsupported, "attention backend '" + std::string(backend.name()) +
+                                            "' does not run on CUDA; choose a CUDA backend (mla, standard)");
+  }
+  if (!rank.config || !rank.weights) throw Error(ErrorCode::internal, "cuda rank forward: no config or weights");
+  use_device(rank.weights->ordinal);
+  return std::make_unique<CudaForward>(*rank.config, rank.weights, *cuda_backend, &rank);
 }
 
 }  // namespace latte::cuda
