@@ -143,6 +143,13 @@ class TensorParallelCudaForward final : public detail::ForwardPass {
     // The rank passes' streams may still be named by the communicators: point them back at their own.
     const std::lock_guard step(devices_.step);
     for (auto& c : devices_.ranks) nccl(*c).set_stream(nullptr);
+    // Each rank's pass and backend (streams, graphs, library handles) go with their device current.
+    for (size_t r = 0; r < ranks_.size(); ++r) {
+      cudaSetDevice(devices_.first_device + static_cast<int>(r));
+      ranks_[r].forward.reset();
+      ranks_[r].backend.reset();
+    }
+    cudaSetDevice(devices_.first_device);
   }
   TensorParallelCudaForward(const TensorParallelCudaForward&) = delete;
   TensorParallelCudaForward& operator=(const TensorParallelCudaForward&) = delete;

@@ -143,33 +143,48 @@ TEST_CASE("tensor-parallel CUDA: TP=2 logits equal TP=1 on every flavour, both b
     // >= 16 tokens runs decompressed.
     std::vector<Case> cases{{"dense", std::min(12, top_k - 4), 4}};
     cases.push_back(config.has_indexer() ? Case{"sparse", 3 * top_k, 6} : Case{"long", 40, 4});
+    // TP=1 references first, one per case and backend; then each MoE split's TP=2 model.
+    struct Run {
+      const Case* c;
+      const char* backend;
+      uint64_t seed;
+      std::vector<latte::Token> tokens;
+      std::vector<float> reference;
+    };
+    std::vector<Run> runs;
+    for (const Case& c : cases) {
+      for (const char* backend : {"mla", "standard"}) {
+        Run run{.c = &c, .backend = backend, .seed = 0, .tokens = {}, .reference = {}};
+        run.tokens = latte::test::fresh_tokens(c.prompt + c.decode, vocab, &run.seed);
+        const std::span<const latte::Token> all(run.tokens);
+        run.reference = run_session(one, backend, all.first(static_cast<size_t>(c.prompt)),
+                                    all.subspan(static_cast<size_t>(c.prompt)));
+        runs.push_back(std::move(run));
+      }
+    }
     for (const latte::MoeSplit moe : kMoeSplits) {
       const latte::Model two =
           load(bytes, flavour, {.device = latte::Device::cuda(0), .tensor_parallel = 2, .moe_split = moe});
       const char* split = latte::detail::moe_split_name(moe).data();
-      for (const Case& c : cases) {
-        uint64_t seed = 0;
-        const auto tokens = latte::test::fresh_tokens(c.prompt + c.decode, vocab, &seed);
-        const std::span<const latte::Token> prompt(tokens.data(), static_cast<size_t>(c.prompt));
-        const std::span<const latte::Token> decode(tokens.data() + c.prompt, static_cast<size_t>(c.decode));
-        for (const char* backend : {"mla", "standard"}) {
-          CAPTURE(flavour);
-          CAPTURE(split);
-          CAPTURE(c.name);
-          CAPTURE(backend);
-          CAPTURE(seed);
-          std::fprintf(stderr, "tp test: %s %s %s %s\n", flavour.c_str(), split, c.name, backend);
-          const auto reference = run_session(one, backend, prompt, decode);
-          const auto logits = run_session(two, backend, prompt, decode);
-          const double error = latte::test::relative_error(logits, reference);
-          const double within = fraction_within(logits, reference, vocab, kBf16LogitsTolerance);
-          std::printf("TP2 vs TP1  %-15s %-16s %-6s %-8s prompt %3d + decode %d: logits error %.3g, %.0f%% of "
-                      "positions within %.0e\n",
-                      flavour.c_str(), split, c.name, backend, c.prompt, c.decode, error, 100 * within,
-                      kBf16LogitsTolerance);
-          CHECK(all_finite(logits));
-          CHECK(within >= kMinFractionWithin);
-        }
+      for (const Run& run : runs) {
+        const Case& c = *run.c;
+        CAPTURE(flavour);
+        CAPTURE(split);
+        CAPTURE(c.name);
+        CAPTURE(run.backend);
+        CAPTURE(run.seed);
+        std::fprintf(stderr, "tp test: %s %s %s %s\n", flavour.c_str(), split, c.name, run.backend);
+        const std::span<const latte::Token> all(run.tokens);
+        const auto logits = run_session(two, run.backend, all.first(static_cast<size_t>(c.prompt)),
+                                        all.subspan(static_cast<size_t>(c.prompt)));
+        const double error = latte::test::relative_error(logits, run.reference);
+        const double within = fraction_within(logits, run.reference, vocab, kBf16LogitsTolerance);
+        std::printf("TP2 vs TP1  %-15s %-16s %-6s %-8s prompt %3d + decode %d: logits error %.3g, %.0f%% of "
+                    "positions within %.0e\n",
+                    flavour.c_str(), split, c.name, run.backend, c.prompt, c.decode, error, 100 * within,
+                    kBf16LogitsTolerance);
+        CHECK(all_finite(logits));
+        CHECK(within >= kMinFractionWithin);
       }
     }
   }

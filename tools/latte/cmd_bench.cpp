@@ -391,8 +391,10 @@ int run_bench(std::span<const std::string> argv) {
   }
   auto degree_device = [&](const Degree& d) {
     if (d.tp == 1) return device.to_string();
-    return device.to_string() + "-" + std::to_string(device.index + d.tp - 1) +
-           (d.moe == MoeSplit::tensor_parallel ? " tpMoE" : "");
+    // cuda:0-1 (GPUs 0 and 1), cpu x2 (two in-process ranks); "tpMoE": experts split by width
+    const std::string ranks = device.is_cuda() ? device.to_string() + "-" + std::to_string(device.index + d.tp - 1)
+                                               : device.to_string() + " x" + std::to_string(d.tp);
+    return ranks + (d.moe == MoeSplit::tensor_parallel ? " tpMoE" : "");
   };
   Bench bench(o, model, bandwidth);
   const WeightBytes& w = bench.weights();
