@@ -87,10 +87,7 @@ class CudaForward final : public CudaRankForward {
   /// `rank`: one rank of a tensor-parallel group (config and weights are its shard), or nullptr.
   CudaForward(const ModelConfig& config, std::shared_ptr<const DeviceWeights> weights, CudaAttentionBackend& backend,
               const CudaRankSetup* rank)
-      : c_(config),
-        weights_(std::move(weights)),
-        backend_(backend),
-        layout_(detail::attention_input_layout(config)) {
+      : c_(config), weights_(std::move(weights)), backend_(backend), layout_(detail::attention_input_layout(config)) {
     if (!weights_) throw Error(ErrorCode::internal, "cuda forward: the model has no device weights");
     if (rank) {
       communicator_ = rank->communicator;
@@ -724,8 +721,8 @@ class CudaForward final : public CudaRankForward {
 
   const ModelConfig& c_;
   detail::Communicator* communicator_ = nullptr;  // tensor parallelism: sums the ranks' shares
-  int held_first_ = -1;                            // expert parallelism: first routed expert held, or -1
-  int n_held_ = 0;                                 // routed experts held (all of them without expert parallelism)
+  int held_first_ = -1;                           // expert parallelism: first routed expert held, or -1
+  int n_held_ = 0;                                // routed experts held (all of them without expert parallelism)
   std::shared_ptr<const DeviceWeights> weights_;
   CudaAttentionBackend& backend_;
   detail::AttentionInputLayout layout_;

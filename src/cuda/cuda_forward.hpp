@@ -40,11 +40,11 @@ class CudaRankForward : public detail::ForwardPass {
 
 /// One rank of a tensor-parallel group: its share of the model and the group's communicator.
 struct CudaRankSetup {
-  const ModelConfig* config = nullptr;              ///< the rank's config (n_head = heads held); outlives the pass
-  std::shared_ptr<const DeviceWeights> weights{};   ///< the rank's shard on its device
-  detail::Communicator* communicator = nullptr;     ///< device collectives on the pass's stream (NCCL)
-  int expert_first = 0;                             ///< expert-parallel: first routed expert held
-  int expert_count = 0;                             ///< routed experts held (0 or all: every expert)
+  const ModelConfig* config = nullptr;             ///< the rank's config (n_head = heads held); outlives the pass
+  std::shared_ptr<const DeviceWeights> weights{};  ///< the rank's shard on its device
+  detail::Communicator* communicator = nullptr;    ///< device collectives on the pass's stream (NCCL)
+  int expert_first = 0;                            ///< expert-parallel: first routed expert held
+  int expert_count = 0;                            ///< routed experts held (0 or all: every expert)
 };
 
 /// Creates the CUDA pass for a model loaded on a CUDA device. Throws Error(unsupported) when `backend`

@@ -256,9 +256,9 @@ class TensorParallelCudaForward final : public detail::ForwardPass {
         fresh->backend = backend_name_;
         for (size_t r = 0; r < ranks_.size(); ++r) {
           const ModelConfig& config = tp_.ranks[r].config;
-          fresh->caches.push_back(std::make_unique<detail::KvCache>(
-              s.cache->n_layer(), ranks_[r].backend->kv_layout(), config.has_indexer() ? config.indexer.head_dim : 0,
-              s.cache->n_ctx()));
+          fresh->caches.push_back(std::make_unique<detail::KvCache>(s.cache->n_layer(), ranks_[r].backend->kv_layout(),
+                                                                    config.has_indexer() ? config.indexer.head_dim : 0,
+                                                                    s.cache->n_ctx()));
         }
         state = fresh.get();
         s.cache->forward_state = std::move(fresh);
@@ -297,10 +297,10 @@ void require_tensor_parallel_devices(int first, int world) {
 #else
   const int count = cuda_device_count();
   if (first < 0 || first + world > count) {
-    throw Error(ErrorCode::invalid_argument,
-                degree_on(first, world) + " needs GPUs cuda:" + std::to_string(first) + " to cuda:" +
-                    std::to_string(first + world - 1) + ", but " + std::to_string(count) + " CUDA device" +
-                    (count == 1 ? " was" : "s were") + " found");
+    throw Error(ErrorCode::invalid_argument, degree_on(first, world) + " needs GPUs cuda:" + std::to_string(first) +
+                                                 " to cuda:" + std::to_string(first + world - 1) + ", but " +
+                                                 std::to_string(count) + " CUDA device" +
+                                                 (count == 1 ? " was" : "s were") + " found");
   }
 #endif
 }
@@ -326,11 +326,11 @@ std::shared_ptr<TensorParallelDevices> load_tensor_parallel_devices(const detail
     size_t free_bytes = 0, total_bytes = 0;
     LATTE_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
     if (needed > free_bytes) {
-      throw Error(ErrorCode::out_of_memory,
-                  state.file.path() + ": " + degree_on(first, w) + ": the shard of rank " + std::to_string(r) +
-                      " needs " + mib(needed) + " on cuda:" + std::to_string(first + r) + ", which has " +
-                      mib(free_bytes) + " free of " + mib(total_bytes) +
-                      " (latte inspect --tp prints the plan's bytes per rank)");
+      throw Error(ErrorCode::out_of_memory, state.file.path() + ": " + degree_on(first, w) + ": the shard of rank " +
+                                                std::to_string(r) + " needs " + mib(needed) +
+                                                " on cuda:" + std::to_string(first + r) + ", which has " +
+                                                mib(free_bytes) + " free of " + mib(total_bytes) +
+                                                " (latte inspect --tp prints the plan's bytes per rank)");
     }
   }
   for (int r = 0; r < w; ++r) {

@@ -35,9 +35,9 @@ struct TensorParallelDevices {
   TensorParallelDevices(const TensorParallelDevices&) = delete;
   TensorParallelDevices& operator=(const TensorParallelDevices&) = delete;
 
-  int first_device = 0;                                        ///< rank r runs on cuda:(first_device + r)
-  std::vector<std::shared_ptr<const DeviceWeights>> weights;   ///< [N] each rank's shard on its GPU
-  std::vector<std::unique_ptr<detail::Communicator>> ranks;    ///< [N] NCCL communicators (one group)
+  int first_device = 0;                                       ///< rank r runs on cuda:(first_device + r)
+  std::vector<std::shared_ptr<const DeviceWeights>> weights;  ///< [N] each rank's shard on its GPU
+  std::vector<std::unique_ptr<detail::Communicator>> ranks;   ///< [N] NCCL communicators (one group)
   /// One step at a time over the group: the communicators are shared by every session of the model.
   std::mutex step;
   /// Set when a step failed after collectives were queued: the communicators were aborted and the

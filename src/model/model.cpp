@@ -70,7 +70,8 @@ Model Model::from_file(gguf::File file, ModelParams params) {
     if (state->tensor_parallel) {
       // Each rank uploads only its shard, to cuda:(index + rank).
       state->cuda_tensor_parallel = cuda::load_tensor_parallel_devices(*state, params.device.index);
-      for (int r = 0; r < params.tensor_parallel; ++r) diagnostics::ensure_selftest(Device::cuda(params.device.index + r));
+      for (int r = 0; r < params.tensor_parallel; ++r)
+        diagnostics::ensure_selftest(Device::cuda(params.device.index + r));
     } else {
       state->device_weights = cuda::upload_weights(*state, params.device.index);
       diagnostics::ensure_selftest(params.device);

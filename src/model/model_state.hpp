@@ -16,7 +16,7 @@
 namespace latte::cuda {
 class DeviceWeights;
 struct TensorParallelDevices;
-}
+}  // namespace latte::cuda
 
 namespace latte::detail {
 

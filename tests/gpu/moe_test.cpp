@@ -412,8 +412,7 @@ TEST_CASE("expert-parallel: two ranks' held halves of moe_experts add up to the 
     run(rank1, ws_half, held, got.data(), true);
     const auto w_host = download(want.data(), want.size());
     check_close(decode ? "moe_experts_decode, held halves" : "moe_experts_prefill, held halves",
-                std::to_string(tokens) + " tokens", compare(download(got.data(), got.size()),
-                                                            std::vector<double>(w_host.begin(), w_host.end())),
-                1e-5);
+                std::to_string(tokens) + " tokens",
+                compare(download(got.data(), got.size()), std::vector<double>(w_host.begin(), w_host.end())), 1e-5);
   }
 }

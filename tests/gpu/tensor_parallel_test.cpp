@@ -179,10 +179,10 @@ TEST_CASE("tensor-parallel CUDA: TP=2 logits equal TP=1 on every flavour, both b
                                         all.subspan(static_cast<size_t>(c.prompt)));
         const double error = latte::test::relative_error(logits, run.reference);
         const double within = fraction_within(logits, run.reference, vocab, kBf16LogitsTolerance);
-        std::printf("TP2 vs TP1  %-15s %-16s %-6s %-8s prompt %3d + decode %d: logits error %.3g, %.0f%% of "
-                    "positions within %.0e\n",
-                    flavour.c_str(), split, c.name, run.backend, c.prompt, c.decode, error, 100 * within,
-                    kBf16LogitsTolerance);
+        std::printf(
+            "TP2 vs TP1  %-15s %-16s %-6s %-8s prompt %3d + decode %d: logits error %.3g, %.0f%% of "
+            "positions within %.0e\n",
+            flavour.c_str(), split, c.name, run.backend, c.prompt, c.decode, error, 100 * within, kBf16LogitsTolerance);
         CHECK(all_finite(logits));
         CHECK(within >= kMinFractionWithin);
       }
@@ -245,7 +245,8 @@ TEST_CASE("tensor-parallel CUDA: batched decode over TP sessions equals each ses
       std::vector<std::unique_ptr<latte::Session>> alone, together;
       for (size_t i = 0; i < lengths.size(); ++i) {
         for (auto* set : {&alone, &together}) {
-          set->push_back(std::make_unique<latte::Session>(two, latte::SessionParams{.n_ctx = 128, .attention = backend}));
+          set->push_back(
+              std::make_unique<latte::Session>(two, latte::SessionParams{.n_ctx = 128, .attention = backend}));
           set->back()->eval(std::span(prompts[i]).first(static_cast<size_t>(lengths[i])));
         }
       }

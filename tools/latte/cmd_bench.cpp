@@ -109,16 +109,16 @@ struct Options {
   uint64_t seed = 42;
   bool json = false;
   bool kernels = false;
-  std::vector<int> tps{1};                                ///< tensor-parallel degrees
+  std::vector<int> tps{1};                                      ///< tensor-parallel degrees
   std::vector<MoeSplit> moe_splits{MoeSplit::expert_parallel};  ///< for degrees > 1
 };
 
 /// One row of the table.
 struct TestResult {
-  int tp = 1;                                 ///< tensor-parallel degree
-  MoeSplit moe = MoeSplit::expert_parallel;   ///< with tp > 1
-  std::string attention{};  ///< resolved backend name
-  std::string name{};       ///< "pp512", "tg128 @ d4096", "pp512+tg128 x8"
+  int tp = 1;                                ///< tensor-parallel degree
+  MoeSplit moe = MoeSplit::expert_parallel;  ///< with tp > 1
+  std::string attention{};                   ///< resolved backend name
+  std::string name{};                        ///< "pp512", "tg128 @ d4096", "pp512+tg128 x8"
   int n_prompt = 0, n_gen = 0, depth = 0, batch = 1;
   std::vector<double> tps{};  ///< per timed rep, tokens per second
   double floor_bytes = 0;     ///< bytes the timed part must move at least
@@ -350,8 +350,8 @@ int run_bench(std::span<const std::string> argv) {
 #ifndef LATTE_WITH_CUDA
   if (o.kernels) throw Error(ErrorCode::unsupported, "bench: --kernels needs a build with CUDA (LATTE_CUDA=ON)");
 #endif
-  Model model = Model::load(o.model_path, {.device = device, .tensor_parallel = o.tps.front(),
-                                           .moe_split = o.moe_splits.front()});
+  Model model = Model::load(o.model_path,
+                            {.device = device, .tensor_parallel = o.tps.front(), .moe_split = o.moe_splits.front()});
   for (const std::string& a : o.attentions) (void)resolve_attention_backend(a, model.config(), device);
   [[maybe_unused]] const bool any_test = std::any_of(o.prompts.begin(), o.prompts.end(), [](int p) { return p > 0; }) ||
                                          std::any_of(o.gens.begin(), o.gens.end(), [](int n) { return n > 0; });
@@ -458,11 +458,11 @@ int run_bench(std::span<const std::string> argv) {
         }
         const double speedup = r.mean() / base.mean();
         const double ratio = static_cast<double>(r.tp) / base.tp;
-        std::printf("scaling %-9s %-22s TP=%d%s %.2f t/s / TP=%d %.2f t/s: speedup %.2fx, efficiency %.0f%%\n",
-                    r.attention.c_str(), r.name.c_str(), r.tp,
-                    r.tp > 1 ? (r.moe == MoeSplit::tensor_parallel ? " (tensor-parallel MoE)" : " (expert-parallel MoE)")
-                             : "",
-                    r.mean(), base.tp, base.mean(), speedup, 100.0 * speedup / ratio);
+        std::printf(
+            "scaling %-9s %-22s TP=%d%s %.2f t/s / TP=%d %.2f t/s: speedup %.2fx, efficiency %.0f%%\n",
+            r.attention.c_str(), r.name.c_str(), r.tp,
+            r.tp > 1 ? (r.moe == MoeSplit::tensor_parallel ? " (tensor-parallel MoE)" : " (expert-parallel MoE)") : "",
+            r.mean(), base.tp, base.mean(), speedup, 100.0 * speedup / ratio);
       }
     }
   }
