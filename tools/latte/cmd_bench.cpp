@@ -447,6 +447,10 @@ int run_bench(std::span<const std::string> argv) {
     }
   }
   // Scaling of every test against the same test at the first degree.
+  auto split_label = [](const TestResult& r) {
+    if (r.tp == 1) return "";
+    return r.moe == MoeSplit::tensor_parallel ? " (tensor-parallel MoE)" : " (expert-parallel MoE)";
+  };
   if (!o.json && degrees.size() > 1) {
     std::printf("\n");
     for (const TestResult& r : results) {
@@ -458,11 +462,12 @@ int run_bench(std::span<const std::string> argv) {
         }
         const double speedup = r.mean() / base.mean();
         const double ratio = static_cast<double>(r.tp) / base.tp;
-        std::printf(
-            "scaling %-9s %-22s TP=%d%s %.2f t/s / TP=%d %.2f t/s: speedup %.2fx, efficiency %.0f%%\n",
-            r.attention.c_str(), r.name.c_str(), r.tp,
-            r.tp > 1 ? (r.moe == MoeSplit::tensor_parallel ? " (tensor-parallel MoE)" : " (expert-parallel MoE)") : "",
-            r.mean(), base.tp, base.mean(), speedup, 100.0 * speedup / ratio);
+        char efficiency[48] = "";  // speedup / degree ratio; none between two splits of one degree
+        if (r.tp != base.tp)
+          std::snprintf(efficiency, sizeof efficiency, ", efficiency %.0f%%", 100.0 * speedup / ratio);
+        std::printf("scaling %-9s %-22s TP=%d%s %.2f t/s / TP=%d%s %.2f t/s: speedup %.2fx%s\n", r.attention.c_str(),
+                    r.name.c_str(), r.tp, split_label(r), r.mean(), base.tp, split_label(base), base.mean(), speedup,
+                    efficiency);
       }
     }
   }
