@@ -10,7 +10,9 @@
 #      (pp512, tg128, 8 batched sequences; mla) with its scaling lines
 #   4. the NCCL launch test (two processes, one GPU each)            latte_nccl_launch_test
 #   5. expert-parallel vs tensor-parallel MoE: the mla bench with --tp 2 --tp-moe expert,tensor
-#   6. the bench of 3 with the standard backend; `latte generate --tp 1` and `--tp 2` greedy (mla)
+#   6. the bench of 3 with the output head split by vocabulary over the ranks (LATTE_TP_OUTPUT=split;
+#      by default rank 0 holds the whole head), then with the standard backend; `latte generate --tp 1`
+#      and `--tp 2` greedy (mla)
 #   7. the TP gpu tests with LATTE_CUDA_GRAPHS=0 (decode steps eager; tells a graph+NCCL problem apart)
 # Why Q8_0 and not Q4_K_M: V2-Lite's shared-expert down projection is 2816 wide, 1408 per rank, which
 # cuts Q4_K/Q6_K blocks of 256 values; the plan refuses it (`latte inspect --tp 2` names the tensor).
@@ -21,7 +23,7 @@
 # Needs .deps/ from scripts/prepare-gpu-deps.sh (no network on the GPU machine) and NCCL (the CUDA
 # toolkit's or NCCL_ROOT). Settings:
 #   LATTE_GPU_ARCH   CMAKE_CUDA_ARCHITECTURES (default 90a-real)
-#   LATTE_TP_SKIP      space-separated steps to skip: tests error bench launch moe generate eager
+#   LATTE_TP_SKIP      space-separated steps to skip: tests error bench launch moe head generate eager
 #   LATTE_BENCH_REPS   repetitions per bench test (default 2)
 #   LATTE_TP_BUDGET_S  seconds the whole script may take (default 570: a device call ends at 600);
 #                      steps are ordered by importance and each runs under the time left; those
@@ -131,9 +133,9 @@ if [ $build_ok = 1 ]; then
   MODEL_FILE=build-gpu/v2lite-8L-q8_0.gguf
   if [ $fundamental_ok = 0 ]; then
     echo "   eager TP steps hung: skipping the model benches (see tp-smoke-eager.log)"
-    SKIP="$SKIP bench moe generate eager "
+    SKIP="$SKIP bench moe head generate eager "
   fi
-  if ! skipped bench || ! skipped moe || ! skipped generate; then
+  if ! skipped bench || ! skipped moe || ! skipped head || ! skipped generate; then
     [ -f "$MODEL_FILE" ] || step "convert random deepseek-v2-lite 8L q8_0" convert.log 180 $LATTE convert \
       --random --preset deepseek-v2-lite --vocab 129280 --layers 8 --type q8_0 --no-progress -o "$MODEL_FILE"
     step "inspect --tp 2" inspect.log 30 $LATTE inspect "$MODEL_FILE" --tp 2 --no-tensors
@@ -146,6 +148,10 @@ if [ $build_ok = 1 ]; then
   if ! skipped moe && [ -f "$MODEL_FILE" ]; then
     step "bench expert- vs tensor-parallel MoE (mla)" bench-moe.log 120 $LATTE bench --model "$MODEL_FILE" \
       --device cuda:0 --tp 2 --tp-moe expert,tensor --attention mla -p 512 -n 128 --batch 1,8 -r "$REPS"
+  fi
+  if ! skipped head && [ -f "$MODEL_FILE" ]; then
+    step "bench --tp 1,2, output head split (mla)" bench-split-head.log 150 env LATTE_TP_OUTPUT=split $LATTE bench \
+      --model "$MODEL_FILE" --device cuda:0 --tp 1,2 --attention mla -p 512 -n 128 --batch 1,8 -r "$REPS"
   fi
   if ! skipped bench && [ -f "$MODEL_FILE" ]; then
     step "bench --tp 1,2 (standard)" bench-standard.log 150 $LATTE bench --model "$MODEL_FILE" \

@@ -92,6 +92,12 @@ class CudaForward final : public CudaRankForward {
     if (rank) {
       communicator_ = rank->communicator;
       if (!communicator_) throw Error(ErrorCode::internal, "cuda forward: a tensor-parallel rank needs a communicator");
+      if (rank->split_output) {
+        if (c_.n_vocab % communicator_->world_size() != 0) {
+          throw Error(ErrorCode::internal, "cuda forward: the vocabulary does not split evenly over the ranks");
+        }
+        vocab_slice_ = c_.n_vocab / communicator_->world_size();
+      }
       if (rank->expert_count > 0 && rank->expert_count < c_.n_expert) {
         held_first_ = rank->expert_first;  // expert-parallel: this rank's experts only
         n_held_ = rank->expert_count;
@@ -212,7 +218,8 @@ class CudaForward final : public CudaRankForward {
     DeviceBuffer<float> index_scores;  // [T, max_kv_len]
     DeviceBuffer<int32_t> selection;   // [T, top_k]
     DeviceBuffer<float> out_rows;      // [n_out, H] normalised rows whose logits are wanted
-    DeviceBuffer<float> logits;        // [n_out, vocab]
+    DeviceBuffer<float> logits;        // [n_out, vocab]; split output head: [ranks, n_out, vocab / ranks]
+    DeviceBuffer<float> logits_slice;  // split output head: [n_out, vocab / ranks] this rank's columns
   };
 
   friend class DecodeGraphs;
@@ -266,6 +273,9 @@ class CudaForward final : public CudaRankForward {
     if (static_cast<size_t>(n_out) * c_.n_vocab > logits_host_.size()) {
       logits_host_ = PinnedBuffer<float>(static_cast<size_t>(std::max(n_out, 1)) * c_.n_vocab);
       act_.logits = DeviceBuffer<float>(static_cast<size_t>(std::max(n_out, 1)) * c_.n_vocab, "logits");
+      if (vocab_slice_ > 0) {
+        act_.logits_slice = DeviceBuffer<float>(static_cast<size_t>(std::max(n_out, 1)) * vocab_slice_, "logits slice");
+      }
       bump_scratch_generation();
     }
     if (T <= capacity_) return;
@@ -705,14 +715,36 @@ class CudaForward final : public CudaRankForward {
     std::string tap;
     if (tapping(-1, "output_norm", tap)) emit_device(tap, -1, {n_out, H}, a.out_rows.data(), n_out, H, H);
     float* logits = a.logits.data();
+    if (vocab_slice_ > 0) {
+      // This rank's vocabulary rows, then every rank's slice gathered in rank order (rank 0 reorders
+      // them per row on the host, in finish_logits).
+      linear(weights_->output, a.out_rows.data(), H, n_out, a.logits_slice.data(), vocab_slice_);
+      communicator_->all_gather(a.logits_slice.data(), logits, static_cast<size_t>(n_out) * vocab_slice_,
+                                detail::CollectiveType::f32);
+      if (communicator_->rank() == 0) copy_logits_to_host(logits, n_out, vocab, vocab, logits_host_, stream());
+      return;
+    }
     linear(weights_->output, a.out_rows.data(), H, n_out, logits, vocab);
     copy_logits_to_host(logits, n_out, vocab, vocab, logits_host_, stream());
   }
 
   void finish_logits(const detail::ForwardBatch& batch) {
     stream_.synchronize();
+    if (batch.logits == nullptr) return;  // a tensor-parallel rank other than 0
     const size_t n = batch.logit_rows.size() * static_cast<size_t>(c_.n_vocab);
-    if (n) std::memcpy(batch.logits, logits_host_.data(), n * sizeof(float));
+    if (n && vocab_slice_ > 0) {
+      // [ranks, n_out, slice] -> [n_out, ranks * slice]
+      const size_t n_out = batch.logit_rows.size(), slice = static_cast<size_t>(vocab_slice_);
+      const size_t ranks = static_cast<size_t>(c_.n_vocab) / slice;
+      for (size_t r = 0; r < ranks; ++r) {
+        for (size_t i = 0; i < n_out; ++i) {
+          std::memcpy(batch.logits + i * c_.n_vocab + r * slice, logits_host_.data() + (r * n_out + i) * slice,
+                      slice * sizeof(float));
+        }
+      }
+    } else if (n) {
+      std::memcpy(batch.logits, logits_host_.data(), n * sizeof(float));
+    }
     std::string tap;
     if (n && tapping(-1, "logits", tap)) {
       taps_->emit(tap, -1, {static_cast<int64_t>(batch.logit_rows.size()), c_.n_vocab}, batch.logits);
@@ -723,6 +755,7 @@ class CudaForward final : public CudaRankForward {
   detail::Communicator* communicator_ = nullptr;  // tensor parallelism: sums the ranks' shares
   int held_first_ = -1;                           // expert parallelism: first routed expert held, or -1
   int n_held_ = 0;                                // routed experts held (all of them without expert parallelism)
+  int vocab_slice_ = 0;                           // split output head: vocabulary rows of each rank, else 0
   std::shared_ptr<const DeviceWeights> weights_;
   CudaAttentionBackend& backend_;
   detail::AttentionInputLayout layout_;

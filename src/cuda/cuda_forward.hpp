@@ -45,6 +45,10 @@ struct CudaRankSetup {
   detail::Communicator* communicator = nullptr;    ///< device collectives on the pass's stream (NCCL)
   int expert_first = 0;                            ///< expert-parallel: first routed expert held
   int expert_count = 0;                            ///< routed experts held (0 or all: every expert)
+  /// The output head is split by vocabulary rows (weights->output holds this rank's n_vocab / N rows):
+  /// every rank computes its slice of the logits and rank 0 gathers them. Every rank must then be
+  /// given the batch's logit rows (only rank 0 a logits pointer).
+  bool split_output = false;
 };
 
 /// Creates the CUDA pass for a model loaded on a CUDA device. Throws Error(unsupported) when `backend`

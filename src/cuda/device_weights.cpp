@@ -142,10 +142,11 @@ void build(const ModelConfig& c, const detail::ModelWeights& w, const UploadOpti
            DeviceWeights& out) {
   out.token_embd = up.matrix(w.token_embd);
   out.output_norm = up.vector(w.output_norm);
+  const bool slice = options.output_rows >= 0;
   if (w.output.data == w.token_embd.data) {
-    out.output = out.token_embd;
+    out.output = slice ? out.token_embd.slice(options.output_first, options.output_rows) : out.token_embd;
   } else if (options.output) {
-    out.output = up.matrix(w.output);
+    out.output = up.matrix(slice ? w.output.rows(options.output_first, options.output_rows) : w.output);
   }
   out.layers.assign(w.layers.size(), {});
   const auto attention = w.attention_weights();

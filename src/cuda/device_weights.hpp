@@ -102,8 +102,10 @@ class DeviceWeights {
 
 /// What an upload holds beyond the blocks.
 struct UploadOptions {
-  bool output = true;      ///< the output head (a tensor-parallel rank other than 0 computes no logits)
-  std::string label = "";  ///< names the upload in errors, e.g. "rank 1 of 2"
+  bool output = true;        ///< the output head (a tensor-parallel rank other than 0 computes no logits)
+  int64_t output_first = 0;  ///< with output: its first row held (a vocabulary slice of a tensor-parallel rank)
+  int64_t output_rows = -1;  ///< with output: rows held from output_first; -1: all
+  std::string label = "";    ///< names the upload in errors, e.g. "rank 1 of 2"
 };
 
 /// Device bytes an upload of `weights` (views with the shapes of `config`) takes.

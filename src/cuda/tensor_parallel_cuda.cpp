@@ -18,6 +18,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <cstdlib>
 #include <exception>
 #include <functional>
 #include <thread>
@@ -134,7 +135,8 @@ class TensorParallelCudaForward final : public detail::ForwardPass {
                                                .weights = devices_.weights[static_cast<size_t>(r)],
                                                .communicator = devices_.ranks[static_cast<size_t>(r)].get(),
                                                .expert_first = shard.expert_first,
-                                               .expert_count = shard.expert_count},
+                                               .expert_count = shard.expert_count,
+                                               .split_output = devices_.split_output},
                                               *rank.backend);
     }
   }
@@ -239,7 +241,7 @@ class TensorParallelCudaForward final : public detail::ForwardPass {
   detail::ForwardBatch rank_batch(const detail::ForwardBatch& batch, int r) const {
     return {.tokens = batch.tokens,
             .sequences = ranks_[static_cast<size_t>(r)].sequences,
-            .logit_rows = r == 0 ? batch.logit_rows : std::span<const int>{},
+            .logit_rows = r == 0 || devices_.split_output ? batch.logit_rows : std::span<const int>{},
             .logits = r == 0 ? batch.logits : nullptr};
   }
 
@@ -315,8 +317,19 @@ std::shared_ptr<TensorParallelDevices> load_tensor_parallel_devices(const detail
 #else
   auto out = std::make_shared<TensorParallelDevices>();
   out->first_device = first;
+  const char* output_env = std::getenv("LATTE_TP_OUTPUT");
+  const std::string output_mode = output_env ? output_env : "replicated";
+  if (output_mode != "replicated" && output_mode != "split") {
+    throw Error(ErrorCode::invalid_argument, "LATTE_TP_OUTPUT is replicated or split, got '" + output_mode + "'");
+  }
+  out->split_output = output_mode == "split" && state.config.n_vocab % w == 0;
+  const int64_t slice = state.config.n_vocab / w;
   auto options = [&](int r) {
-    return UploadOptions{.output = r == 0, .label = "rank " + std::to_string(r) + " of " + std::to_string(w)};
+    const std::string label = "rank " + std::to_string(r) + " of " + std::to_string(w);
+    if (out->split_output) {
+      return UploadOptions{.output = true, .output_first = r * slice, .output_rows = slice, .label = label};
+    }
+    return UploadOptions{.output = r == 0, .label = label};
   };
   // Every shard must fit before any is uploaded.
   for (int r = 0; r < w; ++r) {

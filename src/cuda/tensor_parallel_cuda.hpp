@@ -5,8 +5,9 @@
 // shares are summed by an in-place fp32 all-reduce of the residual stream on the step's stream (no
 // host round trip). The KV cache of a sequence is per rank: `standard` caches the rank's heads, `mla`
 // a full copy of c|k_pe on every rank. Rank 0 holds the output head (the others skip it) and produces
-// the logits. Decode steps are captured in CUDA graphs per rank like on one GPU, the NCCL all-reduces
-// inside them (LATTE_CUDA_GRAPHS=0 runs them eagerly).
+// the logits (LATTE_TP_OUTPUT=split instead splits the head by vocabulary rows over the ranks and
+// gathers the logits to rank 0). Decode steps are captured in CUDA graphs per rank like on one GPU, the NCCL
+// all-reduces inside them (LATTE_CUDA_GRAPHS=0 runs them eagerly).
 //
 //   auto model = latte::Model::load("m.gguf", {.device = latte::Device::cuda(0), .tensor_parallel = 2});
 //   latte::Session s(model, {.attention = "mla"});   // create_tensor_parallel_cuda_forward behind it
@@ -40,6 +41,10 @@ struct TensorParallelDevices {
   std::vector<std::unique_ptr<detail::Communicator>> ranks;   ///< [N] NCCL communicators (one group)
   /// One step at a time over the group: the communicators are shared by every session of the model.
   std::mutex step;
+  /// The output head split by vocabulary rows over the ranks (LATTE_TP_OUTPUT=split at load, when
+  /// n_vocab divides evenly): each rank computes its slice of the logits, rank 0 gathers them. Else
+  /// rank 0 alone holds the whole head and computes the logits.
+  bool split_output = false;
   /// Set when a step failed after collectives were queued: the communicators were aborted and the
   /// model's sessions throw from then on (load the model again).
   std::string failure;

@@ -8,6 +8,7 @@
 // rounding is the fp32 sum of the ranks' shares (in another order than one GPU's accumulation) and,
 // through it, bf16 roundings of activations that land on the other side; as in model_forward_test.cpp
 // most positions must agree within 2e-2 (a MoE routing or DSA selection tie may flip a few).
+#include "cuda/tensor_parallel_cuda.hpp"
 #include "model/model_state.hpp"
 #include "model/presets.hpp"
 #include "parallel/shard_plan.hpp"
@@ -311,6 +312,33 @@ TEST_CASE("tensor-parallel CUDA: truncating and continuing, and graphs against e
     std::printf("TP2 eval 30, truncate(12), eval 18 vs eval 12, eval 18 %-8s: logits error %.3g\n", backend,
                 truncate_error);
     CHECK(truncate_error <= 1e-6);
+  }
+}
+
+TEST_CASE("tensor-parallel CUDA: the output head split by vocabulary gives the replicated head's logits") {
+  if (!have_two_gpus("split output head")) return;
+  const latte::ModelConfig config = latte::model_preset("test-v3");
+  const auto bytes = latte::random_model_bytes(config, {.seed = 29});
+  const latte::Model replicated = load(bytes, "test-v3", {.device = latte::Device::cuda(0), .tensor_parallel = 2});
+  ::setenv("LATTE_TP_OUTPUT", "split", 1);
+  const latte::Model split = load(bytes, "test-v3", {.device = latte::Device::cuda(0), .tensor_parallel = 2});
+  ::unsetenv("LATTE_TP_OUTPUT");
+  REQUIRE(config.n_vocab % 2 == 0);
+  CHECK_FALSE(replicated.state().cuda_tensor_parallel->split_output);
+  CHECK(split.state().cuda_tensor_parallel->split_output);
+  const auto tokens = latte::test::fresh_tokens(44, config.n_vocab);
+  const std::span<const latte::Token> all(tokens);
+  for (const char* backend : {"mla", "standard"}) {
+    CAPTURE(backend);
+    // 40 prompt positions (the head as a GEMM over 40 rows), then 4 decode steps (one row each).
+    const auto want = run_session(replicated, backend, all.first(40), all.subspan(40));
+    const auto got = run_session(split, backend, all.first(40), all.subspan(40));
+    const double error = latte::test::relative_error(got, want);
+    std::printf("TP2 split vs replicated output head %-8s: logits error %.3g\n", backend, error);
+    CHECK(all_finite(got));
+    // The same rows of the head either way; only the GEMM's blocking over a half-height matrix may
+    // differ (fp32 accumulation order), far below bf16 noise and far from a misplaced slice (~1).
+    CHECK(error <= 1e-4);
   }
 }
 
