@@ -30,6 +30,7 @@
 #include "cuda/norms.hpp"
 #include "cuda/rope_yarn.hpp"
 #include "model/deepseek2.hpp"
+#include "parallel/communicator.hpp"
 
 #include <latte/error.hpp>
 
@@ -81,15 +82,28 @@ class DecodeGraphs {
   std::map<std::vector<uint64_t>, Entry> entries_;
 };
 
-class CudaForward final : public detail::ForwardPass {
+class CudaForward final : public CudaRankForward {
  public:
-  CudaForward(const detail::ModelState& model, CudaAttentionBackend& backend)
-      : model_(model),
-        c_(model.config),
-        weights_(model.device_weights),
-        backend_(backend),
-        layout_(detail::attention_input_layout(model.config)) {
+  /// `rank`: one rank of a tensor-parallel group (config and weights are its shard), or nullptr.
+  CudaForward(const ModelConfig& config, std::shared_ptr<const DeviceWeights> weights, CudaAttentionBackend& backend,
+              const CudaRankSetup* rank)
+      : c_(config), weights_(std::move(weights)), backend_(backend), layout_(detail::attention_input_layout(config)) {
     if (!weights_) throw Error(ErrorCode::internal, "cuda forward: the model has no device weights");
+    if (rank) {
+      communicator_ = rank->communicator;
+      if (!communicator_) throw Error(ErrorCode::internal, "cuda forward: a tensor-parallel rank needs a communicator");
+      if (rank->split_output) {
+        if (c_.n_vocab % communicator_->world_size() != 0) {
+          throw Error(ErrorCode::internal, "cuda forward: the vocabulary does not split evenly over the ranks");
+        }
+        vocab_slice_ = c_.n_vocab / communicator_->world_size();
+      }
+      if (rank->expert_count > 0 && rank->expert_count < c_.n_expert) {
+        held_first_ = rank->expert_first;  // expert-parallel: this rank's experts only
+        n_held_ = rank->expert_count;
+      }
+    }
+    if (n_held_ == 0) n_held_ = c_.n_expert;
     backend_.bind(weights_);
     const RopeScaling& rs = c_.rope_scaling;
     rope_ = {.freq_base = c_.rope_freq_base};
@@ -115,7 +129,7 @@ class CudaForward final : public detail::ForwardPass {
     }
   }
 
-  void run(const detail::ForwardBatch& batch) override {
+  void prepare(const detail::ForwardBatch& batch) override {
     use_device(weights_->ordinal);
     const int T = static_cast<int>(batch.tokens.size());
     if (T == 0) return;
@@ -128,11 +142,20 @@ class CudaForward final : public detail::ForwardPass {
     ensure_capacity(T, static_cast<int>(batch.logit_rows.size()));
     stage_tokens(batch);
     stage_step(batch);
-    taps_ = batch.taps;  // with taps the step runs eagerly: a tap synchronises and copies mid-step
+  }
+
+  void execute(const detail::ForwardBatch& batch) override {
+    use_device(weights_->ordinal);
+    if (batch.tokens.empty()) return;
+    // With taps the step runs eagerly: a tap synchronises and copies mid-step. A tensor-parallel rank
+    // holds a share of the heads and FFN columns, so it emits none (the CPU ranks do the same).
+    taps_ = communicator_ ? nullptr : batch.taps;
     if (taps_ != nullptr || !graphs_.run(*this, batch)) enqueue(batch);
     finish_logits(batch);
     for (const detail::BatchSequence& s : batch.sequences) s.cache->set_n_tokens(s.cache->n_tokens() + s.n_tokens);
   }
+
+  [[nodiscard]] void* stream_handle() const noexcept override { return stream_.get(); }
 
   /// Everything a step runs on the stream, from the staged inputs to the logits in pinned memory.
   void enqueue(const detail::ForwardBatch& batch) {
@@ -199,11 +222,32 @@ class CudaForward final : public detail::ForwardPass {
     DeviceBuffer<float> index_scores;  // [T, max_kv_len]
     DeviceBuffer<int32_t> selection;   // [T, top_k]
     DeviceBuffer<float> out_rows;      // [n_out, H] normalised rows whose logits are wanted
-    DeviceBuffer<float> logits;        // [n_out, vocab]
+    DeviceBuffer<float> logits;        // [n_out, vocab]; split output head: [ranks, n_out, vocab / ranks]
+    DeviceBuffer<float> logits_slice;  // split output head: [n_out, vocab / ranks] this rank's columns
   };
 
   friend class DecodeGraphs;
   cudaStream_t stream() const noexcept { return stream_.get(); }
+
+  // ---- tensor parallelism -----------------------------------------------------------------------
+  // At the two reduction points of a block every rank adds its share (its heads' attn_output
+  // columns, its FFN columns or experts) into x; rank 0 on top of the residual stream, the others on
+  // zeros, so that the in-place fp32 all-reduce of x leaves x + sum of the shares on every rank.
+
+  /// Before a block's share is added into x: the ranks other than 0 start from zeros.
+  void begin_share() {
+    if (communicator_ && communicator_->rank() > 0) {
+      LATTE_CUDA_CHECK(
+          cudaMemsetAsync(act_.x.data(), 0, static_cast<size_t>(step_.n_rows) * c_.n_embd * sizeof(float), stream()));
+    }
+  }
+  /// After it: x = sum over ranks (NCCL on the step's stream, captured with it in a decode graph).
+  void reduce_shares() {
+    if (communicator_) {
+      communicator_->all_reduce_sum(act_.x.data(), static_cast<size_t>(step_.n_rows) * c_.n_embd,
+                                    detail::CollectiveType::f32);
+    }
+  }
 
   void prepare_caches(const detail::ForwardBatch& batch) {
     const KvLayout layout = backend_.kv_layout();
@@ -233,6 +277,9 @@ class CudaForward final : public detail::ForwardPass {
     if (static_cast<size_t>(n_out) * c_.n_vocab > logits_host_.size()) {
       logits_host_ = PinnedBuffer<float>(static_cast<size_t>(std::max(n_out, 1)) * c_.n_vocab);
       act_.logits = DeviceBuffer<float>(static_cast<size_t>(std::max(n_out, 1)) * c_.n_vocab, "logits");
+      if (vocab_slice_ > 0) {
+        act_.logits_slice = DeviceBuffer<float>(static_cast<size_t>(std::max(n_out, 1)) * vocab_slice_, "logits slice");
+      }
       bump_scratch_generation();
     }
     if (T <= capacity_) return;
@@ -260,7 +307,7 @@ class CudaForward final : public detail::ForwardPass {
       a.xn_bf16 = DeviceBuffer<__nv_bfloat16>(t * H, "bf16 activations");
       if (c_.n_dense_lead < c_.n_layer_main()) {
         moe_ = std::make_unique<MoeWorkspace>(MoeWorkspaceShape{
-            .max_tokens = T, .k = c_.n_expert_used, .n_experts = c_.n_expert, .hidden = H, .ffn = c_.n_ff_expert});
+            .max_tokens = T, .k = c_.n_expert_used, .n_experts = n_held_, .hidden = H, .ffn = c_.n_ff_expert});
       }
     }
     if (c_.has_indexer()) {
@@ -475,7 +522,9 @@ class CudaForward final : public detail::ForwardPass {
     if (tapping(il, "attn_heads", tap)) emit_device(tap, il, {T, N, c_.v_head_dim}, a.attn.data(), T, nv, nv);
     const bool tap_out = tapping(il, "attn_out", tap);
     if (tap_out) keep_residual();
+    begin_share();
     linear(w.attn_output, a.attn.data(), nv, T, a.x.data(), H, a.x.data());
+    reduce_shares();
     if (tap_out) emit_update(tap, il);
   }
 
@@ -567,12 +616,14 @@ class CudaForward final : public detail::ForwardPass {
     if (tapping(il, "ffn_norm", tap)) emit_device(tap, il, {T, H}, a.xn.data(), T, H, H);
     const bool tap_out = tapping(il, "ffn_out", tap);
     if (tap_out) keep_residual();
+    begin_share();
     if (!c_.is_moe_layer(il)) {
       gated_ffn(w.dense, T);
     } else {
       routed_experts(il, w, T);
       if (w.shared) gated_ffn(w.shared, T);
     }
+    reduce_shares();
     if (tap_out) emit_update(tap, il);
   }
 
@@ -613,7 +664,7 @@ class CudaForward final : public detail::ForwardPass {
     const MoeExpertWeights experts{.gate = stack(x.gate, x.gate_up_stride_rows),
                                    .up = stack(x.up, x.gate_up_stride_rows),
                                    .down = stack(x.down, H),
-                                   .n_experts = E,
+                                   .n_experts = n_held_,
                                    .hidden = H,
                                    .ffn = F};
     const bool grouped_gemm = T > gemv_max_tokens && gemm_quant_supports(x.gate.type) &&
@@ -629,7 +680,8 @@ class CudaForward final : public detail::ForwardPass {
                            .x_stride = H,
                            .out = a.x.data(),
                            .out_stride = H,
-                           .accumulate = true},
+                           .accumulate = true,
+                           .held_first = held_first_},
                           stream());
       return;
     }
@@ -645,7 +697,8 @@ class CudaForward final : public detail::ForwardPass {
                           .x_stride = H,
                           .out = a.x.data() + row0,
                           .out_stride = H,
-                          .accumulate = true},
+                          .accumulate = true,
+                          .held_first = held_first_},
                          stream());
     }
   }
@@ -666,22 +719,47 @@ class CudaForward final : public detail::ForwardPass {
     std::string tap;
     if (tapping(-1, "output_norm", tap)) emit_device(tap, -1, {n_out, H}, a.out_rows.data(), n_out, H, H);
     float* logits = a.logits.data();
+    if (vocab_slice_ > 0) {
+      // This rank's vocabulary rows, then every rank's slice gathered in rank order (rank 0 reorders
+      // them per row on the host, in finish_logits).
+      linear(weights_->output, a.out_rows.data(), H, n_out, a.logits_slice.data(), vocab_slice_);
+      communicator_->all_gather(a.logits_slice.data(), logits, static_cast<size_t>(n_out) * vocab_slice_,
+                                detail::CollectiveType::f32);
+      if (communicator_->rank() == 0) copy_logits_to_host(logits, n_out, vocab, vocab, logits_host_, stream());
+      return;
+    }
     linear(weights_->output, a.out_rows.data(), H, n_out, logits, vocab);
     copy_logits_to_host(logits, n_out, vocab, vocab, logits_host_, stream());
   }
 
   void finish_logits(const detail::ForwardBatch& batch) {
     stream_.synchronize();
+    if (batch.logits == nullptr) return;  // a tensor-parallel rank other than 0
     const size_t n = batch.logit_rows.size() * static_cast<size_t>(c_.n_vocab);
-    if (n) std::memcpy(batch.logits, logits_host_.data(), n * sizeof(float));
+    if (n && vocab_slice_ > 0) {
+      // [ranks, n_out, slice] -> [n_out, ranks * slice]
+      const size_t n_out = batch.logit_rows.size(), slice = static_cast<size_t>(vocab_slice_);
+      const size_t ranks = static_cast<size_t>(c_.n_vocab) / slice;
+      for (size_t r = 0; r < ranks; ++r) {
+        for (size_t i = 0; i < n_out; ++i) {
+          std::memcpy(batch.logits + i * c_.n_vocab + r * slice, logits_host_.data() + (r * n_out + i) * slice,
+                      slice * sizeof(float));
+        }
+      }
+    } else if (n) {
+      std::memcpy(batch.logits, logits_host_.data(), n * sizeof(float));
+    }
     std::string tap;
     if (n && tapping(-1, "logits", tap)) {
       taps_->emit(tap, -1, {static_cast<int64_t>(batch.logit_rows.size()), c_.n_vocab}, batch.logits);
     }
   }
 
-  const detail::ModelState& model_;
   const ModelConfig& c_;
+  detail::Communicator* communicator_ = nullptr;  // tensor parallelism: sums the ranks' shares
+  int held_first_ = -1;                           // expert parallelism: first routed expert held, or -1
+  int n_held_ = 0;                                // routed experts held (all of them without expert parallelism)
+  int vocab_slice_ = 0;                           // split output head: vocabulary rows of each rank, else 0
   std::shared_ptr<const DeviceWeights> weights_;
   CudaAttentionBackend& backend_;
   detail::AttentionInputLayout layout_;
@@ -766,7 +844,18 @@ std::unique_ptr<detail::ForwardPass> create_cuda_forward(const detail::ModelStat
                                             "' does not run on CUDA; choose a CUDA backend (mla, standard)");
   }
   use_device(model.device.index);
-  return std::make_unique<CudaForward>(model, *cuda_backend);
+  return std::make_unique<CudaForward>(model.config, model.device_weights, *cuda_backend, nullptr);
+}
+
+std::unique_ptr<CudaRankForward> create_cuda_rank_forward(const CudaRankSetup& rank, AttentionBackend& backend) {
+  auto* cuda_backend = dynamic_cast<CudaAttentionBackend*>(&backend);
+  if (!cuda_backend) {
+    throw Error(ErrorCode::unsupported, "attention backend '" + std::string(backend.name()) +
+                                            "' does not run on CUDA; choose a CUDA backend (mla, standard)");
+  }
+  if (!rank.config || !rank.weights) throw Error(ErrorCode::internal, "cuda rank forward: no config or weights");
+  use_device(rank.weights->ordinal);
+  return std::make_unique<CudaForward>(*rank.config, rank.weights, *cuda_backend, &rank);
 }
 
 }  // namespace latte::cuda

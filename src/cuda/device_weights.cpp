@@ -138,12 +138,16 @@ DeviceGatedFfn gated_ffn(Uploader& up, const TensorView& gate, const TensorView&
   return f;
 }
 
-void build(const detail::ModelState& state, Uploader& up, DeviceWeights& out) {
-  const ModelConfig& c = state.config;
-  const detail::ModelWeights& w = state.weights;
+void build(const ModelConfig& c, const detail::ModelWeights& w, const UploadOptions& options, Uploader& up,
+           DeviceWeights& out) {
   out.token_embd = up.matrix(w.token_embd);
   out.output_norm = up.vector(w.output_norm);
-  out.output = w.output.data == w.token_embd.data ? out.token_embd : up.matrix(w.output);
+  const bool slice = options.output_rows >= 0;
+  if (w.output.data == w.token_embd.data) {
+    out.output = slice ? out.token_embd.slice(options.output_first, options.output_rows) : out.token_embd;
+  } else if (options.output) {
+    out.output = up.matrix(slice ? w.output.rows(options.output_first, options.output_rows) : w.output);
+  }
   out.layers.assign(w.layers.size(), {});
   const auto attention = w.attention_weights();
   for (size_t il = 0; il < w.layers.size(); ++il) {
@@ -200,26 +204,39 @@ void build(const detail::ModelState& state, Uploader& up, DeviceWeights& out) {
 
 }  // namespace
 
-std::shared_ptr<const DeviceWeights> upload_weights(const detail::ModelState& state, int ordinal) {
+size_t device_bytes_needed(const ModelConfig& config, const detail::ModelWeights& weights,
+                           const UploadOptions& options) {
+  DeviceWeights scratch;
+  Uploader counter(scratch, /*counting=*/true);
+  build(config, weights, options, counter, scratch);
+  return counter.needed;
+}
+
+std::shared_ptr<const DeviceWeights> upload_weights(const ModelConfig& config, const detail::ModelWeights& weights,
+                                                    const std::string& path, int ordinal,
+                                                    const UploadOptions& options) {
   use_device(ordinal);
   auto out = std::make_shared<DeviceWeights>();
   out->ordinal = ordinal;
   {
-    DeviceWeights scratch;
-    Uploader counter(scratch, /*counting=*/true);
-    build(state, counter, scratch);
+    const size_t needed = device_bytes_needed(config, weights, options);
     size_t free_bytes = 0, total_bytes = 0;
     LATTE_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-    if (counter.needed > free_bytes) {
-      throw Error(ErrorCode::out_of_memory,
-                  state.file.path() + ": the weights need " + mib(static_cast<double>(counter.needed)) +
-                      " on cuda:" + std::to_string(ordinal) + ", which has " + mib(static_cast<double>(free_bytes)) +
-                      " free of " + mib(static_cast<double>(total_bytes)));
+    if (needed > free_bytes) {
+      const std::string what = options.label.empty() ? "the weights" : "the weights of " + options.label;
+      throw Error(ErrorCode::out_of_memory, path + ": " + what + " need " + mib(static_cast<double>(needed)) +
+                                                " on cuda:" + std::to_string(ordinal) + ", which has " +
+                                                mib(static_cast<double>(free_bytes)) + " free of " +
+                                                mib(static_cast<double>(total_bytes)));
     }
   }
   Uploader uploader(*out, /*counting=*/false);
-  build(state, uploader, *out);
+  build(config, weights, options, uploader, *out);
   return out;
+}
+
+std::shared_ptr<const DeviceWeights> upload_weights(const detail::ModelState& state, int ordinal) {
+  return upload_weights(state.config, state.weights, state.file.path(), ordinal);
 }
 
 }  // namespace latte::cuda

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 namespace latte::cuda {
@@ -98,6 +99,24 @@ class DeviceWeights {
  private:
   std::vector<DeviceBuffer<std::byte>> buffers_;
 };
+
+/// What an upload holds beyond the blocks.
+struct UploadOptions {
+  bool output = true;        ///< the output head (a tensor-parallel rank other than 0 computes no logits)
+  int64_t output_first = 0;  ///< with output: its first row held (a vocabulary slice of a tensor-parallel rank)
+  int64_t output_rows = -1;  ///< with output: rows held from output_first; -1: all
+  std::string label = "";    ///< names the upload in errors, e.g. "rank 1 of 2"
+};
+
+/// Device bytes an upload of `weights` (views with the shapes of `config`) takes.
+size_t device_bytes_needed(const ModelConfig& config, const detail::ModelWeights& weights,
+                           const UploadOptions& options = {});
+
+/// Uploads `weights` (views with the shapes of `config`: the whole model, or one tensor-parallel
+/// rank's shard) to CUDA device `ordinal`; errors as below, naming `path` and options.label.
+std::shared_ptr<const DeviceWeights> upload_weights(const ModelConfig& config, const detail::ModelWeights& weights,
+                                                    const std::string& path, int ordinal,
+                                                    const UploadOptions& options = {});
 
 /// Uploads the weights of a loaded model to CUDA device `ordinal`. Throws Error(invalid_argument) for
 /// a bad ordinal (naming the device count), Error(out_of_memory) saying how many bytes are needed and

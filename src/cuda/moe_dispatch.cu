@@ -25,12 +25,24 @@ __global__ void __launch_bounds__(kSortThreads) moe_sort_kernel(const MoeSortPar
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
   const int E = p.n_experts, P = p.n_tokens * p.k;
   const int me = static_cast<int>(blockIdx.x);
-  auto expert_of = [&](int pair) { return min(max(p.ids[pair], 0), E - 1); };
+  // -1: the pair's expert is held by another rank (held_first >= 0), it gets no slot
+  auto expert_of = [&](int pair) {
+    if (p.held_first < 0) return min(max(p.ids[pair], 0), E - 1);
+    const int local = p.ids[pair] - p.held_first;
+    return local >= 0 && local < E ? local : -1;
+  };
 
   for (int e = tid; e < E; e += kSortThreads) counts[e] = 0;
   if (tid == 0) running = 0;
   __syncthreads();
-  for (int i = tid; i < P; i += kSortThreads) atomicAdd(&counts[expert_of(i)], 1);
+  for (int i = tid; i < P; i += kSortThreads) {
+    const int e = expert_of(i);
+    if (e >= 0) {
+      atomicAdd(&counts[e], 1);
+    } else if (me == 0) {
+      p.slot_of_pair[i] = -1;
+    }
+  }
   __syncthreads();
   if (tid == 0) {
     offsets[0] = 0;
@@ -102,8 +114,10 @@ __global__ void moe_combine_kernel(const MoeCombineParams p) {
   float4* out = reinterpret_cast<float4*>(p.out + t * p.out_stride + c);
   float4 acc = p.accumulate ? *out : make_float4(0.f, 0.f, 0.f, 0.f);
   for (int j = 0; j < p.k; ++j) {
+    const int slot = p.slot_of_pair[t * p.k + j];
+    if (slot < 0) continue;  // an expert of another rank (expert parallelism)
     const float w = p.weights[t * p.k + j];
-    const float4 v = *reinterpret_cast<const float4*>(p.expert_out + p.slot_of_pair[t * p.k + j] * p.ld + c);
+    const float4 v = *reinterpret_cast<const float4*>(p.expert_out + static_cast<int64_t>(slot) * p.ld + c);
     acc.x += w * v.x, acc.y += w * v.y, acc.z += w * v.z, acc.w += w * v.w;
   }
   *out = acc;

@@ -27,7 +27,11 @@ struct MoeSortParams {
   const int32_t* ids = nullptr;  ///< [n_tokens * k] expert ids (0..n_experts-1; clamped)
   int n_tokens = 0;
   int k = 0;
-  int n_experts = 0;                  ///< 1..256
+  int n_experts = 0;  ///< 1..256
+  /// Expert parallelism: the experts held are ids [held_first, held_first + n_experts) of the model;
+  /// a pair whose id is outside gets no slot (slot_of_pair = -1, moe_combine skips it). -1: every id
+  /// is one of the n_experts (clamped into range).
+  int held_first = -1;
   int32_t* expert_offsets = nullptr;  ///< [n_experts + 1] first slot of each expert
   int32_t* slot_of_pair = nullptr;    ///< [n_tokens * k]
   int32_t* token_of_slot = nullptr;   ///< [n_tokens * k]
@@ -40,7 +44,8 @@ struct MoeSortParams {
 /// Sorts pairs by expert (one block per expert). Throws Error(invalid_argument) on bad sizes.
 void moe_sort(const MoeSortParams& p, cudaStream_t stream);
 
-/// out[t] = (accumulate ? out[t] : 0) + sum_j weights[t, j] * expert_out[slot_of_pair[t * k + j]].
+/// out[t] = (accumulate ? out[t] : 0) + sum_j weights[t, j] * expert_out[slot_of_pair[t * k + j]],
+/// over the choices j with a slot (slot_of_pair >= 0).
 struct MoeCombineParams {
   const float* expert_out = nullptr;  ///< fp32 [n_tokens * k slots, ld]
   int64_t ld = 0;

@@ -33,6 +33,7 @@ MoeSortParams sort_params(const MoeExpertWeights& w, MoeWorkspace& ws, const Moe
           .n_tokens = c.n_tokens,
           .k = c.k,
           .n_experts = w.n_experts,
+          .held_first = c.held_first,
           .expert_offsets = ws.expert_offsets.data(),
           .slot_of_pair = ws.slot_of_pair.data(),
           .token_of_slot = ws.token_of_slot.data()};

@@ -81,6 +81,9 @@ struct MoeExpertsCall {
   float* out = nullptr;  ///< fp32 [n_tokens, out_stride]
   int64_t out_stride = 0;
   bool accumulate = false;  ///< out += experts (e.g. on top of the shared expert)
+  /// Expert parallelism: the weights hold experts [held_first, held_first + n_experts) of the model
+  /// and `ids` are the model's ids; choices of other experts add nothing. -1: ids index the weights.
+  int held_first = -1;
 };
 
 /// Decode path (n_tokens <= 8, fp32 x). Throws Error on violated preconditions.

@@ -12,6 +12,7 @@
 
 #ifdef LATTE_WITH_CUDA
 #include "cuda/device_weights.hpp"
+#include "cuda/tensor_parallel_cuda.hpp"
 #endif
 
 namespace latte {
@@ -37,15 +38,15 @@ Model Model::from_file(gguf::File file, ModelParams params) {
     throw Error(ErrorCode::invalid_argument,
                 "tensor_parallel must be at least 1 (got " + std::to_string(params.tensor_parallel) + ")");
   }
-  if (params.tensor_parallel > 1 && !params.device.is_cpu()) {
-    throw Error(ErrorCode::unsupported, "tensor_parallel = " + std::to_string(params.tensor_parallel) + " on " +
-                                            params.device.to_string() +
-                                            ": split models run on the CPU (in-process ranks) only so far");
-  }
 #ifndef LATTE_WITH_CUDA
   if (!params.device.is_cpu()) {
     throw Error(ErrorCode::unsupported, "device " + params.device.to_string() +
                                             ": latte was built without CUDA (only the CPU forward pass is available)");
+  }
+#else
+  // One GPU per rank from the given one, and NCCL between them: checked before anything is read.
+  if (params.tensor_parallel > 1 && params.device.is_cuda()) {
+    cuda::require_tensor_parallel_devices(params.device.index, params.tensor_parallel);
   }
 #endif
   auto state = std::make_shared<detail::ModelState>(std::move(file), params.device);
@@ -64,10 +65,17 @@ Model Model::from_file(gguf::File file, ModelParams params) {
 #ifdef LATTE_WITH_CUDA
   if (params.device.is_cuda()) {
     report_progress(params, 0.4f);
-    state->device_weights = cuda::upload_weights(*state, params.device.index);
     // Kernels that are wrong on this architecture/driver are caught before the first forward pass
     // (once per device per process; the verdict is cached per user; LATTE_NO_SELFTEST=1 skips it).
-    diagnostics::ensure_selftest(params.device);
+    if (state->tensor_parallel) {
+      // Each rank uploads only its shard, to cuda:(index + rank).
+      state->cuda_tensor_parallel = cuda::load_tensor_parallel_devices(*state, params.device.index);
+      for (int r = 0; r < params.tensor_parallel; ++r)
+        diagnostics::ensure_selftest(Device::cuda(params.device.index + r));
+    } else {
+      state->device_weights = cuda::upload_weights(*state, params.device.index);
+      diagnostics::ensure_selftest(params.device);
+    }
   }
 #endif
   if (state->file.find("tokenizer.ggml.tokens")) {

@@ -15,7 +15,8 @@
 
 namespace latte::cuda {
 class DeviceWeights;
-}
+struct TensorParallelDevices;
+}  // namespace latte::cuda
 
 namespace latte::detail {
 
@@ -34,6 +35,9 @@ struct ModelState {
   Error tokenizer_error{ErrorCode::not_found, ""};              ///< why `tokenizer` is empty
   /// The plan and per-rank shards when loaded with tensor_parallel > 1 (parallel/tensor_parallel_model.hpp).
   std::shared_ptr<const TensorParallelModel> tensor_parallel{};
+  /// CUDA models with tensor_parallel > 1: each rank's shard on its GPU and the NCCL group
+  /// (cuda/tensor_parallel_cuda.hpp); device_weights is then empty.
+  std::shared_ptr<cuda::TensorParallelDevices> cuda_tensor_parallel{};
   uint64_t fingerprint = 0;  ///< model_fingerprint(file), see model/fingerprint.hpp
 };
 

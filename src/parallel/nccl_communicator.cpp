@@ -70,11 +70,13 @@ NcclCommunicator::NcclCommunicator(std::span<const std::byte> unique_id, int ran
                ("ncclCommInitRank (rank " + std::to_string(rank) + " of " + std::to_string(world_size) + ")").c_str());
   }
   comm_ = comm;
+  queue_ = stream_;
 }
 
 NcclCommunicator::NcclCommunicator(Adopt, void* comm, int rank, int world_size, int device)
     : comm_(comm), rank_(rank), world_size_(world_size), device_(device) {
   stream_ = create_stream(device);
+  queue_ = stream_;
 }
 
 NcclCommunicator::~NcclCommunicator() {
@@ -115,15 +117,24 @@ std::vector<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create_in_proce
   return out;
 }
 
+void NcclCommunicator::abort() noexcept {
+  if (!comm_) return;
+  cudaSetDevice(device_);
+  ncclCommAbort(as_comm(comm_));
+  comm_ = nullptr;
+}
+
 void NcclCommunicator::all_reduce_sum(void* data, size_t count, CollectiveType type) {
+  if (!comm_) throw Error(ErrorCode::device, "NCCL all-reduce: the communicator was aborted");
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
-  check_nccl(ncclAllReduce(data, data, count, nccl_type(type), ncclSum, as_comm(comm_), as_stream(stream_)),
+  check_nccl(ncclAllReduce(data, data, count, nccl_type(type), ncclSum, as_comm(comm_), as_stream(queue_)),
              "ncclAllReduce");
 }
 
 void NcclCommunicator::all_gather(const void* send, void* recv, size_t count, CollectiveType type) {
+  if (!comm_) throw Error(ErrorCode::device, "NCCL all-gather: the communicator was aborted");
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
-  check_nccl(ncclAllGather(send, recv, count, nccl_type(type), as_comm(comm_), as_stream(stream_)), "ncclAllGather");
+  check_nccl(ncclAllGather(send, recv, count, nccl_type(type), as_comm(comm_), as_stream(queue_)), "ncclAllGather");
 }
 
 void NcclCommunicator::broadcast(void* data, size_t count, CollectiveType type, int root) {
@@ -131,14 +142,16 @@ void NcclCommunicator::broadcast(void* data, size_t count, CollectiveType type, 
     throw Error(ErrorCode::invalid_argument, "broadcast: root " + std::to_string(root) + " outside the group of " +
                                                  std::to_string(world_size_) + " ranks");
   }
+  if (!comm_) throw Error(ErrorCode::device, "NCCL broadcast: the communicator was aborted");
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
-  check_nccl(ncclBroadcast(data, data, count, nccl_type(type), root, as_comm(comm_), as_stream(stream_)),
+  check_nccl(ncclBroadcast(data, data, count, nccl_type(type), root, as_comm(comm_), as_stream(queue_)),
              "ncclBroadcast");
 }
 
 void NcclCommunicator::synchronize() {
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
-  check_cuda(cudaStreamSynchronize(as_stream(stream_)), "cudaStreamSynchronize");
+  check_cuda(cudaStreamSynchronize(as_stream(queue_)), "cudaStreamSynchronize");
+  if (!comm_) throw Error(ErrorCode::device, "NCCL: the communicator was aborted");
   ncclResult_t async = ncclSuccess;
   check_nccl(ncclCommGetAsyncError(as_comm(comm_), &async), "ncclCommGetAsyncError");
   check_nccl(async, "asynchronous error");

@@ -53,13 +53,20 @@ class NcclCommunicator final : public Communicator {
   void broadcast(void* data, size_t count, CollectiveType type, int root) override;
   /// Waits for every queued collective; throws Error(device) on an asynchronous NCCL error.
   void synchronize();
+  /// Queues later collectives on `stream` (a cudaStream_t of this rank's device, not owned), e.g. the
+  /// stream of the forward pass whose buffers they reduce; nullptr goes back to the communicator's own.
+  void set_stream(void* stream) noexcept { queue_ = stream ? stream : stream_; }
+  /// Aborts the communicator (ncclCommAbort): pending collectives end, later calls throw Error(device).
+  /// For a rank that failed in the middle of a step, so that no other rank waits for it forever.
+  void abort() noexcept;
 
  private:
   struct Adopt {};
   NcclCommunicator(Adopt, void* comm, int rank, int world_size, int device);
 
   void* comm_ = nullptr;    // ncclComm_t
-  void* stream_ = nullptr;  // cudaStream_t
+  void* stream_ = nullptr;  // cudaStream_t, owned
+  void* queue_ = nullptr;   // cudaStream_t the collectives go to: stream_ or set_stream's
   int rank_ = 0;
   int world_size_ = 1;
   int device_ = 0;

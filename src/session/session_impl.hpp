@@ -11,6 +11,7 @@
 
 #ifdef LATTE_WITH_CUDA
 #include "cuda/cuda_forward.hpp"
+#include "cuda/tensor_parallel_cuda.hpp"
 #endif
 
 #include <latte/attention.hpp>
@@ -39,6 +40,12 @@ struct Session::Impl {
     const detail::ModelState& state = model.state();
     if (tensor_parallel()) {
       // Each rank runs its own backend and cache over its shard; `cache` only counts tokens.
+#ifdef LATTE_WITH_CUDA
+      if (model.device().is_cuda()) {
+        forward = cuda::create_tensor_parallel_cuda_forward(state, backend_name);
+        return;
+      }
+#endif
       forward = detail::create_tensor_parallel_cpu_forward(state, backend_name, pool.size());
       return;
     }

@@ -11,6 +11,12 @@ add_test(NAME cli_bench_json
                  -P ${CMAKE_CURRENT_LIST_DIR}/check_bench_json.cmake)
 set_tests_properties(cli_bench_json PROPERTIES LABELS cli)
 
+# --tp 1,2 on the CPU (in-process ranks): rows per degree, then one scaling line per test.
+latte_cli_test(NAME bench_tp_scaling
+               ARGS bench --model ${_bench_model} -p 8 -n 4 -r 1 --threads 2 --attention mla --tp 1,2
+               EXPECT_STDOUT "\\| cpu +\\| mla +\\| pp8 +\\|.*\\| cpu x2 +\\| mla +\\| pp8 +\\|.*\\| cpu x2 +\\| mla +\\| tg4 +\\|.*scaling mla +pp8 +TP=2 \\(expert-parallel MoE\\) [0-9.]+ t/s / TP=1 [0-9.]+ t/s: speedup [0-9.]+x, efficiency [0-9]+%\nscaling mla +tg4 +TP=2")
+latte_cli_test(NAME bench_tp_bad_moe ARGS bench --model ${_bench_model} --tp 2 --tp-moe rows EXPECT_EXIT 1
+               EXPECT_STDERR "--tp-moe: expert or tensor, got 'rows'")
 latte_cli_test(NAME bench_no_model ARGS bench -p 8 EXPECT_EXIT 1 EXPECT_STDERR "bench: --model is required")
 latte_cli_test(NAME bench_bad_prompt ARGS bench --model ${_bench_model} -p 8,x EXPECT_EXIT 1
                EXPECT_STDERR "-p: 'x' is not an integer")
@@ -32,4 +38,4 @@ latte_cli_test(NAME bench_unknown_option ARGS bench --model ${_bench_model} --fr
                EXPECT_STDERR "frobnicate")
 set_tests_properties(cli_bench_table cli_bench_json cli_bench_bad_prompt cli_bench_negative_gen cli_bench_zero_batch
                      cli_bench_zero_reps cli_bench_nothing_to_run cli_bench_unknown_backend cli_bench_bad_device
-                     cli_bench_kernels_on_cpu cli_bench_unknown_option PROPERTIES FIXTURES_REQUIRED cli_model)
+                     cli_bench_kernels_on_cpu cli_bench_unknown_option cli_bench_tp_scaling cli_bench_tp_bad_moe PROPERTIES FIXTURES_REQUIRED cli_model)

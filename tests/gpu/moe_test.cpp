@@ -331,3 +331,88 @@ TEST_CASE("moe_route rejects invalid configurations with latte::Error") {
   CHECK_THROWS_AS(cuda::moe_route(with([](auto& p) { p.n_groups = 8, p.groups_used = 0; }), nullptr), Error);
   CHECK_THROWS_AS(cuda::moe_route(with([](auto& p) { p.n_groups = 8, p.groups_used = 1, p.k = 9; }), nullptr), Error);
 }
+
+TEST_CASE("expert-parallel: two ranks' held halves of moe_experts add up to the run over all experts") {
+  // Rank 0 holds experts [0, 4), rank 1 [4, 8); the ids stay the model's. A rank gives the pairs of
+  // the other's experts no slot, so out = rank 0's sum, then += rank 1's, must equal one run over all
+  // 8 (up to the fp32 order of the per-token sums).
+  auto rng = make_rng("moe_experts_held");
+  const int E = 8, held = E / 2, H = 512, F = 160, k = 3;
+  const int64_t gate_rb = static_cast<int64_t>(row_bytes(GgmlType::q4_k, H));
+  const int64_t down_rb = static_cast<int64_t>(row_bytes(GgmlType::q8_0, F));
+  const auto gate_h = random_rows(GgmlType::q4_k, int64_t{E} * F, H, rng);
+  const auto up_h = random_rows(GgmlType::q4_k, int64_t{E} * F, H, rng);
+  const auto down_h = random_rows(GgmlType::q8_0, int64_t{E} * H, F, rng);
+  auto part = [](const std::vector<uint8_t>& all, int64_t first_byte, int64_t bytes) {
+    return std::vector<uint8_t>(all.begin() + first_byte, all.begin() + first_byte + bytes);
+  };
+  struct Stacks {
+    DeviceBuffer<uint8_t> gate, up, down;
+    cuda::MoeExpertWeights w;
+  };
+  auto make = [&](int first, int count) {
+    Stacks s{upload(part(gate_h, first * F * gate_rb, count * F * gate_rb)),
+             upload(part(up_h, first * F * gate_rb, count * F * gate_rb)),
+             upload(part(down_h, first * H * down_rb, count * H * down_rb)),
+             {}};
+    s.w = {.gate = {GgmlType::q4_k, s.gate.data(), static_cast<int64_t>(s.gate.size()), F * gate_rb},
+           .up = {GgmlType::q4_k, s.up.data(), static_cast<int64_t>(s.up.size()), F * gate_rb},
+           .down = {GgmlType::q8_0, s.down.data(), static_cast<int64_t>(s.down.size()), H * down_rb},
+           .n_experts = count,
+           .hidden = H,
+           .ffn = F};
+    return s;
+  };
+  const Stacks all = make(0, E), rank0 = make(0, held), rank1 = make(held, held);
+  cuda::MoeWorkspace ws_all({.max_tokens = 40, .k = k, .n_experts = E, .hidden = H, .ffn = F});
+  cuda::MoeWorkspace ws_half({.max_tokens = 40, .k = k, .n_experts = held, .hidden = H, .ffn = F});
+  for (int tokens : {1, 5, 40}) {
+    const bool decode = tokens <= 8;
+    trace("moe_experts held halves " + std::to_string(tokens) + " tokens");
+    std::vector<int32_t> ids(static_cast<size_t>(tokens * k));
+    for (int t = 0; t < tokens; ++t) {
+      std::vector<int> perm(E);
+      std::iota(perm.begin(), perm.end(), 0);
+      std::shuffle(perm.begin(), perm.end(), rng);
+      // Token 0 chooses only rank 0's experts: rank 1 has no pair of it.
+      if (t == 0) std::sort(perm.begin(), perm.end());
+      for (int j = 0; j < k; ++j) ids[static_cast<size_t>(t * k + j)] = perm[static_cast<size_t>(j)];
+    }
+    const auto weights = random_floats(static_cast<size_t>(tokens * k), rng, 0.5f);
+    const auto x = random_floats(static_cast<size_t>(tokens * H), rng);
+    std::vector<uint16_t> xb(x.size());
+    for (size_t i = 0; i < x.size(); ++i) xb[i] = fp32_to_bf16(x[i]);
+    const auto d_ids = upload(ids);
+    const auto d_xb = upload(xb);
+    const auto d_w = upload(weights);
+    const auto d_x = upload(x);
+    auto run = [&](const Stacks& s, cuda::MoeWorkspace& ws, int held_first, float* out, bool accumulate) {
+      const cuda::MoeExpertsCall call{.ids = d_ids.data(),
+                                      .weights = d_w.data(),
+                                      .n_tokens = tokens,
+                                      .k = k,
+                                      .x = d_x.data(),
+                                      .x_bf16 = reinterpret_cast<const __nv_bfloat16*>(d_xb.data()),
+                                      .x_stride = H,
+                                      .out = out,
+                                      .out_stride = H,
+                                      .accumulate = accumulate,
+                                      .held_first = held_first};
+      if (decode) {
+        cuda::moe_experts_decode(s.w, ws, call, nullptr);
+      } else {
+        cuda::moe_experts_prefill(s.w, ws, call, nullptr);
+      }
+    };
+    DeviceBuffer<float> want(static_cast<size_t>(tokens * H)), got(static_cast<size_t>(tokens * H));
+    poison(want.data(), want.bytes());
+    poison(got.data(), got.bytes());
+    run(all, ws_all, -1, want.data(), false);
+    run(rank0, ws_half, 0, got.data(), false);
+    run(rank1, ws_half, held, got.data(), true);
+    const auto w_host = download(want.data(), want.size());
+    check_close(decode ? "moe_experts_decode, held halves" : "moe_experts_prefill, held halves",
+                std::to_string(tokens) + " tokens",
+                compare(download(got.data(), got.size()), std::vector<double>(w_host.begin(), w_host.end())), 1e-5);
+  }
+}

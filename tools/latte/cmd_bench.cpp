@@ -9,6 +9,10 @@
 // and, for every --batch B > 1: B sessions each prefilled (untimed, eval_batch) with P random
 // tokens, then N decode_batch steps; reported as aggregate generated t/s ("pp512+tg128 x8").
 // Every test runs once untimed (warm-up), then -r times; t/s is the mean ± sample sd over reps.
+// --tp 1,2 runs every test for each tensor-parallel degree (the model loaded once per degree, and per
+// --tp-moe split for degrees > 1) and ends with one scaling line per test and degree: speedup =
+// TP=N t/s / TP=1 t/s, efficiency = speedup / N. The floor of a TP=N row uses N times the measured
+// bandwidth (every rank reads its share of the weights from its own memory).
 #include "bench_floor.hpp"
 #include "command.hpp"
 #include "token_list.hpp"
@@ -50,6 +54,7 @@ void print_usage() {
   std::fputs(
       "usage: latte bench --model FILE.gguf [-p 512] [-n 128] [-d 0] [--attention auto] [--batch 1]\n"
       "                   [-r 5] [--device cpu|cuda:N] [--threads N] [--seed S] [--json] [--kernels]\n"
+      "                   [--tp 1,2] [--tp-moe expert,tensor]\n"
       "Times prompt processing (ppP: one eval of P tokens) and generation (tgN: N one-token evals)\n"
       "after an untimed prefill of DEPTH tokens (@ dDEPTH), on random valid token ids. -p, -n, -d,\n"
       "--attention and --batch take comma-separated lists. --batch B > 1 adds a batched test: B\n"
@@ -57,7 +62,10 @@ void print_usage() {
       "Each test: one warm-up run, then -r timed runs (t/s mean ± sd). Next to each figure: the floor\n"
       "(bytes the step must move / measured copy bandwidth) and the fraction of it reached.\n"
       "--json prints one JSON object instead of the table. --kernels (CUDA devices) also times the\n"
-      "kernel-bench cases at the model's shapes (only those with -p 0 -n 0).\n",
+      "kernel-bench cases at the model's shapes (only those with -p 0 -n 0).\n"
+      "--tp N,M,...: run the tests for each tensor-parallel degree (cuda:N uses GPUs N..N+degree-1) and\n"
+      "print the scaling against the first degree (speedup, efficiency = speedup / degree ratio).\n"
+      "--tp-moe expert,tensor: how degrees > 1 split the routed experts (default expert).\n",
       stdout);
 }
 
@@ -101,12 +109,16 @@ struct Options {
   uint64_t seed = 42;
   bool json = false;
   bool kernels = false;
+  std::vector<int> tps{1};                                      ///< tensor-parallel degrees
+  std::vector<MoeSplit> moe_splits{MoeSplit::expert_parallel};  ///< for degrees > 1
 };
 
 /// One row of the table.
 struct TestResult {
-  std::string attention{};  ///< resolved backend name
-  std::string name{};       ///< "pp512", "tg128 @ d4096", "pp512+tg128 x8"
+  int tp = 1;                                ///< tensor-parallel degree
+  MoeSplit moe = MoeSplit::expert_parallel;  ///< with tp > 1
+  std::string attention{};                   ///< resolved backend name
+  std::string name{};                        ///< "pp512", "tg128 @ d4096", "pp512+tg128 x8"
   int n_prompt = 0, n_gen = 0, depth = 0, batch = 1;
   std::vector<double> tps{};  ///< per timed rep, tokens per second
   double floor_bytes = 0;     ///< bytes the timed part must move at least
@@ -297,6 +309,19 @@ Options parse_options(std::span<const std::string> argv, bool& help) {
   if (auto v = args.take({"--device"})) o.device = *v;
   if (auto v = args.take({"--threads", "-t"})) o.threads = parse_int_list("--threads", *v, 0).at(0);
   if (auto v = args.take({"--seed"})) o.seed = static_cast<uint64_t>(parse_int_list("--seed", *v, 0).at(0));
+  if (auto v = args.take({"--tp"})) o.tps = parse_int_list("--tp", *v, 1);
+  if (auto v = args.take({"--tp-moe"})) {
+    o.moe_splits.clear();
+    for (const std::string& name : parse_name_list(*v)) {
+      if (name == "expert") {
+        o.moe_splits.push_back(MoeSplit::expert_parallel);
+      } else if (name == "tensor") {
+        o.moe_splits.push_back(MoeSplit::tensor_parallel);
+      } else {
+        throw Error(ErrorCode::invalid_argument, "--tp-moe: expert or tensor, got '" + name + "'");
+      }
+    }
+  }
   o.json = args.flag({"--json"});
   o.kernels = args.flag({"--kernels"});
   const auto rest = args.positionals();
@@ -325,7 +350,8 @@ int run_bench(std::span<const std::string> argv) {
 #ifndef LATTE_WITH_CUDA
   if (o.kernels) throw Error(ErrorCode::unsupported, "bench: --kernels needs a build with CUDA (LATTE_CUDA=ON)");
 #endif
-  Model model = Model::load(o.model_path, {.device = device});
+  Model model = Model::load(o.model_path,
+                            {.device = device, .tensor_parallel = o.tps.front(), .moe_split = o.moe_splits.front()});
   for (const std::string& a : o.attentions) (void)resolve_attention_backend(a, model.config(), device);
   [[maybe_unused]] const bool any_test = std::any_of(o.prompts.begin(), o.prompts.end(), [](int p) { return p > 0; }) ||
                                          std::any_of(o.gens.begin(), o.gens.end(), [](int n) { return n > 0; });
@@ -350,6 +376,26 @@ int run_bench(std::span<const std::string> argv) {
   const ModelConfig& c = model.config();
   const std::string model_name = std::string(architecture_name(c.arch)) + " " +
                                  (c.name.empty() ? std::filesystem::path(o.model_path).stem().string() : c.name);
+  // One run per degree (and MoE split for degrees > 1); the first reuses the model loaded above.
+  struct Degree {
+    int tp;
+    MoeSplit moe;
+  };
+  std::vector<Degree> degrees;
+  for (int tp : o.tps) {
+    if (tp == 1) {
+      degrees.push_back({1, MoeSplit::expert_parallel});
+    } else {
+      for (MoeSplit moe : o.moe_splits) degrees.push_back({tp, moe});
+    }
+  }
+  auto degree_device = [&](const Degree& d) {
+    if (d.tp == 1) return device.to_string();
+    // cuda:0-1 (GPUs 0 and 1), cpu x2 (two in-process ranks); "tpMoE": experts split by width
+    const std::string ranks = device.is_cuda() ? device.to_string() + "-" + std::to_string(device.index + d.tp - 1)
+                                               : device.to_string() + " x" + std::to_string(d.tp);
+    return ranks + (d.moe == MoeSplit::tensor_parallel ? " tpMoE" : "");
+  };
   Bench bench(o, model, bandwidth);
   const WeightBytes& w = bench.weights();
   const std::string size = human_size(w.all), params = human_count(static_cast<double>(w.n_params));
@@ -367,24 +413,71 @@ int run_bench(std::span<const std::string> argv) {
                 std::string(9, '-').c_str(), std::string(6, '-').c_str());
     std::fflush(stdout);
   }
-  const std::string device_name = device.to_string();
-  const auto results = bench.run_all([&](const TestResult& r) {
-    if (o.json) return;
-    char tps[64];
-    std::snprintf(tps, sizeof tps, "%.2f ± %.2f", r.mean(), r.sd());
-    const double floor = floor_tps(r, bandwidth);
-    std::printf("| %-28s | %10s | %9s | %-7s | %-9s | %-22s | %18s | %10.2f | %6.1f%% |\n", model_name.c_str(),
-                size.c_str(), params.c_str(), device_name.c_str(), r.attention.c_str(), r.name.c_str(), tps, floor,
-                100.0 * r.mean() / floor);
-    std::fflush(stdout);
-  });
+  std::vector<TestResult> results;
+  for (size_t di = 0; di < degrees.size(); ++di) {
+    const Degree& d = degrees[di];
+    const std::string device_name = degree_device(d);
+    const double degree_bandwidth = bandwidth * d.tp;
+    auto print_row = [&](const TestResult& r) {
+      if (o.json) return;
+      char tps[64];
+      std::snprintf(tps, sizeof tps, "%.2f ± %.2f", r.mean(), r.sd());
+      const double floor = floor_tps(r, degree_bandwidth);
+      std::printf("| %-28s | %10s | %9s | %-7s | %-9s | %-22s | %18s | %10.2f | %6.1f%% |\n", model_name.c_str(),
+                  size.c_str(), params.c_str(), device_name.c_str(), r.attention.c_str(), r.name.c_str(), tps, floor,
+                  100.0 * r.mean() / floor);
+      std::fflush(stdout);
+    };
+    std::vector<TestResult> part;
+    if (di == 0 && d.tp == o.tps.front()) {
+      part = bench.run_all(print_row);
+    } else {
+      if (!o.json) {
+        std::fprintf(stderr, "bench: loading %s with tensor_parallel = %d (%s MoE)\n", o.model_path.c_str(), d.tp,
+                     d.moe == MoeSplit::tensor_parallel ? "tensor-parallel" : "expert-parallel");
+      }
+      Bench degree_bench(o, Model::load(o.model_path, {.device = device, .tensor_parallel = d.tp, .moe_split = d.moe}),
+                         bandwidth);
+      part = degree_bench.run_all(print_row);
+    }
+    for (TestResult& r : part) {
+      r.tp = d.tp;
+      r.moe = d.moe;
+      results.push_back(std::move(r));
+    }
+  }
+  // Scaling of every test against the same test at the first degree.
+  auto split_label = [](const TestResult& r) {
+    if (r.tp == 1) return "";
+    return r.moe == MoeSplit::tensor_parallel ? " (tensor-parallel MoE)" : " (expert-parallel MoE)";
+  };
+  if (!o.json && degrees.size() > 1) {
+    std::printf("\n");
+    for (const TestResult& r : results) {
+      if (r.tp == degrees.front().tp && r.moe == degrees.front().moe) continue;
+      for (const TestResult& base : results) {
+        if (base.tp != degrees.front().tp || base.moe != degrees.front().moe || base.name != r.name ||
+            base.attention != r.attention) {
+          continue;
+        }
+        const double speedup = r.mean() / base.mean();
+        const double ratio = static_cast<double>(r.tp) / base.tp;
+        char efficiency[48] = "";  // speedup / degree ratio; none between two splits of one degree
+        if (r.tp != base.tp)
+          std::snprintf(efficiency, sizeof efficiency, ", efficiency %.0f%%", 100.0 * speedup / ratio);
+        std::printf("scaling %-9s %-22s TP=%d%s %.2f t/s / TP=%d%s %.2f t/s: speedup %.2fx%s\n", r.attention.c_str(),
+                    r.name.c_str(), r.tp, split_label(r), r.mean(), base.tp, split_label(base), base.mean(), speedup,
+                    efficiency);
+      }
+    }
+  }
 
   if (o.json) {
     nlohmann::json j{{"model", model_name},
                      {"file", o.model_path},
                      {"size_bytes", w.all},
                      {"params", w.n_params},
-                     {"device", device_name},
+                     {"device", device.to_string()},
                      {"threads", threads},
                      {"copy_bandwidth_bytes_per_s", bandwidth},
                      {"bandwidth_source", bandwidth_source},
@@ -393,8 +486,10 @@ int run_bench(std::span<const std::string> argv) {
                      {"seed", o.seed},
                      {"tests", nlohmann::json::array()}};
     for (const TestResult& r : results) {
-      const double floor = floor_tps(r, bandwidth);
-      j["tests"].push_back({{"attention", r.attention},
+      const double floor = floor_tps(r, bandwidth * r.tp);
+      j["tests"].push_back({{"tensor_parallel", r.tp},
+                            {"moe_split", r.moe == MoeSplit::tensor_parallel ? "tensor" : "expert"},
+                            {"attention", r.attention},
                             {"test", r.name},
                             {"n_prompt", r.n_prompt},
                             {"n_gen", r.n_gen},

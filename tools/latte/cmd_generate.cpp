@@ -29,9 +29,11 @@ void print_usage() {
       "usage: latte generate --model FILE.gguf --tokens \"ID ID ...\" -n N\n"
       "                      [--greedy | --temp T --top-k K --top-p P --min-p P --seed S]\n"
       "                      [--attention mla|standard|auto] [--device cpu] [--threads N] [--timing]\n"
+      "                      [--tp N]\n"
       "Prints N generated token ids on one line. --greedy: the most likely token each step, ties to\n"
       "the lowest id; otherwise latte::Sampler with the given settings (defaults: its own).\n"
-      "--timing prints prompt and generation speeds on stderr.\n",
+      "--timing prints prompt and generation speeds on stderr. --tp N splits the model over N ranks\n"
+      "(CPU: threads; cuda:K: GPUs K..K+N-1).\n",
       stdout);
 }
 
@@ -58,6 +60,7 @@ int run_generate(std::span<const std::string> argv) {
   const int threads = latte::cli::parse_int_option("--threads", args.take({"--threads"}).value_or("0"));
   const bool greedy = args.flag({"--greedy"});
   const bool timing = args.flag({"--timing"});
+  const int tp = latte::cli::parse_int_option("--tp", args.take({"--tp"}).value_or("1"));
   latte::SamplerParams sampling;
   if (auto v = args.take({"--temp", "--temperature"})) sampling.temperature = parse_float_option("--temp", *v);
   if (auto v = args.take({"--top-k"})) sampling.top_k = latte::cli::parse_int_option("--top-k", *v);
@@ -73,7 +76,7 @@ int run_generate(std::span<const std::string> argv) {
   if (n < 0) throw latte::Error(latte::ErrorCode::invalid_argument, "-n must not be negative");
 
   const auto prompt = latte::cli::parse_token_list(*tokens_text);
-  const auto model = latte::Model::load(*model_path, {.device = latte::Device::parse(device)});
+  const auto model = latte::Model::load(*model_path, {.device = latte::Device::parse(device), .tensor_parallel = tp});
   latte::Session session(
       model, {.n_ctx = static_cast<int>(prompt.size()) + std::max(n, 1), .attention = attention, .n_threads = threads});
   using clock = std::chrono::steady_clock;
