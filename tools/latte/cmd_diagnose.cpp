@@ -2,6 +2,7 @@
 // activation tap where they part ways; `--selftest` checks the GPU kernels against the CPU.
 //
 //   latte diagnose --model m.gguf --prompt "Hello" --compare cpu:mla,cpu:standard
+//   latte diagnose --model m.gguf --prompt "Hello" --compare cpu:mla,tp:2        (tensor parallel, 2 ranks)
 //   latte diagnose --model m.gguf --tokens "1 2 3" --dump taps/      (then numpy.load("taps/logits.npy"))
 //   latte diagnose --model m.gguf --against hf-taps/                 (a tools/oracle/dump_taps.py dump)
 //   latte diagnose --selftest [--device cuda:0]
@@ -38,8 +39,9 @@ void print_usage() {
       "usage: latte diagnose --model FILE.gguf (--prompt TEXT | --tokens \"ID ...\")\n"
       "                      [--compare A,B] [--dump DIR] [--against DIR] [--bound X] [--threads N]\n"
       "       latte diagnose --selftest [--device cuda:N]\n"
-      "Runs the prompt through A and B (each cpu:mla, cpu:standard, cuda:mla, cuda:standard, or DEVICE:NAME\n"
-      "for any registered attention backend; default cpu:mla,cpu:standard) and prints every activation tap\n"
+      "Runs the prompt through A and B (each cpu:mla, cpu:standard, cuda:mla, cuda:standard, DEVICE:NAME\n"
+      "for any registered attention backend, or tp:N[:NAME] for CPU tensor parallelism over N in-process\n"
+      "ranks, backend mla unless NAME is given; default cpu:mla,cpu:standard) and prints every activation tap\n"
       "in forward order with its relative error and cosine similarity, then the first tap whose error\n"
       "exceeds the bound (fp32 1e-4; 2e-2 when a side runs on CUDA or the dump is bf16).\n"
       "  --dump DIR     write A's taps as DIR/<tap>.npy and DIR/index.json\n"
@@ -50,14 +52,30 @@ void print_usage() {
       stdout);
 }
 
-/// A side of the comparison: "cpu:mla" -> device cpu, backend mla; "cuda:1:standard" -> cuda:1.
+/// A side of the comparison: "cpu:mla" -> device cpu, backend mla; "cuda:1:standard" -> cuda:1;
+/// "tp:2" / "tp:2:standard" -> CPU tensor parallelism over 2 in-process ranks (backend mla by default).
 struct Side {
   std::string text;
   latte::Device device;
   std::string attention;
+  int tensor_parallel = 1;
 };
 
 Side parse_side(const std::string& text) {
+  if (text.starts_with("tp:")) {
+    const size_t colon = text.find(':', 3);
+    const std::string count = text.substr(3, colon == std::string::npos ? std::string::npos : colon - 3);
+    const std::string backend = colon == std::string::npos ? "mla" : text.substr(colon + 1);
+    int n = 0;
+    const bool digits = !count.empty() && count.size() <= 4 &&
+                        std::all_of(count.begin(), count.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (digits) n = std::stoi(count);
+    if (n < 1 || backend.empty()) {
+      throw latte::Error(latte::ErrorCode::invalid_argument,
+                         "--compare: '" + text + "' is not tp:N or tp:N:BACKEND with N >= 1 ranks (e.g. tp:2:mla)");
+    }
+    return {.text = text, .device = latte::Device::cpu(), .attention = backend, .tensor_parallel = n};
+  }
   const size_t last = text.rfind(':');
   if (last == std::string::npos || last == 0 || last + 1 == text.size()) {
     throw latte::Error(latte::ErrorCode::invalid_argument,
@@ -178,7 +196,9 @@ int run_diagnose(std::span<const std::string> argv) {
 
   // Loading the model (once per device) tells us the tokenizer.
   std::vector<latte::Model> models;
-  for (const Side& s : sides) models.push_back(latte::Model::load(*model_path, {.device = s.device}));
+  for (const Side& s : sides) {
+    models.push_back(latte::Model::load(*model_path, {.device = s.device, .tensor_parallel = s.tensor_parallel}));
+  }
   std::vector<latte::Token> tokens;
   if (tokens_text) {
     tokens = latte::cli::parse_token_list(*tokens_text);
