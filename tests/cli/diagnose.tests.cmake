@@ -89,3 +89,17 @@ latte_cli_test(NAME diagnose_tp_dsa_agrees
                     --tokens "3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30"
                EXPECT_STDOUT "blk.0.index_selection +\\[28,16\\] .* ok\n.*blk.0.attn_heads +\\[28,4,256\\] .* ok\n.*all [0-9]+ taps agree \\(bound 0.0001\\)\n$")
 set_tests_properties(cli_diagnose_tp_dsa_agrees PROPERTIES FIXTURES_REQUIRED cli_dsa_model)
+
+# The self-test's cases at a model's shapes, listed without a GPU (every family for a MoE model with an
+# indexer); --list needs --selftest.
+latte_cli_test(NAME diagnose_selftest_list_model ARGS diagnose --selftest --list --model ${_dsa_model}
+               EXPECT_STDOUT "^self-test cases at the shapes of model test-glm-dsa:\ndequantize .*\ngemv .*\ngemm .*rms_norm .*rms_norm_residual .*rope_yarn +rope_yarn q .*rope_yarn +rope_yarn indexer .*moe_router .*moe_decode .*moe_prefill .*silu_gate .*embedding .*mla_decode +mla_decode bf16 +4 heads.*standard_decode .*flash_prefill .*flash_prefill +flash_prefill sparse .*dsa_indexer +dsa_indexer +4x128, q 3, kv 316 8 top 16 .*kv_append .*kv_append .*\n$")
+set_tests_properties(cli_diagnose_selftest_list_model PROPERTIES FIXTURES_REQUIRED cli_dsa_model)
+latte_cli_test(NAME diagnose_selftest_list_presets ARGS diagnose --selftest --list
+               EXPECT_STDOUT "^self-test cases at the shapes of presets deepseek-v2-lite, deepseek-v3, glm-5:\n.*gemv +gemv_quant q4_K +576x7168 .*moe_route sigmoid\\+bias +16 tok, E 256 k 8 g 4/8 .*dsa_indexer .*top 2048")
+latte_cli_test(NAME diagnose_list_needs_selftest ARGS diagnose --list EXPECT_EXIT 1 EXPECT_STDERR "--list goes with --selftest")
+if(NOT LATTE_CUDA)
+  latte_cli_test(NAME diagnose_selftest_model_without_cuda ARGS diagnose --selftest --model ${_dsa_model}
+                 EXPECT_EXIT 3 EXPECT_STDOUT "selftest not run: this build of latte has no CUDA backend")
+  set_tests_properties(cli_diagnose_selftest_model_without_cuda PROPERTIES FIXTURES_REQUIRED cli_dsa_model)
+endif()

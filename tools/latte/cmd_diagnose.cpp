@@ -5,7 +5,7 @@
 //   latte diagnose --model m.gguf --prompt "Hello" --compare cpu:mla,tp:2        (tensor parallel, 2 ranks)
 //   latte diagnose --model m.gguf --tokens "1 2 3" --dump taps/      (then numpy.load("taps/logits.npy"))
 //   latte diagnose --model m.gguf --against hf-taps/                 (a tools/oracle/dump_taps.py dump)
-//   latte diagnose --selftest [--device cuda:0]
+//   latte diagnose --selftest [--model m.gguf] [--device cuda:0] [--list]
 //
 // Exit status: 0 every tap agrees (selftest: passed), 2 a divergence (selftest: a mismatch), 3 the
 // self-test could not run (no CUDA device or a CPU-only build), 1 an error.
@@ -23,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,7 +39,7 @@ void print_usage() {
   std::fputs(
       "usage: latte diagnose --model FILE.gguf (--prompt TEXT | --tokens \"ID ...\")\n"
       "                      [--compare A,B] [--dump DIR] [--against DIR] [--bound X] [--threads N]\n"
-      "       latte diagnose --selftest [--device cuda:N]\n"
+      "       latte diagnose --selftest [--model FILE.gguf] [--device cuda:N] [--list]\n"
       "Runs the prompt through A and B (each cpu:mla, cpu:standard, cuda:mla, cuda:standard, DEVICE:NAME\n"
       "for any registered attention backend, or tp:N[:NAME] for CPU tensor parallelism over N in-process\n"
       "ranks, backend mla unless NAME is given; default cpu:mla,cpu:standard) and prints every activation tap\n"
@@ -48,6 +49,9 @@ void print_usage() {
       "  --against DIR  compare A with a dump (its tokens are used unless --prompt/--tokens is given)\n"
       "  --inject-attention-fault LAYER  register the backend 'faulty-mla' (mla with layer LAYER's output\n"
       "                 scaled by 1.5), to check that diagnose finds a known fault\n"
+      "  --selftest     run every GPU kernel family against a float64 CPU reference on random data at the\n"
+      "                 shapes of --model (its config and weight types), else of the built-in presets\n"
+      "  --list         with --selftest: print the cases (no GPU needed)\n"
       "Exit status: 0 all taps agree, 2 divergence (selftest: mismatch), 3 selftest cannot run, 1 error.\n",
       stdout);
 }
@@ -140,9 +144,16 @@ int print_report(const diag::ComparisonReport& report, const std::vector<diag::T
   return report.first_divergence ? kExitDiverge : kExitAgree;
 }
 
-int run_selftest_command(const std::string& device_text) {
+int run_selftest_command(const std::string& device_text, const std::optional<std::string>& model_path, bool list) {
   const latte::Device device = latte::Device::parse(device_text);
-  const diag::SelftestResult r = diag::run_selftest(device);
+  // The model is only read for its config and weight types: load it on the CPU (a memory map).
+  std::optional<latte::Model> model;
+  if (model_path) model = latte::Model::load(*model_path);
+  if (list) {
+    std::fputs(diag::selftest_case_list(model ? &*model : nullptr).c_str(), stdout);
+    return kExitAgree;
+  }
+  const diag::SelftestResult r = model ? diag::run_selftest(device, *model) : diag::run_selftest(device);
   if (!r.ran) {
     std::printf("selftest not run: %s\n", r.reason.c_str());
     return kExitSelftestUnavailable;
@@ -159,6 +170,7 @@ int run_diagnose(std::span<const std::string> argv) {
     return 0;
   }
   const bool selftest = args.flag({"--selftest"});
+  const bool list = args.flag({"--list"});
   const std::string device = args.take({"--device"}).value_or("cuda:0");
   const auto model_path = args.take({"--model", "-m"});
   const auto prompt = args.take({"--prompt", "-p"});
@@ -171,7 +183,8 @@ int run_diagnose(std::span<const std::string> argv) {
   const int threads = latte::cli::parse_int_option("--threads", args.take({"--threads"}).value_or("0"));
   if (!args.positionals().empty())
     throw latte::Error(latte::ErrorCode::invalid_argument, "unexpected argument " + args.positionals()[0]);
-  if (selftest) return run_selftest_command(device);
+  if (list && !selftest) throw latte::Error(latte::ErrorCode::invalid_argument, "--list goes with --selftest");
+  if (selftest) return run_selftest_command(device, model_path, list);
 
   if (!model_path) throw latte::Error(latte::ErrorCode::invalid_argument, "--model is required");
   if (prompt && tokens_text)
