@@ -40,6 +40,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
@@ -108,20 +109,44 @@ struct Table {
 
 using Rng = std::mt19937_64;
 
+/// Bell-shaped random values, fast: the sum of four uniforms from a splitmix64 stream, centred and
+/// scaled to unit variance (range +-3.46). Test data needs fresh values, not exact normality, and
+/// tens of millions of them must cost well under a second.
+class FastNormal {
+ public:
+  explicit FastNormal(Rng& rng) : state_(rng()) {}
+  float operator()() {
+    const uint64_t a = next(), b = next();
+    constexpr float unit = 1.0f / 4294967296.0f;
+    const float sum = static_cast<float>(a >> 32) * unit + static_cast<float>(a & 0xFFFFFFFFu) * unit +
+                      static_cast<float>(b >> 32) * unit + static_cast<float>(b & 0xFFFFFFFFu) * unit;
+    return (sum - 2.0f) * 1.7320508f;
+  }
+
+ private:
+  uint64_t next() {
+    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  uint64_t state_;
+};
+
 std::vector<float> normal_values(size_t n, Rng& rng, float sigma = 1.0f) {
-  std::normal_distribution<float> normal(0.0f, sigma);
+  FastNormal normal(rng);
   std::vector<float> v(n);
-  for (float& x : v) x = normal(rng);
+  for (float& x : v) x = sigma * normal();
   return v;
 }
 
 /// bf16 bits of n random values, and the values they hold.
 void bf16_values(size_t n, Rng& rng, std::vector<uint16_t>& bits, std::vector<double>& values) {
-  std::normal_distribution<float> normal(0.0f, 1.0f);
+  FastNormal normal(rng);
   bits.resize(n);
   values.resize(n);
   for (size_t i = 0; i < n; ++i) {
-    bits[i] = fp32_to_bf16(normal(rng));
+    bits[i] = fp32_to_bf16(normal());
     values[i] = bf16_to_fp32(bits[i]);
   }
 }
@@ -134,9 +159,9 @@ std::vector<uint8_t> random_rows(GgmlType type, int rows, int k, Rng& rng, std::
   const size_t rb = row_bytes(type, static_cast<uint64_t>(k));
   std::vector<uint8_t> out(rb * static_cast<size_t>(rows));
   std::vector<float> values(static_cast<size_t>(k));
-  std::normal_distribution<float> normal(0.0f, 1.0f);
+  FastNormal normal(rng);
   for (int r = 0; r < rows; ++r) {
-    for (float& v : values) v = normal(rng);
+    for (float& v : values) v = normal();
     quantize_row(type, values.data(), out.data() + rb * static_cast<size_t>(r), k);
   }
   dense.resize(static_cast<size_t>(rows) * k);
@@ -490,18 +515,40 @@ void moe_router_case(const SelftestCase& c, Rng& rng, Table& table) {
   table.add(c.name + " weights", c.shape, rel_error(aligned, want_w), c.bound);
 }
 
+/// Random expert stacks (host dense values, device blocks), kept for the next case of the same shape
+/// and types (the decode and prefill cases of one target share them).
+struct ExpertSet {
+  SelftestMoe shape;
+  std::vector<float> gate_dense, up_dense, down_dense;
+  std::vector<uint8_t> gate, up, down;
+  cuda::DeviceBuffer<uint8_t> d_gate, d_up, d_down;
+};
+
+bool same_experts(const SelftestMoe& a, const SelftestMoe& b) {
+  return a.n_experts == b.n_experts && a.hidden == b.hidden && a.ffn == b.ffn && a.gate_type == b.gate_type &&
+         a.up_type == b.up_type && a.down_type == b.down_type;
+}
+
 /// The routed-expert FFN over a few random experts: the decode path (GEMV groups, fp32) or the
 /// prefill path (grouped tensor-core GEMMs, bf16 operands), as the forward pass chooses them.
-void moe_experts_case(const SelftestCase& c, Rng& rng, Table& table) {
+void moe_experts_case(const SelftestCase& c, Rng& rng, Table& table, std::unique_ptr<ExpertSet>& cache) {
   const SelftestMoe& m = c.moe;
   const int T = c.rows, E = m.n_experts, K = m.k, H = m.hidden, F = m.ffn;
-  std::vector<float> gate_dense, up_dense, down_dense;
-  const auto gate = random_rows(m.gate_type, E * F, H, rng, gate_dense);
-  const auto up = random_rows(m.up_type, E * F, H, rng, up_dense);
-  const auto down = random_rows(m.down_type, E * H, F, rng, down_dense);
-  const auto d_gate = upload(gate);
-  const auto d_up = upload(up);
-  const auto d_down = upload(down);
+  if (!cache || !same_experts(cache->shape, m)) {
+    auto fresh = std::make_unique<ExpertSet>();
+    fresh->shape = m;
+    fresh->gate = random_rows(m.gate_type, E * F, H, rng, fresh->gate_dense);
+    fresh->up = random_rows(m.up_type, E * F, H, rng, fresh->up_dense);
+    fresh->down = random_rows(m.down_type, E * H, F, rng, fresh->down_dense);
+    fresh->d_gate = upload(fresh->gate);
+    fresh->d_up = upload(fresh->up);
+    fresh->d_down = upload(fresh->down);
+    cache = std::move(fresh);
+  }
+  const std::vector<float>&gate_dense = cache->gate_dense, &up_dense = cache->up_dense,
+                           &down_dense = cache->down_dense;
+  const std::vector<uint8_t>&gate = cache->gate, &up = cache->up, &down = cache->down;
+  const cuda::DeviceBuffer<uint8_t>&d_gate = cache->d_gate, &d_up = cache->d_up, &d_down = cache->d_down;
   auto stack = [](GgmlType type, const cuda::DeviceBuffer<uint8_t>& d, size_t bytes, int rows, int k) {
     return cuda::ExpertStack{.type = type,
                              .data = d.data(),
@@ -1034,7 +1081,7 @@ void kv_append_case(const SelftestCase& sc, Rng& rng, Table& table) {
   table.add(sc.name, sc.shape, static_cast<double>(differing) / static_cast<double>(got.size()), sc.bound);
 }
 
-void run_case(const SelftestCase& c, Rng& rng, Table& table) {
+void run_case(const SelftestCase& c, Rng& rng, Table& table, std::unique_ptr<ExpertSet>& experts) {
   switch (c.family) {
     case SelftestFamily::dequantize:
     case SelftestFamily::gemv:
@@ -1044,7 +1091,7 @@ void run_case(const SelftestCase& c, Rng& rng, Table& table) {
     case SelftestFamily::rope_yarn: return rope_case(c, rng, table);
     case SelftestFamily::moe_router: return moe_router_case(c, rng, table);
     case SelftestFamily::moe_decode:
-    case SelftestFamily::moe_prefill: return moe_experts_case(c, rng, table);
+    case SelftestFamily::moe_prefill: return moe_experts_case(c, rng, table, experts);
     case SelftestFamily::silu_gate: return silu_gate_case(c, rng, table);
     case SelftestFamily::embedding: return embedding_case(c, rng, table);
     case SelftestFamily::mla_decode: return mla_decode_case(c, rng, table);
@@ -1075,9 +1122,10 @@ SelftestResult run_selftest_cases(int ordinal, const SelftestPlan& plan) {
   const auto t0 = std::chrono::steady_clock::now();
   table.text += "device " + std::to_string(ordinal) + ": " + caps.name + " (" + selftest_identity(ordinal) +
                 "), shapes of " + plan.label + ", seed " + std::to_string(seed) + "\n";
+  std::unique_ptr<ExpertSet> experts;
   for (const SelftestCase& c : plan.cases) {
     try {
-      run_case(c, rng, table);
+      run_case(c, rng, table, experts);
     } catch (const std::exception& e) {
       table.error(c.name, c.shape, e.what());
       // A failed launch may leave a sticky CUDA error; later cases report their own.

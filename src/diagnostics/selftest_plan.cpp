@@ -196,8 +196,11 @@ void add_moe_cases(const SelftestTarget& t, SelftestPlan& plan) {
   // random weights and the float64 reference stay small (the kernels tile it the same way).
   // The expert width is the down projection's k: whole blocks of its type, a multiple of 32 (GEMM).
   const int block = static_cast<int>(std::max(type_traits(m.down_type).block_values, 32u));
+  // Two choices per token among four experts: tokens share experts (several per GEMV group and GEMM
+  // tile), and the random expert weights (the bulk of the self-test's host time) stay few.
   SelftestMoe x = m;
-  x.n_experts = std::min(c.n_expert, c.n_expert_used + 2);
+  x.k = std::min(c.n_expert_used, 2);
+  x.n_experts = std::min(c.n_expert, x.k + 2);
   x.ffn = std::max(block, std::min(c.n_ff_expert, 256) / block * block);
   for (GgmlType type : {m.gate_type, m.up_type, m.down_type}) {
     if (!type_traits(type).quantizable) {
@@ -364,9 +367,11 @@ SelftestTarget selftest_preset_target(std::string_view preset, std::vector<GgmlT
   t.config = model_preset(preset);
   t.label = "preset " + std::string(preset);
   t.matrix_types = std::move(types);
-  const GgmlType expert = t.config.n_expert > 0 ? GgmlType::q4_k : GgmlType::f32;
-  t.expert_gate = t.expert_up = expert;
-  t.expert_down = t.config.n_expert > 0 ? GgmlType::q6_k : GgmlType::f32;
+  // Experts as a Q4_K_M file stores them for the smallest preset; q8_0 (cheap to encode at random)
+  // for the large ones, whose every type the matrix cases check anyway.
+  const bool small = t.config.n_embd <= 2048;
+  t.expert_gate = t.expert_up = small ? GgmlType::q4_k : GgmlType::q8_0;
+  t.expert_down = small ? GgmlType::q6_k : GgmlType::q8_0;
   t.embedding_type = GgmlType::q8_0;
   t.has_expert_bias = t.config.expert_gating == ExpertGating::sigmoid;
   return t;
