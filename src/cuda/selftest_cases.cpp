@@ -95,7 +95,7 @@ struct Table {
     ++n_cases;
     n_failed += ok ? 0 : 1;
     char line[320];
-    std::snprintf(line, sizeof line, "%-34s %-36s rel err %-10.3g bound %-8.0e %s\n", kernel.c_str(), shape.c_str(),
+    std::snprintf(line, sizeof line, "%-34s  %-36s  rel err %-10.3g bound %-8.0e %s\n", kernel.c_str(), shape.c_str(),
                   err, bound, ok ? "ok" : "MISMATCH");
     text += line;
   }
