@@ -54,7 +54,7 @@ TEST_CASE("the self-test plan of a MoE model with an indexer covers every kernel
   INFO(latte::diagnostics::selftest_case_list(&model));
 
   const auto all = all_families();
-  CHECK(all.size() == 16);
+  CHECK(all.size() == 17);
   CHECK(families(plan) == std::set<SelftestFamily>(all.begin(), all.end()));
   CHECK(plan.not_covered.empty());
   CHECK(plan.label.find(c.name) != std::string::npos);
@@ -72,6 +72,7 @@ TEST_CASE("the self-test plan of a MoE model with an indexer covers every kernel
   for (const SelftestCase* n : of(plan, SelftestFamily::rms_norm)) widths.insert(n->k);
   CHECK(widths == std::set<int>{c.n_embd, c.kv_lora_rank, c.q_lora_rank});
   CHECK(of(plan, SelftestFamily::rms_norm_residual).at(0)->k == c.n_embd);
+  CHECK(of(plan, SelftestFamily::layer_norm).at(0)->k == c.indexer.head_dim);
 
   // RoPE: q heads after P nope dims, k_pe after the latent, the indexer's first R dims; YaRN on.
   const auto ropes = of(plan, SelftestFamily::rope_yarn);
@@ -182,6 +183,7 @@ TEST_CASE("the self-test plan checks each weight type present in the model, and 
   CHECK(of(plan, SelftestFamily::embedding).at(0)->type == GgmlType::q6_k);
   // test-v3 has no indexer: no DSA case, no sparse prefill.
   CHECK(of(plan, SelftestFamily::dsa_indexer).empty());
+  CHECK(of(plan, SelftestFamily::layer_norm).empty());
   CHECK(of(plan, SelftestFamily::flash_prefill).size() == 1);
 }
 

@@ -300,6 +300,43 @@ void rms_norm_case(const SelftestCase& c, Rng& rng, Table& table) {
   table.add(c.name, c.shape, err, c.bound);
 }
 
+void layer_norm_case(const SelftestCase& c, Rng& rng, Table& table) {
+  const int rows = c.rows, n = c.k;
+  auto x = normal_values(static_cast<size_t>(rows) * n, rng);
+  for (size_t i = 0; i < x.size(); ++i) x[i] += 0.5f;  // a mean to remove
+  auto w = normal_values(static_cast<size_t>(n), rng, 0.1f);
+  for (float& v : w) v += 1.0f;
+  const auto b = normal_values(static_cast<size_t>(n), rng, 0.1f);
+  const float eps = 1e-6f;
+  std::vector<double> ref(x.size());
+  for (int r = 0; r < rows; ++r) {
+    const float* xr = x.data() + static_cast<size_t>(r) * n;
+    double mean = 0, var = 0;
+    for (int i = 0; i < n; ++i) mean += xr[i];
+    mean /= n;
+    for (int i = 0; i < n; ++i) var += (xr[i] - mean) * (xr[i] - mean);
+    const double inv = 1.0 / std::sqrt(var / n + eps);
+    for (int i = 0; i < n; ++i) {
+      ref[static_cast<size_t>(r) * n + i] = (xr[i] - mean) * inv * w[static_cast<size_t>(i)] + b[static_cast<size_t>(i)];
+    }
+  }
+  const auto dx = upload(x);
+  const auto dw = upload(w);
+  const auto db = upload(b);
+  auto out = poisoned<float>(x.size());
+  cuda::layer_norm({.x = dx.data(),
+                    .x_stride = n,
+                    .weight = dw.data(),
+                    .bias = db.data(),
+                    .n = n,
+                    .rows = rows,
+                    .eps = eps,
+                    .out = out.data(),
+                    .out_stride = n},
+                   nullptr);
+  table.add(c.name, c.shape, rel_error(download(out.data(), x.size()), ref), c.bound);
+}
+
 void silu_gate_case(const SelftestCase& c, Rng& rng, Table& table) {
   const int rows = c.rows, cols = c.k;
   const auto g = normal_values(static_cast<size_t>(rows) * cols, rng, 2.0f);
@@ -1088,6 +1125,7 @@ void run_case(const SelftestCase& c, Rng& rng, Table& table, std::unique_ptr<Exp
     case SelftestFamily::gemm: return matrix_cases(c, rng, table);
     case SelftestFamily::rms_norm:
     case SelftestFamily::rms_norm_residual: return rms_norm_case(c, rng, table);
+    case SelftestFamily::layer_norm: return layer_norm_case(c, rng, table);
     case SelftestFamily::rope_yarn: return rope_case(c, rng, table);
     case SelftestFamily::moe_router: return moe_router_case(c, rng, table);
     case SelftestFamily::moe_decode:

@@ -6,7 +6,7 @@
 //   gemm (tensor cores), moe prefill        1e-3  the reference rounds the operands to bf16 as the kernel
 //                                                 does; fp32 accumulation (and, in the MoE, the bf16
 //                                                 rounding of silu(g)*u flipping an ulp) remain
-//   rms_norm, silu_gate fp32                1e-5  fp32 arithmetic
+//   rms_norm, layer_norm, silu_gate fp32    1e-5  fp32 arithmetic
 //   silu_gate bf16                          4e-3  one bf16 rounding (2^-9 relative at most)
 //   rope_yarn                               1e-5  angles in double on both sides, fp32 data
 //   moe_route weights                       1e-5  fp32 exp / sigmoid; ids must match exactly (bound 0)
@@ -125,6 +125,14 @@ void add_norm_cases(const ModelConfig& c, SelftestPlan& plan) {
   norm(SelftestFamily::rms_norm, 5, c.kv_lora_rank);
   if (c.q_lora_rank > 0) norm(SelftestFamily::rms_norm, 3, c.q_lora_rank);
   norm(SelftestFamily::rms_norm_residual, 5, c.n_embd);
+  if (c.has_indexer()) {
+    plan.cases.push_back({.family = SelftestFamily::layer_norm,
+                          .name = "layer_norm f32",
+                          .shape = dims({5, c.indexer.head_dim}),
+                          .bound = 1e-5,
+                          .rows = 5,
+                          .k = c.indexer.head_dim});
+  }
 }
 
 void add_rope_cases(const ModelConfig& c, SelftestPlan& plan) {
@@ -316,6 +324,7 @@ std::string_view family_name(SelftestFamily family) noexcept {
     case SelftestFamily::gemm: return "gemm";
     case SelftestFamily::rms_norm: return "rms_norm";
     case SelftestFamily::rms_norm_residual: return "rms_norm_residual";
+    case SelftestFamily::layer_norm: return "layer_norm";
     case SelftestFamily::rope_yarn: return "rope_yarn";
     case SelftestFamily::moe_router: return "moe_router";
     case SelftestFamily::moe_decode: return "moe_decode";

@@ -24,6 +24,7 @@ enum class SelftestFamily {
   gemm,               ///< Linear over 24 rows: tensor-core GEMM where the type has one (prefill products)
   rms_norm,           ///< rms_norm
   rms_norm_residual,  ///< rms_norm with the fused residual add
+  layer_norm,         ///< layer_norm (the DSA indexer's key norm)
   rope_yarn,          ///< rope_yarn with the model's base and scaling
   moe_router,         ///< moe_route: gating, selection bias, group-limited top-k, weights
   moe_decode,         ///< moe_experts_decode: sort into GEMV groups, gated GEMV, gathered GEMV, combine
