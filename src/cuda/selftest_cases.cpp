@@ -4,7 +4,6 @@
 // launch so that an element the kernel fails to write shows as an infinite error. The bounds and why
 // they hold are listed in selftest_plan.cpp. A case whose launch throws is a failure with the message.
 #include "diagnostics/selftest_cases.hpp"
-#include "diagnostics/selftest_plan.hpp"
 #include "cpu/rope.hpp"
 #include "cuda/activations.hpp"
 #include "cuda/check.hpp"
@@ -26,6 +25,7 @@
 #include "cuda/norms.hpp"
 #include "cuda/rope_yarn.hpp"
 #include "cuda/standard_decode.hpp"
+#include "diagnostics/selftest_plan.hpp"
 
 #include <latte/error.hpp>
 #include <latte/quant.hpp>
@@ -317,7 +317,8 @@ void layer_norm_case(const SelftestCase& c, Rng& rng, Table& table) {
     for (int i = 0; i < n; ++i) var += (xr[i] - mean) * (xr[i] - mean);
     const double inv = 1.0 / std::sqrt(var / n + eps);
     for (int i = 0; i < n; ++i) {
-      ref[static_cast<size_t>(r) * n + i] = (xr[i] - mean) * inv * w[static_cast<size_t>(i)] + b[static_cast<size_t>(i)];
+      ref[static_cast<size_t>(r) * n + i] =
+          (xr[i] - mean) * inv * w[static_cast<size_t>(i)] + b[static_cast<size_t>(i)];
     }
   }
   const auto dx = upload(x);
@@ -415,8 +416,9 @@ void embedding_case(const SelftestCase& c, Rng& rng, Table& table) {
   std::uniform_int_distribution<int32_t> pick(0, vocab - 1);
   while (static_cast<int>(ids.size()) < c.rows) ids.push_back(pick(rng));
   std::vector<double> ref;
-  for (int32_t id : ids) ref.insert(ref.end(), dense.begin() + static_cast<ptrdiff_t>(id) * c.k,
-                                    dense.begin() + static_cast<ptrdiff_t>(id + 1) * c.k);
+  for (int32_t id : ids)
+    ref.insert(ref.end(), dense.begin() + static_cast<ptrdiff_t>(id) * c.k,
+               dense.begin() + static_cast<ptrdiff_t>(id + 1) * c.k);
   const auto table_d = upload(host);
   const auto ids_d = upload(ids);
   auto out = poisoned<float>(ref.size());
@@ -535,8 +537,10 @@ void moe_router_case(const SelftestCase& c, Rng& rng, Table& table) {
   std::vector<float> aligned(got_w.size(), NAN);
   for (int t = 0; t < T; ++t) {
     const size_t o = static_cast<size_t>(t) * K;
-    std::vector<int32_t> a(got_ids.begin() + static_cast<ptrdiff_t>(o), got_ids.begin() + static_cast<ptrdiff_t>(o + K));
-    std::vector<int32_t> b(want_ids.begin() + static_cast<ptrdiff_t>(o), want_ids.begin() + static_cast<ptrdiff_t>(o + K));
+    std::vector<int32_t> a(got_ids.begin() + static_cast<ptrdiff_t>(o),
+                           got_ids.begin() + static_cast<ptrdiff_t>(o + K));
+    std::vector<int32_t> b(want_ids.begin() + static_cast<ptrdiff_t>(o),
+                           want_ids.begin() + static_cast<ptrdiff_t>(o + K));
     std::sort(a.begin(), a.end());
     std::sort(b.begin(), b.end());
     if (a != b) ++differing;
@@ -582,16 +586,15 @@ void moe_experts_case(const SelftestCase& c, Rng& rng, Table& table, std::unique
     fresh->d_down = upload(fresh->down);
     cache = std::move(fresh);
   }
-  const std::vector<float>&gate_dense = cache->gate_dense, &up_dense = cache->up_dense,
-                           &down_dense = cache->down_dense;
+  const std::vector<float>&gate_dense = cache->gate_dense, &up_dense = cache->up_dense, &down_dense = cache->down_dense;
   const std::vector<uint8_t>&gate = cache->gate, &up = cache->up, &down = cache->down;
   const cuda::DeviceBuffer<uint8_t>&d_gate = cache->d_gate, &d_up = cache->d_up, &d_down = cache->d_down;
   auto stack = [](GgmlType type, const cuda::DeviceBuffer<uint8_t>& d, size_t bytes, int rows, int k) {
     return cuda::ExpertStack{.type = type,
                              .data = d.data(),
                              .bytes = static_cast<int64_t>(bytes),
-                             .matrix_stride_bytes =
-                                 static_cast<int64_t>(rows) * static_cast<int64_t>(row_bytes(type, static_cast<uint64_t>(k)))};
+                             .matrix_stride_bytes = static_cast<int64_t>(rows) *
+                                                    static_cast<int64_t>(row_bytes(type, static_cast<uint64_t>(k)))};
   };
   const cuda::MoeExpertWeights experts{.gate = stack(m.gate_type, d_gate, gate.size(), F, H),
                                        .up = stack(m.up_type, d_up, up.size(), F, H),
@@ -831,7 +834,6 @@ void standard_decode_case(const SelftestCase& sc, Rng& rng, Table& table) {
   table.add(sc.name, sc.shape, rel_error(download(out.data(), ref.size()), ref), sc.bound);
 }
 
-
 /// Flash prefill of T queries at positions pos0 .. pos0 + T - 1 over a contiguous per-head K/V cache
 /// of pos0 + T positions; sparse: each query sees only a random list of top_k positions (built into a
 /// key mask by run_build_key_mask), still causal.
@@ -847,7 +849,8 @@ void flash_prefill_case(const SelftestCase& sc, Rng& rng, Table& table) {
   // padded with -1.
   const bool sparse = sc.top_k > 0;
   std::vector<int32_t> lists;
-  std::vector<std::vector<bool>> visible(static_cast<size_t>(T), std::vector<bool>(static_cast<size_t>(n_keys), !sparse));
+  std::vector<std::vector<bool>> visible(static_cast<size_t>(T),
+                                         std::vector<bool>(static_cast<size_t>(n_keys), !sparse));
   if (sparse) {
     lists.assign(static_cast<size_t>(T) * sc.top_k, -1);
     std::vector<int32_t> all(static_cast<size_t>(n_keys));
@@ -884,7 +887,8 @@ void flash_prefill_case(const SelftestCase& sc, Rng& rng, Table& table) {
       }
       double sum = 0;
       for (int s = 0; s <= pos0 + t; ++s) {
-        sum += (p[static_cast<size_t>(s)] = std::isfinite(p[static_cast<size_t>(s)]) ? std::exp(p[static_cast<size_t>(s)] - max) : 0.0);
+        sum += (p[static_cast<size_t>(s)] =
+                    std::isfinite(p[static_cast<size_t>(s)]) ? std::exp(p[static_cast<size_t>(s)] - max) : 0.0);
       }
       double* o = ref.data() + (static_cast<size_t>(t) * N + h) * V;
       for (int s = 0; s <= pos0 + t; ++s) {
@@ -1061,8 +1065,10 @@ void kv_append_case(const SelftestCase& sc, Rng& rng, Table& table) {
   std::vector<uint16_t> want = cache;
   for (int i = 0; i < n; ++i) {
     for (int64_t j = 0; j < token_stride; ++j) {
-      want[(static_cast<size_t>(seq[static_cast<size_t>(i)]) * capacity + static_cast<size_t>(pos[static_cast<size_t>(i)])) *
-               static_cast<size_t>(token_stride) + static_cast<size_t>(j)] =
+      want[(static_cast<size_t>(seq[static_cast<size_t>(i)]) * capacity +
+            static_cast<size_t>(pos[static_cast<size_t>(i)])) *
+               static_cast<size_t>(token_stride) +
+           static_cast<size_t>(j)] =
           fp32_to_bf16(src[static_cast<size_t>(i) * static_cast<size_t>(token_stride) + static_cast<size_t>(j)]);
     }
   }
@@ -1122,21 +1128,34 @@ void run_case(const SelftestCase& c, Rng& rng, Table& table, std::unique_ptr<Exp
   switch (c.family) {
     case SelftestFamily::dequantize:
     case SelftestFamily::gemv:
-    case SelftestFamily::gemm: return matrix_cases(c, rng, table);
+    case SelftestFamily::gemm:
+      return matrix_cases(c, rng, table);
     case SelftestFamily::rms_norm:
-    case SelftestFamily::rms_norm_residual: return rms_norm_case(c, rng, table);
-    case SelftestFamily::layer_norm: return layer_norm_case(c, rng, table);
-    case SelftestFamily::rope_yarn: return rope_case(c, rng, table);
-    case SelftestFamily::moe_router: return moe_router_case(c, rng, table);
+    case SelftestFamily::rms_norm_residual:
+      return rms_norm_case(c, rng, table);
+    case SelftestFamily::layer_norm:
+      return layer_norm_case(c, rng, table);
+    case SelftestFamily::rope_yarn:
+      return rope_case(c, rng, table);
+    case SelftestFamily::moe_router:
+      return moe_router_case(c, rng, table);
     case SelftestFamily::moe_decode:
-    case SelftestFamily::moe_prefill: return moe_experts_case(c, rng, table, experts);
-    case SelftestFamily::silu_gate: return silu_gate_case(c, rng, table);
-    case SelftestFamily::embedding: return embedding_case(c, rng, table);
-    case SelftestFamily::mla_decode: return mla_decode_case(c, rng, table);
-    case SelftestFamily::standard_decode: return standard_decode_case(c, rng, table);
-    case SelftestFamily::flash_prefill: return flash_prefill_case(c, rng, table);
-    case SelftestFamily::dsa_indexer: return dsa_indexer_case(c, rng, table);
-    case SelftestFamily::kv_append: return kv_append_case(c, rng, table);
+    case SelftestFamily::moe_prefill:
+      return moe_experts_case(c, rng, table, experts);
+    case SelftestFamily::silu_gate:
+      return silu_gate_case(c, rng, table);
+    case SelftestFamily::embedding:
+      return embedding_case(c, rng, table);
+    case SelftestFamily::mla_decode:
+      return mla_decode_case(c, rng, table);
+    case SelftestFamily::standard_decode:
+      return standard_decode_case(c, rng, table);
+    case SelftestFamily::flash_prefill:
+      return flash_prefill_case(c, rng, table);
+    case SelftestFamily::dsa_indexer:
+      return dsa_indexer_case(c, rng, table);
+    case SelftestFamily::kv_append:
+      return kv_append_case(c, rng, table);
   }
 }
 

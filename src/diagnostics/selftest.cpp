@@ -99,8 +99,8 @@ std::string selftest_case_list(const Model* model) {
   std::string text = "self-test cases at the shapes of " + plan.label + ":\n";
   for (const detail::SelftestCase& c : plan.cases) {
     char line[256];
-    std::snprintf(line, sizeof line, "%-18s %-34s %-36s bound %.0e\n", std::string(detail::family_name(c.family)).c_str(),
-                  c.name.c_str(), c.shape.c_str(), c.bound);
+    std::snprintf(line, sizeof line, "%-18s %-34s %-36s bound %.0e\n",
+                  std::string(detail::family_name(c.family)).c_str(), c.name.c_str(), c.shape.c_str(), c.bound);
     text += line;
   }
   for (const std::string& line : plan.not_covered) text += "not covered: " + line + "\n";

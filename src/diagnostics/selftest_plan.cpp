@@ -102,13 +102,29 @@ void add_matrix_cases(const SelftestTarget& t, SelftestPlan& plan) {
     const int k = block_multiple(type, c.n_embd);
     const std::string label(traits.name);
     const std::string shape = dims({rows, k});
-    plan.cases.push_back(
-        {.family = SelftestFamily::dequantize, .name = "dequantize_rows " + label, .shape = shape, .bound = 1e-6,
-         .type = type, .rows = rows, .k = k});
-    plan.cases.push_back({.family = SelftestFamily::gemv, .name = "gemv_quant " + label, .shape = shape,
-                          .bound = 1e-4, .type = type, .rows = rows, .k = k, .token_counts = {1, 4}});
-    plan.cases.push_back({.family = SelftestFamily::gemm, .name = "linear " + label, .shape = shape, .bound = 1e-3,
-                          .type = type, .rows = rows, .k = k, .token_counts = {24}});
+    plan.cases.push_back({.family = SelftestFamily::dequantize,
+                          .name = "dequantize_rows " + label,
+                          .shape = shape,
+                          .bound = 1e-6,
+                          .type = type,
+                          .rows = rows,
+                          .k = k});
+    plan.cases.push_back({.family = SelftestFamily::gemv,
+                          .name = "gemv_quant " + label,
+                          .shape = shape,
+                          .bound = 1e-4,
+                          .type = type,
+                          .rows = rows,
+                          .k = k,
+                          .token_counts = {1, 4}});
+    plan.cases.push_back({.family = SelftestFamily::gemm,
+                          .name = "linear " + label,
+                          .shape = shape,
+                          .bound = 1e-3,
+                          .type = type,
+                          .rows = rows,
+                          .k = k,
+                          .token_counts = {24}});
   }
 }
 
@@ -273,17 +289,17 @@ void add_attention_cases(const ModelConfig& c, SelftestPlan& plan) {
                         .scale = c.attention_scale()});
   if (c.has_indexer()) {
     const int top_k = std::min(c.indexer.top_k, 64);
-    plan.cases.push_back({.family = SelftestFamily::flash_prefill,
-                          .name = "flash_prefill sparse bf16",
-                          .shape = std::to_string(heads) + "x(" + dims({qk, V}, ',') + "), pos0 40 T 70 top " +
-                                   std::to_string(top_k),
-                          .bound = 1e-2,
-                          .n_heads = heads,
-                          .head_dim_qk = qk,
-                          .head_dim_v = V,
-                          .kv_lens = chunk,
-                          .top_k = top_k,
-                          .scale = c.attention_scale()});
+    plan.cases.push_back(
+        {.family = SelftestFamily::flash_prefill,
+         .name = "flash_prefill sparse bf16",
+         .shape = std::to_string(heads) + "x(" + dims({qk, V}, ',') + "), pos0 40 T 70 top " + std::to_string(top_k),
+         .bound = 1e-2,
+         .n_heads = heads,
+         .head_dim_qk = qk,
+         .head_dim_v = V,
+         .kv_lens = chunk,
+         .top_k = top_k,
+         .scale = c.attention_scale()});
     // The model's top_k, with one sequence longer than it (a real selection) and one shorter.
     const std::vector<int> ix_lens = {c.indexer.top_k + 300, std::max(3, c.indexer.top_k / 2)};
     plan.cases.push_back({.family = SelftestFamily::dsa_indexer,
@@ -319,23 +335,40 @@ void add_attention_cases(const ModelConfig& c, SelftestPlan& plan) {
 
 std::string_view family_name(SelftestFamily family) noexcept {
   switch (family) {
-    case SelftestFamily::dequantize: return "dequantize";
-    case SelftestFamily::gemv: return "gemv";
-    case SelftestFamily::gemm: return "gemm";
-    case SelftestFamily::rms_norm: return "rms_norm";
-    case SelftestFamily::rms_norm_residual: return "rms_norm_residual";
-    case SelftestFamily::layer_norm: return "layer_norm";
-    case SelftestFamily::rope_yarn: return "rope_yarn";
-    case SelftestFamily::moe_router: return "moe_router";
-    case SelftestFamily::moe_decode: return "moe_decode";
-    case SelftestFamily::moe_prefill: return "moe_prefill";
-    case SelftestFamily::silu_gate: return "silu_gate";
-    case SelftestFamily::embedding: return "embedding";
-    case SelftestFamily::mla_decode: return "mla_decode";
-    case SelftestFamily::standard_decode: return "standard_decode";
-    case SelftestFamily::flash_prefill: return "flash_prefill";
-    case SelftestFamily::dsa_indexer: return "dsa_indexer";
-    case SelftestFamily::kv_append: return "kv_append";
+    case SelftestFamily::dequantize:
+      return "dequantize";
+    case SelftestFamily::gemv:
+      return "gemv";
+    case SelftestFamily::gemm:
+      return "gemm";
+    case SelftestFamily::rms_norm:
+      return "rms_norm";
+    case SelftestFamily::rms_norm_residual:
+      return "rms_norm_residual";
+    case SelftestFamily::layer_norm:
+      return "layer_norm";
+    case SelftestFamily::rope_yarn:
+      return "rope_yarn";
+    case SelftestFamily::moe_router:
+      return "moe_router";
+    case SelftestFamily::moe_decode:
+      return "moe_decode";
+    case SelftestFamily::moe_prefill:
+      return "moe_prefill";
+    case SelftestFamily::silu_gate:
+      return "silu_gate";
+    case SelftestFamily::embedding:
+      return "embedding";
+    case SelftestFamily::mla_decode:
+      return "mla_decode";
+    case SelftestFamily::standard_decode:
+      return "standard_decode";
+    case SelftestFamily::flash_prefill:
+      return "flash_prefill";
+    case SelftestFamily::dsa_indexer:
+      return "dsa_indexer";
+    case SelftestFamily::kv_append:
+      return "kv_append";
   }
   return "unknown";
 }
@@ -418,17 +451,16 @@ SelftestPlan selftest_plan(const SelftestTarget& target) {
                           .rows = 9,
                           .k = block_multiple(target.embedding_type, c.n_embd)});
   } else {
-    plan.not_covered.push_back("embedding: " + std::string(type_name(target.embedding_type)) +
-                               " has no CPU encoder");
+    plan.not_covered.push_back("embedding: " + std::string(type_name(target.embedding_type)) + " has no CPU encoder");
   }
   add_attention_cases(c, plan);
   return plan;
 }
 
 SelftestPlan selftest_default_plan() {
-  const std::vector<GgmlType> all = {GgmlType::f32,  GgmlType::f16,  GgmlType::bf16, GgmlType::q4_0, GgmlType::q4_1,
-                                     GgmlType::q5_0, GgmlType::q5_1, GgmlType::q8_0, GgmlType::mxfp4,
-                                     GgmlType::q2_k, GgmlType::q3_k, GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k};
+  const std::vector<GgmlType> all = {GgmlType::f32,  GgmlType::f16,  GgmlType::bf16, GgmlType::q4_0,  GgmlType::q4_1,
+                                     GgmlType::q5_0, GgmlType::q5_1, GgmlType::q8_0, GgmlType::mxfp4, GgmlType::q2_k,
+                                     GgmlType::q3_k, GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k};
   SelftestPlan plan;
   plan.label = "presets deepseek-v2-lite, deepseek-v3, glm-5";
   std::set<std::pair<std::string, std::string>> seen;

@@ -46,10 +46,10 @@ std::vector<SelftestFamily> all_families();
 /// RoPE parameters of a case, as the CUDA forward derives them from the model's config.
 struct SelftestRope {
   int n_heads = 1;
-  int head_stride = 0;    ///< floats between heads of a token
-  int token_stride = 0;   ///< floats between tokens
-  int rot_offset = 0;     ///< first rotated dim of a head
-  int n_rot = 0;          ///< rotated dims
+  int head_stride = 0;   ///< floats between heads of a token
+  int token_stride = 0;  ///< floats between tokens
+  int rot_offset = 0;    ///< first rotated dim of a head
+  int n_rot = 0;         ///< rotated dims
   float freq_base = 10000.0f;
   float freq_scale = 1.0f;
   float ext_factor = 0.0f;
@@ -80,28 +80,28 @@ struct SelftestCase {
   SelftestFamily family = SelftestFamily::dequantize;
   std::string name{};   ///< table label, e.g. "gemv_quant q4_K x4"
   std::string shape{};  ///< table shape, e.g. "576x7168"
-  double bound = 0;   ///< largest acceptable normalised error ||gpu - ref|| / ||ref||
+  double bound = 0;     ///< largest acceptable normalised error ||gpu - ref|| / ||ref||
   GgmlType type = GgmlType::f32;
-  int rows = 0;  ///< matrix rows, norm rows, tokens
-  int k = 0;     ///< matrix columns, norm width
+  int rows = 0;                     ///< matrix rows, norm rows, tokens
+  int k = 0;                        ///< matrix columns, norm width
   std::vector<int> token_counts{};  ///< gemv / gemm: the token counts to run
   int n_heads = 0;
   int head_dim_qk = 0;
   int head_dim_v = 0;
   std::vector<int> kv_lens{};  ///< decode / indexer: per sequence; prefill: {pos0, T}
-  int top_k = 0;             ///< indexer / sparse prefill
-  float scale = 0;           ///< attention scale
+  int top_k = 0;               ///< indexer / sparse prefill
+  float scale = 0;             ///< attention scale
   SelftestRope rope{};
   SelftestMoe moe{};
 };
 
 /// What the plan is derived from: a config and the types of its weights.
 struct SelftestTarget {
-  std::string label{};                    ///< "model DeepSeek-V3" / "preset deepseek-v3"
-  ModelConfig config{};                   ///< validated
-  std::vector<GgmlType> matrix_types{};   ///< distinct types of the 2-D projection weights
+  std::string label{};                   ///< "model DeepSeek-V3" / "preset deepseek-v3"
+  ModelConfig config{};                  ///< validated
+  std::vector<GgmlType> matrix_types{};  ///< distinct types of the 2-D projection weights
   GgmlType embedding_type = GgmlType::f32;
-  bool has_expert_bias = false;         ///< exp_probs_b present
+  bool has_expert_bias = false;  ///< exp_probs_b present
   GgmlType expert_gate = GgmlType::f32, expert_up = GgmlType::f32, expert_down = GgmlType::f32;
 };
 
