@@ -6,6 +6,8 @@
 #
 #   scripts/profile-gpu.sh MODEL.gguf [P] [N] [ATTENTION]     (defaults: 512 4 mla)
 #
+# LATTE_PROFILE_PHASES ("prefill decode"), LATTE_PROFILE_DETAIL=N (decode: the last N launches one by one),
+# LATTE_PROFILE_PREFILL_GROUP=N (prefill: the last N launches grouped by kernel instance and grid).
 # Needs a GPU build in build-gpu/ (scripts/gpu-check.sh makes it) and ncu on the PATH or in
 # /opt/nvidia/nsight-compute/. Output: a table per phase on stdout, raw CSV in $OUT or out/profile/.
 set -uo pipefail
@@ -27,7 +29,7 @@ export LATTE_NO_SELFTEST=1 LATTE_CUDA_GRAPHS=0
 profile() {  # profile TAG BENCH-ARGS...
   local tag=$1
   shift
-  "$NCU" --clock-control none --metrics gpu__time_duration.sum --csv --page raw \
+  "$NCU" --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,launch__grid_size,launch__registers_per_thread,sm__warps_active.avg.pct_of_peak_sustained_active --csv --page raw \
     "$LATTE" bench --model "$MODEL" --device cuda:0 --attention "$ATTN" -r 1 "$@" \
     >"$OUT_DIR/$tag.csv" 2>"$OUT_DIR/$tag.log"
   python3 - "$OUT_DIR/$tag.csv" "$tag" <<'EOF'
@@ -45,18 +47,46 @@ for r in reader:
         continue  # the units row
     name = r.get("Kernel Name", "?")
     short = name.split("(")[0].split("<")[0].replace("void ", "").strip()
-    rows.append((short, name, t))
-total = sum(t for _, _, t in rows)
-agg = collections.defaultdict(lambda: [0, 0.0])
-for short, _, t in rows:
+    def num(key):
+        try:
+            return float(r.get(key, "").replace(",", ""))
+        except ValueError:
+            return 0.0
+    rows.append((short, name, t, num("dram__bytes_read.sum") + num("dram__bytes_write.sum"),
+                 r.get("launch__grid_size", ""), r.get("launch__registers_per_thread", ""),
+                 num("sm__warps_active.avg.pct_of_peak_sustained_active")))
+total = sum(r[2] for r in rows)
+agg = collections.defaultdict(lambda: [0, 0.0, 0.0])
+for short, _, t, b, *_ in rows:
     agg[short][0] += 1
     agg[short][1] += t
+    agg[short][2] += b
 print(f"== {tag}: {len(rows)} kernels, {total/1e3:.1f} us of kernel time (ns units assumed)")
-print(f"{'kernel':60s} {'launches':>8s} {'total us':>10s} {'mean us':>9s} {'share':>6s}")
-for k, (n, t) in sorted(agg.items(), key=lambda kv: -kv[1][1])[:30]:
-    print(f"{k[:60]:60s} {n:8d} {t/1e3:10.1f} {t/n/1e3:9.2f} {100*t/total:5.1f}%")
+print(f"{'kernel':48s} {'launches':>8s} {'total us':>10s} {'mean us':>9s} {'share':>6s} {'DRAM GB/s':>9s}")
+for k, (n, t, b) in sorted(agg.items(), key=lambda kv: -kv[1][1])[:30]:
+    print(f"{k[:48]:48s} {n:8d} {t/1e3:10.1f} {t/n/1e3:9.2f} {100*t/total:5.1f}% {b/t:9.0f}")
+detail = int(__import__("os").environ.get("LATTE_PROFILE_DETAIL", "0"))
+if detail:
+    print(f"-- the last {detail} launches: kernel, grid, registers, occupancy %, us, DRAM MB, GB/s")
+    for short, name, t, b, grid, regs, occ in rows[-detail:]:
+        tmpl = name.split("(")[0].replace("void ", "")
+        tmpl = tmpl.replace("latte::cuda::", "").replace("(anonymous namespace)::", "")
+        print(f"  {tmpl[:70]:70s} {grid:>7s} {regs:>4s} {occ:5.1f} {t/1e3:8.2f} {b/1e6:8.2f} {b/t:6.0f}")
+group = int(__import__("os").environ.get("LATTE_PROFILE_GROUP", "0"))
+if group:
+    print(f"-- the last {group} launches by kernel instance and grid: launches, total us, DRAM GB/s")
+    g = collections.defaultdict(lambda: [0, 0.0, 0.0])
+    for short, name, t, b, grid, regs, occ in rows[-group:]:
+        tmpl = name.split("(")[0].replace("void ", "").replace("latte::cuda::", "").replace("(anonymous namespace)::", "")
+        key = (tmpl[:70], grid)
+        g[key][0] += 1; g[key][1] += t; g[key][2] += b
+    for (tmpl, grid), (n, t, b) in sorted(g.items(), key=lambda kv: -kv[1][1])[:40]:
+        print(f"  {tmpl:70s} {grid:>7s} {n:5d} {t/1e3:9.1f} {b/t:6.0f}")
 EOF
 }
 
-profile prefill -p "$P" -n 0
-profile decode -p 0 -n "$N"
+PHASES=" ${LATTE_PROFILE_PHASES:-prefill decode} "
+[[ "$PHASES" == *" prefill "* ]] &&
+  LATTE_PROFILE_DETAIL=0 LATTE_PROFILE_GROUP=${LATTE_PROFILE_PREFILL_GROUP:-0} profile prefill -p "$P" -n 0
+[[ "$PHASES" == *" decode "* ]] && LATTE_PROFILE_GROUP=0 profile decode -p 0 -n "$N"
+exit 0

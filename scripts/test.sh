@@ -4,7 +4,7 @@
 #      as errors, and every CPU test (each once per attention backend), CLI and package tests;
 #   2. an AddressSanitizer + UndefinedBehaviorSanitizer build of the CPU suite (LeakSanitizer on);
 #   3. a ThreadSanitizer build of the library and latte_thread_tests (sessions on several threads);
-#   4. the libFuzzer harnesses (scripts/fuzz.sh), each for LATTE_FUZZ_SECONDS (default 20), when
+#   4. the libFuzzer harnesses (scripts/fuzz.sh), each for LATTE_FUZZ_SECONDS (default 10), when
 #      Clang is installed.
 # LATTE_SKIP_SANITIZERS=1 skips 2-4, LATTE_SKIP_FUZZ=1 skips 4.
 # GPU tests (label `gpu`) run only where a GPU is present: see scripts/gpu-check.sh.
@@ -30,7 +30,7 @@ if [ "${LATTE_SKIP_SANITIZERS:-0}" != 1 ]; then
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 build-tsan/tests/latte_thread_tests
 
   if [ "${LATTE_SKIP_FUZZ:-0}" != 1 ] && command -v clang++ >/dev/null 2>&1; then
-    ./scripts/fuzz.sh "${LATTE_FUZZ_SECONDS:-20}"
+    ./scripts/fuzz.sh "${LATTE_FUZZ_SECONDS:-10}"
   fi
 fi
 echo "latte: all tests passed"

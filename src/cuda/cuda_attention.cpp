@@ -157,6 +157,7 @@ class HeadGroups {
     const GemvGroup* groups;
     const int32_t* count;
     int n;
+    int max_tokens;  ///< the largest group's token count: min(T, 8)
   };
   Groups get(int T, int N) {
     auto it = cache_.find(T);
@@ -179,7 +180,7 @@ class HeadGroups {
       LATTE_CUDA_CHECK(cudaMemcpy(e.count.data(), &n, sizeof(n), cudaMemcpyHostToDevice));
       it = cache_.emplace(T, std::move(e)).first;
     }
-    return {it->second.groups.data(), it->second.count.data(), it->second.n};
+    return {it->second.groups.data(), it->second.count.data(), it->second.n, std::min(T, gemv_max_tokens)};
   }
 
  private:
@@ -210,7 +211,7 @@ void per_head_gemv(const DeviceMatrix& stack, int64_t rows_per_head, HeadGroups:
               .groups = g.groups,
               .n_groups = g.count,
               .max_groups = g.n,
-              .max_tokens_per_group = gemv_max_tokens},
+              .max_tokens_per_group = g.max_tokens},
              stream);
 }
 
@@ -327,11 +328,13 @@ class CudaMlaBackend final : public CudaAttentionBackend {
                                .c = kv,
                                .ldc = kv_width,
                                .m = n_kv};
-    if (gemm_quant_supports(w.kv_b.type) && reinterpret_cast<uintptr_t>(w.kv_b.data) % 16 == 0) {
+    // Short caches: the fused quantized GEMM; long ones: a bf16 copy of attn_kv_b and cuBLAS (as Linear).
+    if (gemm_quant_supports(w.kv_b.type) && reinterpret_cast<uintptr_t>(w.kv_b.data) % 16 == 0 &&
+        n_kv < Linear::kBlasMinRows) {
       gemm_quant(gemm, stream);
     } else {
       if (!blas_) blas_ = std::make_unique<BlasHandle>();
-      const size_t elems = static_cast<size_t>(w.kv_b.rows) * static_cast<size_t>(w.kv_b.k);
+      const size_t elems = static_cast<size_t>(w.kv_b.rows) * static_cast<size_t>((w.kv_b.k + 7) / 8 * 8);
       gemm_quant_via_bf16(*blas_, gemm, ensure(weight_bf16_, elems, "mla kv_b bf16"), elems, stream);
     }
 

@@ -119,6 +119,10 @@ class CudaForward final : public detail::ForwardPass {
     use_device(weights_->ordinal);
     const int T = static_cast<int>(batch.tokens.size());
     if (T == 0) return;
+    if (batch.forced != nullptr) {
+      throw Error(ErrorCode::unsupported,
+                  "forced decisions are a CPU forward pass feature; the CUDA pass takes its own");
+    }
     stream_.synchronize();  // the previous step no longer reads the pinned staging buffers
     prepare_caches(batch);
     ensure_capacity(T, static_cast<int>(batch.logit_rows.size()));

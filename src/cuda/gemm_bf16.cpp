@@ -70,6 +70,22 @@ void gemm_bf16(BlasHandle& blas, const Bf16GemmParams& p, cudaStream_t stream) {
              "cublasGemmEx (bf16)");
 }
 
+void gemm_f32(BlasHandle& blas, const F32GemmParams& p, cudaStream_t stream) {
+  if (p.a == nullptr || p.w == nullptr || p.c == nullptr || p.m < 0 || p.n <= 0 || p.k <= 0 || p.lda < p.k ||
+      p.ldw < p.k || p.ldc < p.n) {
+    throw Error(ErrorCode::invalid_argument, "gemm_f32: invalid shape m=" + std::to_string(p.m) + " n=" +
+                                                 std::to_string(p.n) + " k=" + std::to_string(p.k) + " or strides");
+  }
+  if (p.m == 0) return;
+  check_blas(cublasSetStream(blas.get(), stream), "cublasSetStream");
+  const float alpha = 1.0f, beta = p.accumulate ? 1.0f : 0.0f;
+  // Same column-major view as gemm_bf16; PEDANTIC keeps fp32 products (no TF32 rounding of the inputs).
+  check_blas(cublasGemmEx(blas.get(), CUBLAS_OP_T, CUBLAS_OP_N, p.n, p.m, p.k, &alpha, p.w, CUDA_R_32F,
+                          static_cast<int>(p.ldw), p.a, CUDA_R_32F, static_cast<int>(p.lda), &beta, p.c, CUDA_R_32F,
+                          static_cast<int>(p.ldc), CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT),
+             "cublasGemmEx (f32)");
+}
+
 void gemm_quant_via_bf16(BlasHandle& blas, const QuantGemmParams& p, __nv_bfloat16* scratch, size_t scratch_elems,
                          cudaStream_t stream) {
   if (p.tiles != nullptr) throw Error(ErrorCode::invalid_argument, "gemm_quant_via_bf16: dense mode only");

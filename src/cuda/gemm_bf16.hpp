@@ -48,6 +48,22 @@ struct Bf16GemmParams {
 /// Runs the cuBLAS GEMM on `stream`. Throws Error on invalid arguments or a cuBLAS failure.
 void gemm_bf16(BlasHandle& blas, const Bf16GemmParams& p, cudaStream_t stream);
 
+/// C[m, n] (fp32, ldc) = A[m, k] (fp32, lda) * W[n, k]^T (fp32, ldw) (+ C when accumulate), fp32 products
+/// throughout: for small fp32 weights (the MoE router) where rounding to bf16 could change the routing.
+struct F32GemmParams {
+  const float* a = nullptr;
+  int64_t lda = 0;
+  const float* w = nullptr;
+  int64_t ldw = 0;
+  float* c = nullptr;
+  int64_t ldc = 0;
+  int m = 0, n = 0, k = 0;
+  bool accumulate = false;
+};
+
+/// Runs the fp32 cuBLAS GEMM on `stream`. Throws Error on invalid arguments or a cuBLAS failure.
+void gemm_f32(BlasHandle& blas, const F32GemmParams& p, cudaStream_t stream);
+
 /// Dense prefill GEMM for any dequantizable weight type: dequantizes p.weight into `scratch`
 /// (bf16, at least n_rows * k elements), then gemm_bf16. p.residual must be null or equal p.c.
 void gemm_quant_via_bf16(BlasHandle& blas, const QuantGemmParams& p, __nv_bfloat16* scratch, size_t scratch_elems,

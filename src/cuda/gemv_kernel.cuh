@@ -1,11 +1,18 @@
 // The GEMV kernel template behind gemv_quant() (see gemv_quant.hpp). Included by the per-type-family
 // translation units gemv_quant_*.cu, which instantiate launch_gemv<T> for their types.
 //
-// Work split: a warp owns 2 rows (dense: rows 2p and 2p+1; gated: row p of W_gate and of W_up) and
-// walks K in steps of 1024 values: lane l decodes values [32 l, 32 l + 32) of the step. Quantized
-// rows are staged into shared memory with coalesced 16-byte loads and realigned there (row_staging),
-// then decoded into byte codes (quant_decode). x is read as float4 straight from global/L1 and each x
-// load serves both rows. Sums are fp32; the warp reduces at the end.
+// Work split: a row group is 2 rows (dense: rows 2p and 2p+1; gated: row p of W_gate and of W_up), owned
+// by `split` warps of the block (1, 2 or 4: the launcher picks more when the matrix is too small to give
+// every SM several warps). K is walked in steps of 1024 values; warp j of a group takes steps j, j+split,
+// ...; lane l decodes values [32 l, 32 l + 32) of a step. Quantized rows are staged into shared memory
+// with coalesced 16-byte loads and realigned there (row_staging), then decoded into byte codes
+// (quant_decode). x is read as float4 straight from global/L1 and each x load serves both rows. Sums
+// are fp32; the warp reduces, then the group's warps through shared memory.
+//
+// Measured on an H200 (BENCHMARKS.md): this kernel is bound by the L1 (x loads and the staging: 97%
+// busy at ~25% of DRAM bandwidth on the output head), not by DRAM. Two variants measured slower and were
+// dropped: issuing the next step's loads before decoding the current one (more registers, less
+// occupancy) and 8 rows per warp with x held in registers (fewer warps, each working serially).
 //
 // Cost per weight value at 1 token: ~1 byte-permute + 1 add (exact code->float) + 1 FMA, so Q4_K
 // needs ~29 values/SM-clock at 4.3 TB/s: close to the issue limit, see BENCHMARKS.md.
@@ -41,15 +48,17 @@ __device__ __forceinline__ float warp_sum(float v) {
 __device__ __forceinline__ float silu(float g) { return g / (1.0f + __expf(-g)); }
 
 template <GgmlType T, int NT>
-__global__ void __launch_bounds__(128) gemv_kernel(const GemvParams p) {
+__global__ void __launch_bounds__(128) gemv_kernel(const GemvParams p, const int split) {
   using Tr = GemvTraits<T>;
   using Block = quant::BlockTraits<T>;
   constexpr int R = Tr::rows_per_warp;
   constexpr int CPL = Tr::chunks_per_lane;
   __shared__ __align__(16) uint8_t stage[Block::is_float ? 1 : Tr::warps][R][Block::is_float ? 16 : Tr::stage_bytes];
+  __shared__ float partial[Tr::warps][R][NT];  // split > 1: each warp's sums, reduced by the group's first warp
 
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int part = warp % split;  // which of the group's warps: takes steps part, part + split, ...
 
   // ---- which tokens and which matrix ----
   int matrix = 0;
@@ -74,7 +83,7 @@ __global__ void __launch_bounds__(128) gemv_kernel(const GemvParams p) {
   // ---- which rows ----
   const bool gated = p.weight_up != nullptr;
   const int64_t row_bytes = static_cast<int64_t>(p.k) / Block::values * Block::bytes;
-  const int pair = static_cast<int>(blockIdx.x) * Tr::warps + warp;
+  const int pair = static_cast<int>(blockIdx.x) * (Tr::warps / split) + warp / split;
   const uint8_t* lo[R];
   const uint8_t* wrow[R];
   int out_row[R];
@@ -87,7 +96,8 @@ __global__ void __launch_bounds__(128) gemv_kernel(const GemvParams p) {
     lo[j] = base;
     wrow[j] = base + static_cast<int64_t>(matrix) * p.matrix_stride_bytes + out_row[j] * row_bytes;
   }
-  if (!valid[0]) return;  // warp-uniform; no block-level barrier below
+  // valid[0] is uniform over the group's warps; with split > 1 every warp must reach the barrier below.
+  if (!valid[0] && split == 1) return;
   const uint8_t* hi[R] = {lo[0] + p.weight_bytes, lo[1] + p.weight_bytes};
 
   float acc[R][NT];
@@ -96,7 +106,21 @@ __global__ void __launch_bounds__(128) gemv_kernel(const GemvParams p) {
 #pragma unroll
     for (int t = 0; t < NT; ++t) acc[j][t] = 0.0f;
 
-  for (int k0 = 0; k0 < p.k; k0 += Tr::step_values) {
+  const int stride = split * Tr::step_values;
+  const int k_first = valid[0] ? part * Tr::step_values : p.k;
+  [[maybe_unused]] uint4 regs[R][CPL];
+  [[maybe_unused]] StagedRange range[R];
+  // Issues the global loads of the step at k0 into regs (quantized types).
+  [[maybe_unused]] auto issue = [&](int k0) {
+    const int bytes = min(Tr::step_values, p.k - k0) / Block::values * Block::bytes;
+    const int64_t offset = static_cast<int64_t>(k0) / Block::values * Block::bytes;
+#pragma unroll
+    for (int j = 0; j < R; ++j) {
+      if (valid[j]) range[j] = stage_begin<CPL>(wrow[j] + offset, bytes, lo[j], hi[j], lane, regs[j]);
+    }
+  };
+
+  for (int k0 = k_first; k0 < p.k; k0 += stride) {
     const int step_values = min(Tr::step_values, p.k - k0);
     if constexpr (Block::is_float) {
       // lane l takes the float4 groups l, l + 32, ... of the step: fully coalesced 16-byte loads
@@ -131,15 +155,8 @@ __global__ void __launch_bounds__(128) gemv_kernel(const GemvParams p) {
         }
       }
     } else {
-      // ---- stage this step of both rows into shared memory, realigned ----
-      const int step_bytes = step_values / Block::values * Block::bytes;
-      const int64_t step_offset = static_cast<int64_t>(k0) / Block::values * Block::bytes;
-      uint4 regs[R][CPL];
-      StagedRange range[R];
-#pragma unroll
-      for (int j = 0; j < R; ++j) {
-        if (valid[j]) range[j] = stage_begin<CPL>(wrow[j] + step_offset, step_bytes, lo[j], hi[j], lane, regs[j]);
-      }
+      // ---- this step of both rows into shared memory, realigned ----
+      issue(k0);
 #pragma unroll
       for (int j = 0; j < R; ++j) {
         if (valid[j]) stage_finish<CPL>(range[j], regs[j], stage[warp][j], lane);
@@ -194,11 +211,27 @@ __global__ void __launch_bounds__(128) gemv_kernel(const GemvParams p) {
     }
   }
 
-  // ---- reduce over the warp and write ----
+  // ---- reduce over the warp, then over the group's warps, and write ----
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
 #pragma unroll
     for (int j = 0; j < R; ++j) acc[j][t] = warp_sum(acc[j][t]);
+  }
+  if (split > 1) {
+    if (lane == 0) {
+#pragma unroll
+      for (int j = 0; j < R; ++j)
+#pragma unroll
+        for (int t = 0; t < NT; ++t) partial[warp][j][t] = acc[j][t];
+    }
+    __syncthreads();
+    if (part != 0 || !valid[0]) return;
+    for (int w = warp + 1; w < warp + split; ++w) {
+#pragma unroll
+      for (int j = 0; j < R; ++j)
+#pragma unroll
+        for (int t = 0; t < NT; ++t) acc[j][t] += partial[w][j][t];
+    }
   }
   if (lane == 0) {
 #pragma unroll
@@ -219,22 +252,35 @@ __global__ void __launch_bounds__(128) gemv_kernel(const GemvParams p) {
   }
 }
 
+/// Warps per row group (1, 2 or 4): more when the launch would give the GPU too few warps to keep
+/// enough loads in flight, never more than the row has steps. `row_groups` counts all groups of the
+/// launch (over the gathered matrices too).
+inline int gemv_split(int64_t row_groups, int k, int step_values, int warps_per_block) {
+  constexpr int64_t kWantedWarps = 132 * 24;  // ~24 resident warps on each SM of a 132-SM GPU
+  const int steps = (k + step_values - 1) / step_values;
+  int split = 1;
+  while (2 * split <= warps_per_block && 2 * split <= steps && row_groups * split < kWantedWarps) split *= 2;
+  return split;
+}
+
 template <GgmlType T>
 void launch_gemv(const GemvParams& p, cudaStream_t stream) {
   using Tr = GemvTraits<T>;
   const int tokens = p.groups ? p.max_tokens_per_group : p.n_tokens;
   const int64_t warps_needed = p.weight_up ? p.n_rows : (p.n_rows + Tr::rows_per_warp - 1) / Tr::rows_per_warp;
-  const dim3 grid(static_cast<unsigned>((warps_needed + Tr::warps - 1) / Tr::warps),
+  const int split = gemv_split(warps_needed * (p.groups ? p.max_groups : 1), p.k, Tr::step_values, Tr::warps);
+  const int groups_per_block = Tr::warps / split;
+  const dim3 grid(static_cast<unsigned>((warps_needed + groups_per_block - 1) / groups_per_block),
                   static_cast<unsigned>(p.groups ? p.max_groups : 1));
   const dim3 block(32 * Tr::warps);
   if (tokens <= 1) {
-    gemv_kernel<T, 1><<<grid, block, 0, stream>>>(p);
+    gemv_kernel<T, 1><<<grid, block, 0, stream>>>(p, split);
   } else if (tokens <= 2) {
-    gemv_kernel<T, 2><<<grid, block, 0, stream>>>(p);
+    gemv_kernel<T, 2><<<grid, block, 0, stream>>>(p, split);
   } else if (tokens <= 4) {
-    gemv_kernel<T, 4><<<grid, block, 0, stream>>>(p);
+    gemv_kernel<T, 4><<<grid, block, 0, stream>>>(p, split);
   } else {
-    gemv_kernel<T, 8><<<grid, block, 0, stream>>>(p);
+    gemv_kernel<T, 8><<<grid, block, 0, stream>>>(p, split);
   }
   LATTE_CUDA_CHECK_LAUNCH();
 }

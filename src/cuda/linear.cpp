@@ -1,6 +1,8 @@
 #include "cuda/linear.hpp"
 
 #include "cuda/activations.hpp"
+#include "cuda/check.hpp"
+#include "cuda/gemm_bf16.hpp"
 #include "cuda/gemm_quant.hpp"
 #include "cuda/gemv_quant.hpp"
 
@@ -53,6 +55,38 @@ void Linear::operator()(const DeviceMatrix& w, const LinearCall& c, cudaStream_t
   if (c.rows <= 0) return;
   const bool gemm = c.rows > gemv_max_tokens && gemm_quant_supports(w.type) && w.k % 32 == 0 &&
                     reinterpret_cast<uintptr_t>(w.data) % 16 == 0;
+  const size_t weight_elems = static_cast<size_t>(w.rows) * static_cast<size_t>((w.k + 7) / 8 * 8);
+  if (gemm && c.rows >= kBlasMinRows && weight_elems <= kMaxDequantizedElems) {
+    // Long prefill chunks: dequantize the matrix to bf16 once and let cuBLAS run the product. At 512
+    // rows this is several times faster than the fused kernel, which decodes every weight tile once per
+    // 64 rows of x with mma.sync (BENCHMARKS.md); the bf16 rounding of the weights is the same.
+    if (c.residual != nullptr && c.residual != c.y) {
+      LATTE_CUDA_CHECK(cudaMemcpy2DAsync(c.y, static_cast<size_t>(c.y_stride) * sizeof(float), c.residual,
+                                         static_cast<size_t>(c.y_stride) * sizeof(float),
+                                         static_cast<size_t>(w.rows) * sizeof(float), static_cast<size_t>(c.rows),
+                                         cudaMemcpyDeviceToDevice, stream));
+    }
+    if (w_bf16_.size() < weight_elems) {
+      w_bf16_ = DeviceBuffer<__nv_bfloat16>(weight_elems, "bf16 weight scratch");
+      bump_scratch_generation();
+    }
+    if (!blas_) blas_ = std::make_unique<BlasHandle>();
+    const __nv_bfloat16* a = staged(c.x, c.x_stride, c.rows, static_cast<int>(w.k), stream);
+    gemm_quant_via_bf16(*blas_,
+                        {.type = w.type,
+                         .weight = w.data,
+                         .weight_bytes = w.bytes(),
+                         .n_rows = static_cast<int>(w.rows),
+                         .k = static_cast<int>(w.k),
+                         .a = a,
+                         .lda = w.k,
+                         .c = c.y,
+                         .ldc = c.y_stride,
+                         .residual = c.residual != nullptr ? c.y : nullptr,
+                         .m = c.rows},
+                        w_bf16_.data(), w_bf16_.size(), stream);
+    return;
+  }
   if (gemm) {
     const __nv_bfloat16* a = staged(c.x, c.x_stride, c.rows, static_cast<int>(w.k), stream);
     gemm_quant({.type = w.type,
@@ -67,6 +101,30 @@ void Linear::operator()(const DeviceMatrix& w, const LinearCall& c, cudaStream_t
                 .residual = c.residual,
                 .m = c.rows},
                stream);
+    return;
+  }
+  if (c.rows > gemv_max_tokens && w.type == GgmlType::f32 && w.row_bytes % 16 == 0 &&
+      reinterpret_cast<uintptr_t>(w.data) % 16 == 0) {
+    // fp32 weights (routers): one fp32 cuBLAS product instead of a GEMV pass per 8 rows.
+    if (c.residual != nullptr && c.residual != c.y) {
+      LATTE_CUDA_CHECK(cudaMemcpy2DAsync(c.y, static_cast<size_t>(c.y_stride) * sizeof(float), c.residual,
+                                         static_cast<size_t>(c.y_stride) * sizeof(float),
+                                         static_cast<size_t>(w.rows) * sizeof(float), static_cast<size_t>(c.rows),
+                                         cudaMemcpyDeviceToDevice, stream));
+    }
+    if (!blas_) blas_ = std::make_unique<BlasHandle>();
+    gemm_f32(*blas_,
+             {.a = c.x,
+              .lda = c.x_stride,
+              .w = reinterpret_cast<const float*>(w.data),
+              .ldw = static_cast<int64_t>(w.row_bytes / sizeof(float)),
+              .c = c.y,
+              .ldc = c.y_stride,
+              .m = c.rows,
+              .n = static_cast<int>(w.rows),
+              .k = static_cast<int>(w.k),
+              .accumulate = c.residual != nullptr},
+             stream);
     return;
   }
   for (int r0 = 0; r0 < c.rows; r0 += gemv_max_tokens) {

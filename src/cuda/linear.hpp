@@ -1,6 +1,7 @@
 // y = x W^T (+ residual) for a device weight matrix of any GGUF type and any number of rows of x:
 // up to 8 rows through one quantized GEMV pass (fp32 exact), more rows through the tensor-core GEMM
-// (x rounded to bf16) when the type has one, else through GEMV passes of 8 rows.
+// (x rounded to bf16) when the type has one -- from 128 rows as a bf16 dequantization of the matrix and
+// a cuBLAS product --, fp32 weights through an fp32 cuBLAS product, else through GEMV passes of 8 rows.
 //
 //   latte::cuda::Linear linear;                       // owns the bf16 staging of x
 //   linear(w, {.x = xn, .x_stride = H, .rows = T, .y = q, .y_stride = Nqk}, stream);
@@ -8,11 +9,13 @@
 
 #include "cuda/device_buffer.hpp"
 #include "cuda/device_weights.hpp"
+#include "cuda/gemm_bf16.hpp"
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <memory>
 
 namespace latte::cuda {
 
@@ -35,6 +38,11 @@ struct LinearCall {
 /// Runs products, keeping a bf16 copy of x for the GEMM path. One per stream.
 class Linear {
  public:
+  /// From this many rows on, a weight matrix of at most kMaxDequantizedElems values is dequantized to a
+  /// bf16 scratch and multiplied by cuBLAS; from 9 rows up to this, the fused quantized GEMM runs.
+  static constexpr int kBlasMinRows = 128;
+  static constexpr size_t kMaxDequantizedElems = size_t{64} << 20;  ///< 128 MiB of bf16 scratch at most
+
   void operator()(const DeviceMatrix& w, const LinearCall& call, cudaStream_t stream);
 
   /// y = silu(x G^T) * (x U^T) [rows, F] for a gated FFN (GEMV gated mode; GEMM + silu_gate beyond 8
@@ -45,6 +53,8 @@ class Linear {
  private:
   __nv_bfloat16* staged(const float* x, int64_t x_stride, int rows, int k, cudaStream_t stream);
   DeviceBuffer<__nv_bfloat16> x_bf16_;
+  DeviceBuffer<__nv_bfloat16> w_bf16_;  // a dequantized weight matrix (long prefill chunks)
+  std::unique_ptr<BlasHandle> blas_;    // cuBLAS for fp32 weights and long chunks; made on first use
 };
 
 }  // namespace latte::cuda

@@ -21,7 +21,7 @@ namespace latte::diagnostics::detail {
 enum class SelftestFamily {
   dequantize,         ///< dequantize_rows to fp32, one weight type
   gemv,               ///< gemv_quant, 1 and 4 tokens (decode products)
-  gemm,               ///< Linear over 24 rows: tensor-core GEMM where the type has one (prefill products)
+  gemm,               ///< Linear over 24 and 128 rows: tensor-core GEMM / bf16 cuBLAS (prefill products)
   rms_norm,           ///< rms_norm
   rms_norm_residual,  ///< rms_norm with the fused residual add
   layer_norm,         ///< layer_norm (the DSA indexer's key norm)

@@ -215,6 +215,11 @@ void Deepseek2CpuForward::run(const ForwardBatch& batch) {
   }
 
   taps_ = batch.taps;
+  forced_ = batch.forced;
+  if (forced_ && batch.sequences.size() != 1) {
+    throw Error(ErrorCode::invalid_argument, "forced decisions need a batch of one sequence (this one has " +
+                                                 std::to_string(batch.sequences.size()) + ")");
+  }
   std::string tap;
   embed_tokens(batch);
   if (tapping(-1, "token_embd", tap)) taps_->emit(tap, -1, {T, H}, act_.x.data());
@@ -391,8 +396,19 @@ void Deepseek2CpuForward::moe_feed_forward(int il, float* out) {
   choices_.resize(static_cast<size_t>(T) * K);
   const std::vector<float>& bias = blocks_[static_cast<size_t>(il)].exp_probs_b;
   for (int t = 0; t < T; ++t) {
-    router_.route(std::span<const float>(act_.router.data() + static_cast<size_t>(t) * E, static_cast<size_t>(E)), bias,
-                  std::span<ExpertChoice>(choices_.data() + static_cast<size_t>(t) * K, static_cast<size_t>(K)));
+    const std::span<const float> logits(act_.router.data() + static_cast<size_t>(t) * E, static_cast<size_t>(E));
+    const std::span<ExpertChoice> row(choices_.data() + static_cast<size_t>(t) * K, static_cast<size_t>(K));
+    const int position = act_.positions[static_cast<size_t>(t)];
+    const std::vector<int32_t>* ids = forced_ ? forced_->find(DecisionKind::experts, il, position) : nullptr;
+    if (ids) {
+      const std::string where = "blk." + std::to_string(il) + " position " + std::to_string(position);
+      forced_->record({.kind = DecisionKind::experts,
+                       .layer = il,
+                       .position = position,
+                       .tie = router_.route_forced(logits, bias, *ids, row, where)});
+    } else {
+      router_.route(logits, bias, row);
+    }
   }
   std::string tap;
   if (tapping(il, "router_logits", tap)) taps_->emit(tap, il, {T, E}, act_.router.data());

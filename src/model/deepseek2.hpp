@@ -5,6 +5,7 @@
 
 #include "cpu/rope.hpp"
 #include "model/expert_router.hpp"
+#include "model/forced_decisions.hpp"
 #include "model/forward.hpp"
 #include "model/model_state.hpp"
 
@@ -120,7 +121,12 @@ class Deepseek2CpuForward : public ForwardPass {
 
   ExpertRouter router_;
   const TapSink* taps_ = nullptr;  // this step's tap sink, or null
-  std::vector<float> x_before_;    // [T, H] residual stream before a tapped sub-block
+
+ protected:
+  ForcedDecisions* forced_ = nullptr;  // this step's forced decisions, or null
+
+ private:
+  std::vector<float> x_before_;  // [T, H] residual stream before a tapped sub-block
   std::vector<AttentionSequence> attention_sequences_;
   std::vector<int32_t> selection_;
   std::vector<ExpertChoice> choices_;

@@ -6,6 +6,8 @@
 //   router.route(logits_row, bias, choices);  // choices: n_expert_used {expert, weight}
 #pragma once
 
+#include "model/forced_decisions.hpp"
+
 #include <latte/model.hpp>
 
 #include <span>
@@ -53,6 +55,19 @@ class ExpertRouter {
 
   /// Routes one token: `logits` and `bias` (empty or) n_expert values, `out` n_used entries.
   void route(std::span<const float> logits, std::span<const float> bias, std::span<ExpertChoice> out) const;
+
+  /// Routes one token to the forced experts `ids` (n_used distinct ids) instead of its own choice:
+  /// weights from this router's scores as in step 5, `out` in the order route() would give them.
+  /// Returns how the forced set relates to the own choice. The near-tie check follows steps 3-4:
+  /// with groups, every group holding a forced expert must score within 2 margins of the
+  /// n_group_used-th best group (a group score is a sum of two values), and the kept groups are
+  /// taken to be those groups plus the best other ones; the smallest forced choice value must be
+  /// within one margin of the n_used-th best value among the kept groups' experts. The margin is
+  /// near_tie_margin of the largest |choice value| of the token. NearTie::deficit is the larger of
+  /// the expert deficit and half the group deficit. Throws Error(invalid_argument) naming `where`
+  /// for a wrong count, a repeated id or one out of range.
+  NearTie route_forced(std::span<const float> logits, std::span<const float> bias, std::span<const int32_t> ids,
+                       std::span<ExpertChoice> out, const std::string& where) const;
 
  private:
   RouterParams p_;

@@ -31,6 +31,8 @@
 
 namespace latte::detail {
 
+class ForcedDecisions;
+
 /// One sequence of a batch. Its new tokens are the contiguous batch rows
 /// [first_row, first_row + n_tokens), at positions cache->n_tokens() ... in order.
 struct BatchSequence {
@@ -71,6 +73,9 @@ struct ForwardBatch {
   std::span<const int> logit_rows;           ///< batch rows whose logits are wanted
   float* logits = nullptr;                   ///< [logit_rows.size(), n_vocab]
   const TapSink* taps = nullptr;             ///< activation taps to emit, or null
+  /// CPU passes: decisions to take instead of their own, each checked and recorded there
+  /// (model/forced_decisions.hpp; batches of one sequence only); null: the pass's own.
+  ForcedDecisions* forced = nullptr;
 };
 
 /// Runs the model.

@@ -22,6 +22,8 @@
 #include <cmath>
 #include <cstdint>
 #include <numeric>
+#include <optional>
+#include <string>
 
 namespace latte::detail {
 
@@ -117,6 +119,7 @@ int GlmDsaCpuForward::select_positions(int il, const ForwardBatch& batch, Activa
 
   selection.resize(static_cast<size_t>(T) * top_k);
   scores_.resize(static_cast<size_t>(runner_.n_workers));
+  forced_ties_.assign(static_cast<size_t>(T), std::nullopt);
   for (const BatchSequence& s : batch.sequences) {
     const int n_past = s.cache->n_tokens();
     const float* keys = s.cache->indexer_keys(il);
@@ -124,9 +127,13 @@ int GlmDsaCpuForward::select_positions(int il, const ForwardBatch& batch, Activa
       const int row = s.first_row + i;
       const int n_kv = n_past + i + 1;  // causal: positions 0 .. n_past + i
       std::span<int32_t> out(selection.data() + static_cast<size_t>(row) * top_k, static_cast<size_t>(top_k));
+      const std::vector<int32_t>* forced = forced_ ? forced_->find(DecisionKind::selection, il, n_past + i) : nullptr;
+      const std::string where = forced ? "blk." + std::to_string(il) + " position " + std::to_string(n_past + i) : "";
       if (n_kv <= top_k) {
         std::fill(out.begin(), out.end(), -1);
         std::iota(out.begin(), out.begin() + n_kv, 0);
+        // Every position is selected; a forced selection must say the same (no decision to check).
+        if (forced) (void)force_selection(std::vector<float>(static_cast<size_t>(n_kv)), top_k, *forced, out, where);
         return;
       }
       // per_head [nI, n_kv] = q_I[row] K^T, then I = w . ReLU(per_head) summed over heads.
@@ -139,8 +146,19 @@ int GlmDsaCpuForward::select_positions(int il, const ForwardBatch& batch, Activa
       const Eigen::Map<const Eigen::RowVectorXf> w(head_weights_.data() + static_cast<size_t>(row) * nI, nI);
       Eigen::Map<Eigen::RowVectorXf> index(sc.data() + static_cast<size_t>(nI) * n_kv, n_kv);
       index.noalias() = w * per_head.cwiseMax(0.0f);
-      select_top_positions(std::span<const float>(index.data(), static_cast<size_t>(n_kv)), top_k, out);
+      const std::span<const float> row_scores(index.data(), static_cast<size_t>(n_kv));
+      if (forced) {
+        forced_ties_[static_cast<size_t>(row)] = force_selection(row_scores, top_k, *forced, out, where);
+      } else {
+        select_top_positions(row_scores, top_k, out);
+      }
     });
+    for (int i = 0; i < s.n_tokens; ++i) {
+      const std::optional<NearTie>& tie = forced_ties_[static_cast<size_t>(s.first_row + i)];
+      if (tie) {
+        forced_->record({.kind = DecisionKind::selection, .layer = il, .position = n_past + i, .tie = *tie});
+      }
+    }
   }
   return top_k;
 }

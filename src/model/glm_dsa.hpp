@@ -4,6 +4,7 @@
 #include "model/deepseek2.hpp"
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -32,10 +33,11 @@ class GlmDsaCpuForward : public Deepseek2CpuForward {
     std::vector<float> weight, bias;  // [dI]
   };
   std::vector<KeyNorm> key_norms_;
-  std::vector<float> keys_;                 // [T, dI]
-  std::vector<float> queries_;              // [T, nI, dI]
-  std::vector<float> head_weights_;         // [T, nI]
-  std::vector<std::vector<float>> scores_;  // per worker [nI * n_kv + n_kv]
+  std::vector<float> keys_;                          // [T, dI]
+  std::vector<float> queries_;                       // [T, nI, dI]
+  std::vector<float> head_weights_;                  // [T, nI]
+  std::vector<std::vector<float>> scores_;           // per worker [nI * n_kv + n_kv]
+  std::vector<std::optional<NearTie>> forced_ties_;  // [T] checks of forced selections
 };
 
 }  // namespace latte::detail

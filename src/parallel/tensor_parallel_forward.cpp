@@ -101,6 +101,9 @@ class TensorParallelCpuForward final : public ForwardPass {
   }
 
   void run(const ForwardBatch& batch) override {
+    if (batch.forced != nullptr) {
+      throw Error(ErrorCode::unsupported, "forced decisions run on an unsplit CPU forward pass only");
+    }
     const int w = static_cast<int>(ranks_.size());
     // Each rank's caches, in step with the sequences' token counts (which truncate/reset move).
     // The rank caches live with the sequence (KvCache::forward_state), so that every forward pass of

@@ -21,8 +21,12 @@
 namespace latte {
 
 namespace {
-/// Prompt tokens per forward call: bounds activation scratch (attention scores grow with it).
-constexpr int kPrefillChunk = 256;
+/// Prompt tokens per forward call: bounds activation scratch (CPU attention scores grow with it). A GPU
+/// takes longer chunks: its flash attention keeps no score matrix, and every chunk re-reads all routed
+/// experts' weights, so fewer, longer chunks read them fewer times.
+constexpr int kPrefillChunkCpu = 256;
+constexpr int kPrefillChunkGpu = 512;
+int prefill_chunk(const Model& model) { return model.device().is_cpu() ? kPrefillChunkCpu : kPrefillChunkGpu; }
 }  // namespace
 
 namespace {
@@ -75,8 +79,9 @@ void Session::eval(std::span<const Token> tokens) {
   s.logits.resize(static_cast<size_t>(all ? n : 1) * n_vocab);
   std::vector<int> rows;
   try {
-    for (int start = 0; start < n; start += kPrefillChunk) {
-      const int len = std::min(kPrefillChunk, n - start);
+    const int chunk = prefill_chunk(s.model);
+    for (int start = 0; start < n; start += chunk) {
+      const int len = std::min(chunk, n - start);
       rows.clear();
       if (all) {
         rows.resize(static_cast<size_t>(len));
@@ -252,7 +257,7 @@ void eval_batch(std::span<Session* const> sessions, std::span<const std::span<co
       step_seqs.clear();
       logit_rows.clear();
       logit_dest.clear();
-      int budget = kPrefillChunk;
+      int budget = prefill_chunk(sessions[next]->impl_->model);
       for (size_t i = next; i < n_seq && budget > 0; ++i) {
         Session::Impl& s = *sessions[i]->impl_;
         const int n = static_cast<int>(tokens[i].size());

@@ -17,6 +17,13 @@ latte_cli_test(NAME diagnose_names_the_faulty_tap
                     --compare cpu:mla,cpu:faulty-mla
                EXPECT_EXIT 2
                EXPECT_STDOUT "blk.1.k_pe .* ok\nblk.1.attn_heads .* DIVERGES\n.*first divergence: blk.1.attn_heads, rel err 0.5 \\(bound 0.0001\\); upstream taps agree\n$")
+latte_cli_test(NAME diagnose_replay_decisions
+               ARGS diagnose --model ${_model} --tokens "5 17 3 250 9 77" --compare cpu:mla,cpu:standard
+                    --replay-decisions
+               EXPECT_STDOUT "blk.2.expert_ids +\\[6,4\\] +0 .*all [0-9]+ taps agree \\(bound 0.0001\\)\ndecisions of cpu:standard replayed on cpu:mla: experts: 12 checked, 0 flipped; all near-ties\n$")
+latte_cli_test(NAME diagnose_replay_needs_a_cpu_side
+               ARGS diagnose --model ${_model} --tokens "1 2" --replay-decisions
+               EXPECT_EXIT 1 EXPECT_STDERR "--replay-decisions needs --compare A,B with A on the cpu")
 latte_cli_test(NAME diagnose_text_prompt ARGS diagnose --model ${_bytes_model} --prompt "Where do they part ways?"
                EXPECT_STDOUT "\\(25 tokens\\).*all [0-9]+ taps agree")
 latte_cli_test(NAME diagnose_dump ARGS diagnose --model ${_model} --tokens "4 8 15 16 23 42" --dump ${_taps}
@@ -56,6 +63,7 @@ latte_cli_test(NAME diagnose_bad_side ARGS diagnose --model ${_model} --tokens "
 latte_cli_test(NAME diagnose_needs_a_prompt ARGS diagnose --model ${_model}
                EXPECT_EXIT 1 EXPECT_STDERR "--prompt or --tokens is required")
 set_tests_properties(cli_diagnose_backends_agree cli_diagnose_names_the_faulty_tap cli_diagnose_dump
+                     cli_diagnose_replay_decisions cli_diagnose_replay_needs_a_cpu_side
                      cli_diagnose_bad_side cli_diagnose_needs_a_prompt PROPERTIES FIXTURES_REQUIRED cli_model)
 if(NOT LATTE_CUDA)
   # A CPU-only build: cuda sides fail with the library's error, and the self-test cannot run (exit 3).

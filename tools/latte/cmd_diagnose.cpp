@@ -3,6 +3,7 @@
 //
 //   latte diagnose --model m.gguf --prompt "Hello" --compare cpu:mla,cpu:standard
 //   latte diagnose --model m.gguf --prompt "Hello" --compare cpu:mla,tp:2        (tensor parallel, 2 ranks)
+//   latte diagnose --model m.gguf --prompt "Hello" --compare cpu:mla,cuda:mla --replay-decisions
 //   latte diagnose --model m.gguf --tokens "1 2 3" --dump taps/      (then numpy.load("taps/logits.npy"))
 //   latte diagnose --model m.gguf --against hf-taps/                 (a tools/oracle/dump_taps.py dump)
 //   latte diagnose --selftest [--model m.gguf] [--device cuda:0] [--list]
@@ -10,6 +11,7 @@
 // Exit status: 0 every tap agrees (selftest: passed), 2 a divergence (selftest: a mismatch), 3 the
 // self-test could not run (no CUDA device or a CPU-only build), 1 an error.
 #include "command.hpp"
+#include "diagnostics/decision_replay.hpp"
 #include "token_list.hpp"
 
 #include <latte/attention.hpp>
@@ -38,13 +40,18 @@ constexpr int kExitSelftestUnavailable = 3;
 void print_usage() {
   std::fputs(
       "usage: latte diagnose --model FILE.gguf (--prompt TEXT | --tokens \"ID ...\")\n"
-      "                      [--compare A,B] [--dump DIR] [--against DIR] [--bound X] [--threads N]\n"
+      "                      [--compare A,B [--replay-decisions]] [--dump DIR] [--against DIR] [--bound X]\n"
+      "                      [--threads N]\n"
       "       latte diagnose --selftest [--model FILE.gguf] [--device cuda:N] [--list]\n"
       "Runs the prompt through A and B (each cpu:mla, cpu:standard, cuda:mla, cuda:standard, DEVICE:NAME\n"
       "for any registered attention backend, or tp:N[:NAME] for CPU tensor parallelism over N in-process\n"
       "ranks, backend mla unless NAME is given; default cpu:mla,cpu:standard) and prints every activation tap\n"
       "in forward order with its relative error and cosine similarity, then the first tap whose error\n"
       "exceeds the bound (fp32 1e-4; 2e-2 when a side runs on CUDA or the dump is bf16).\n"
+      "  --replay-decisions  run B first, then A (a cpu side) with B's MoE expert choices and DSA index\n"
+      "                 selections forced; each forced choice that differs from A's own must be a near-tie\n"
+      "                 of A's scores (else exit 2). Compares a bf16 pass with the fp32 reference tap by tap\n"
+      "                 even where near-tied scores make the two passes choose differently.\n"
       "  --dump DIR     write A's taps as DIR/<tap>.npy and DIR/index.json\n"
       "  --against DIR  compare A with a dump (its tokens are used unless --prompt/--tokens is given)\n"
       "  --inject-attention-fault LAYER  register the backend 'faulty-mla' (mla with layer LAYER's output\n"
@@ -171,6 +178,7 @@ int run_diagnose(std::span<const std::string> argv) {
   }
   const bool selftest = args.flag({"--selftest"});
   const bool list = args.flag({"--list"});
+  const bool replay = args.flag({"--replay-decisions"});
   const std::string device = args.take({"--device"}).value_or("cuda:0");
   const auto model_path = args.take({"--model", "-m"});
   const auto prompt = args.take({"--prompt", "-p"});
@@ -229,11 +237,33 @@ int run_diagnose(std::span<const std::string> argv) {
   }
 
   std::vector<std::vector<diag::TapRecord>> runs;
-  for (size_t i = 0; i < sides.size(); ++i) {
-    latte::SessionParams params;
-    params.attention = sides[i].attention;
-    params.n_threads = threads;
-    runs.push_back(diag::record_taps(models[i], params, tokens));
+  std::optional<latte::detail::DecisionRecorder> decisions;
+  if (replay) {
+    if (!compare || sides.size() != 2 || !sides[0].device.is_cpu()) {
+      throw latte::Error(latte::ErrorCode::invalid_argument,
+                         "--replay-decisions needs --compare A,B with A on the cpu (e.g. cpu:mla,cuda:mla)");
+    }
+    // B first, its decisions recorded; then A as one CPU step with those decisions forced.
+    diag::TapRecorder b_taps;
+    decisions.emplace(b_taps.observer());
+    latte::Session b(models[1], {.n_ctx = static_cast<int>(tokens.size()),
+                                 .attention = sides[1].attention,
+                                 .logits_all = true,
+                                 .n_threads = threads});
+    b.set_tap_observer(decisions->observer());
+    b.eval(tokens);
+    diag::TapRecorder a_taps;
+    const latte::TapObserver a_observer = a_taps.observer();
+    latte::detail::CpuStepRun a(models[0], sides[0].attention, static_cast<int>(tokens.size()), threads);
+    (void)a.eval(tokens, &decisions->decisions(), &a_observer);
+    runs = {a_taps.taps(), b_taps.taps()};
+  } else {
+    for (size_t i = 0; i < sides.size(); ++i) {
+      latte::SessionParams params;
+      params.attention = sides[i].attention;
+      params.n_threads = threads;
+      runs.push_back(diag::record_taps(models[i], params, tokens));
+    }
   }
   if (dump_dir) {
     diag::write_tap_dump(*dump_dir, runs[0], tokens);
@@ -255,6 +285,12 @@ int run_diagnose(std::span<const std::string> argv) {
     status =
         print_report(report, runs[1],
                      sides[1].text + " against " + sides[0].text + " (" + std::to_string(tokens.size()) + " tokens)");
+    if (decisions) {
+      const latte::detail::ForcedDecisions& forced = decisions->decisions();
+      std::printf("decisions of %s replayed on %s: %s\n", sides[1].text.c_str(), sides[0].text.c_str(),
+                  forced.summary().c_str());
+      if (!forced.failures().empty()) status = kExitDiverge;
+    }
   }
   if (against_dir) {
     double dump_bound = bound_text ? bound : diag::kFp32Bound;
