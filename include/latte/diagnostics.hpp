@@ -147,9 +147,18 @@ struct SelftestResult {
   std::string table;    ///< one line per case: name, shape, rel err, bound, verdict
 };
 
-/// Runs every GPU kernel and both attention backends against the CPU reference on random data at
-/// preset shapes, on `device`. Never throws for a missing GPU: returns ran = false.
+/// Runs every GPU kernel family (weight dequantization, GEMV and GEMM for each weight type, RMSNorm,
+/// RoPE/YaRN, the MoE router and expert dispatch, SiLU-gate, embedding, MLA and standard decode,
+/// flash prefill, the DSA indexer, KV append) against a float64 CPU reference on fresh random data at
+/// the shapes of the built-in presets (deepseek-v2-lite, deepseek-v3, glm-5), on `device`. Never
+/// throws for a missing GPU: returns ran = false. The table ends with "N checks, M mismatched, S s".
 SelftestResult run_selftest(Device device);
+/// The same at the shapes of `model` (its config, its weight types, its rope, router and indexer
+/// parameters); the model may be loaded anywhere (only its config and file are read).
+SelftestResult run_selftest(Device device, const Model& model);
+/// The cases run_selftest would run (for `model`, or the presets when null), one per line with their
+/// kernel family, shape and bound, then what is not covered. Needs no GPU.
+std::string selftest_case_list(const Model* model);
 
 /// The first-run self-test: for a CUDA `device`, runs run_selftest once per GPU architecture and
 /// driver pair, caching the verdict in $XDG_CACHE_HOME/latte/selftest-<arch>-<driver>.json (or

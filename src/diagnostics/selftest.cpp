@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -68,7 +69,9 @@ SelftestResult not_run(std::string reason) {
 
 }  // namespace
 
-SelftestResult run_selftest(Device device) {
+namespace {
+
+SelftestResult run_plan(Device device, const detail::SelftestPlan& plan) {
   if (!device.is_cuda()) {
     return not_run("the self-test checks GPU kernels; give --device cuda:N");
   }
@@ -79,7 +82,29 @@ SelftestResult run_selftest(Device device) {
     return not_run("no CUDA device " + device.to_string() + " (" + std::to_string(Device::cuda_device_count()) +
                    " visible)");
   }
-  return detail::run_selftest_cases(device.index);
+  return detail::run_selftest_cases(device.index, plan);
+}
+
+}  // namespace
+
+SelftestResult run_selftest(Device device) { return run_plan(device, detail::selftest_default_plan()); }
+
+SelftestResult run_selftest(Device device, const Model& model) {
+  return run_plan(device, detail::selftest_plan(detail::selftest_target(model)));
+}
+
+std::string selftest_case_list(const Model* model) {
+  const detail::SelftestPlan plan =
+      model ? detail::selftest_plan(detail::selftest_target(*model)) : detail::selftest_default_plan();
+  std::string text = "self-test cases at the shapes of " + plan.label + ":\n";
+  for (const detail::SelftestCase& c : plan.cases) {
+    char line[256];
+    std::snprintf(line, sizeof line, "%-18s %-34s %-36s bound %.0e\n",
+                  std::string(detail::family_name(c.family)).c_str(), c.name.c_str(), c.shape.c_str(), c.bound);
+    text += line;
+  }
+  for (const std::string& line : plan.not_covered) text += "not covered: " + line + "\n";
+  return text;
 }
 
 void detail::forget_verified_devices() noexcept {

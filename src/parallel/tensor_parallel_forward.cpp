@@ -10,13 +10,73 @@
 #include <latte/error.hpp>
 
 #include <algorithm>
+#include <cstdint>
 #include <exception>
+#include <memory>
 #include <mutex>
+#include <string_view>
 #include <thread>
+#include <vector>
 
 namespace latte::detail {
 
 namespace {
+
+/// Taps whose second dimension is the rank's attention heads; the others are the same on every rank
+/// (computed from the replicated residual stream or after an all-reduce).
+bool head_sharded_tap(std::string_view name) {
+  for (std::string_view suffix : {".q", ".q_pe", ".attn_heads"}) {
+    if (name.size() > suffix.size() && name.substr(name.size() - suffix.size()) == suffix) return true;
+  }
+  return false;
+}
+
+/// One rank's taps of a step, in emission order.
+struct RankTaps {
+  std::vector<diagnostics::TapRecord> taps;
+  TapObserver observer;
+};
+
+/// Emits rank 0's taps in their order, with every head-sharded tap ([T, heads of the rank, D] on each
+/// rank) gathered over the ranks in head order into [T, all heads, D], as the unsharded pass emits it.
+void emit_gathered_taps(const std::vector<RankTaps>& ranks, const TapSink& sink) {
+  const std::vector<diagnostics::TapRecord>& first = ranks.front().taps;
+  std::vector<float> gathered;
+  for (size_t i = 0; i < first.size(); ++i) {
+    const diagnostics::TapRecord& tap = first[i];
+    if (!head_sharded_tap(tap.name) || tap.shape.size() != 3) {
+      if (tap.shape.size() == 1) sink.emit(tap.name, tap.layer, {tap.shape[0]}, tap.data.data());
+      if (tap.shape.size() == 2) sink.emit(tap.name, tap.layer, {tap.shape[0], tap.shape[1]}, tap.data.data());
+      if (tap.shape.size() == 3) {
+        sink.emit(tap.name, tap.layer, {tap.shape[0], tap.shape[1], tap.shape[2]}, tap.data.data());
+      }
+      continue;
+    }
+    const int64_t rows = tap.shape[0], dim = tap.shape[2];
+    // Each rank's part (a name occurs once per step; ranks > 0 record only the head-sharded taps).
+    std::vector<const diagnostics::TapRecord*> parts;
+    int64_t heads = 0;
+    for (const RankTaps& r : ranks) {
+      const auto it = std::find_if(r.taps.begin(), r.taps.end(),
+                                   [&](const diagnostics::TapRecord& t) { return t.name == tap.name; });
+      if (it == r.taps.end() || it->shape.size() != 3 || it->shape[0] != rows || it->shape[2] != dim) {
+        throw Error(ErrorCode::internal, "tensor-parallel tap " + tap.name + " is missing or differs on a rank");
+      }
+      parts.push_back(&*it);
+      heads += it->shape[1];
+    }
+    gathered.assign(static_cast<size_t>(rows * heads * dim), 0.0f);
+    int64_t head0 = 0;
+    for (const diagnostics::TapRecord* part : parts) {
+      const int64_t width = part->shape[1] * dim;
+      for (int64_t t = 0; t < rows; ++t) {
+        std::copy_n(part->data.data() + t * width, width, gathered.data() + (t * heads + head0) * dim);
+      }
+      head0 += part->shape[1];
+    }
+    sink.emit(tap.name, tap.layer, {rows, heads, dim}, gathered.data());
+  }
+}
 
 class TensorParallelCpuForward final : public ForwardPass {
  public:
@@ -78,6 +138,31 @@ class TensorParallelCpuForward final : public ForwardPass {
       s.cache->reserve(s.cache->n_tokens() + s.n_tokens);
     }
 
+    // Taps: each rank records its own (rank 0 every wanted tap, the others only the head-sharded
+    // ones); after the step they are emitted in rank 0's order with the head-sharded ones gathered.
+    std::vector<RankTaps> rank_taps(batch.taps ? ranks_.size() : 0);
+    std::vector<std::unique_ptr<TapSink>> rank_sinks;
+    std::mutex wants_mutex;
+    for (size_t r = 0; r < rank_taps.size(); ++r) {
+      std::vector<diagnostics::TapRecord>* taps = &rank_taps[r].taps;
+      const TapSink* outer = batch.taps;
+      rank_taps[r].observer = {
+          .wants =
+              [outer, r, &wants_mutex](std::string_view name) {
+                if (r > 0 && !head_sharded_tap(name)) return false;
+                const std::lock_guard lock(wants_mutex);  // the caller's wants need not be thread-safe
+                return outer->wants(name);
+              },
+          .on_tap =
+              [taps](const Tap& tap) {
+                taps->push_back({.name = std::string(tap.name),
+                                 .layer = tap.layer,
+                                 .shape = std::vector<int64_t>(tap.shape.begin(), tap.shape.end()),
+                                 .data = std::vector<float>(tap.data.begin(), tap.data.end())});
+              }};
+      rank_sinks.push_back(std::make_unique<TapSink>(rank_taps[r].observer));
+    }
+
     std::exception_ptr first_error;
     std::mutex error_mutex;
     auto run_rank = [&](int r) {
@@ -88,7 +173,8 @@ class TensorParallelCpuForward final : public ForwardPass {
         rank.forward->run({.tokens = batch.tokens,
                            .sequences = rank.sequences,
                            .logit_rows = rows,
-                           .logits = r == 0 ? batch.logits : nullptr});
+                           .logits = r == 0 ? batch.logits : nullptr,
+                           .taps = rank_sinks.empty() ? nullptr : rank_sinks[static_cast<size_t>(r)].get()});
       } catch (const std::exception& e) {
         {
           const std::lock_guard lock(error_mutex);
@@ -112,6 +198,7 @@ class TensorParallelCpuForward final : public ForwardPass {
       std::rethrow_exception(first_error);
     }
     for (const BatchSequence& s : batch.sequences) s.cache->set_n_tokens(s.cache->n_tokens() + s.n_tokens);
+    if (batch.taps) emit_gathered_taps(rank_taps, *batch.taps);
   }
 
  private:

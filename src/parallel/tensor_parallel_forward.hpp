@@ -2,6 +2,8 @@
 // architecture's forward pass over its shard with its own attention backend, thread pool and KV
 // cache, the ranks meeting in an InProcessGroup at the two all-reduces of every block. Rank 0
 // computes the logits (every rank holds the same residual stream after each all-reduce).
+// Activation taps: emitted after the step in the unsharded pass's order and shapes; the per-head taps
+// (q, q_pe, attn_heads) gathered over the ranks in head order, the others taken from rank 0.
 //
 //   auto forward = latte::detail::create_tensor_parallel_cpu_forward(state, "mla", 8);
 //   forward->run(batch);   // like any ForwardPass; batch caches only count tokens

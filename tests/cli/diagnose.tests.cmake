@@ -40,6 +40,24 @@ latte_cli_test(NAME diagnose_against_other_tokens ARGS diagnose --model ${_model
                EXPECT_EXIT 1 EXPECT_STDERR "the tokens differ from those of the dump")
 set_tests_properties(cli_diagnose_against_dump cli_diagnose_against_own_dump cli_diagnose_against_dump_finds_fault
                      cli_diagnose_against_other_tokens PROPERTIES FIXTURES_REQUIRED "cli_model;cli_taps_dump")
+# tp:N sides: CPU tensor parallelism over in-process ranks; the per-head taps gathered in head order.
+latte_cli_test(NAME diagnose_tp_agrees
+               ARGS diagnose --model ${_model} --tokens "5 17 3 250 9 77" --compare cpu:mla,tp:2
+               EXPECT_STDOUT "^tp:2 against cpu:mla .*blk.0.q +\\[6,4,[0-9]+\\] .* ok\n.*blk.1.attn_heads +\\[6,4,[0-9]+\\] .* ok\n.*logits +\\[6,512\\] .* ok\nall [0-9]+ taps agree \\(bound 0.0001\\)\n$")
+latte_cli_test(NAME diagnose_tp_standard_agrees
+               ARGS diagnose --model ${_model} --tokens "5 17 3 250 9 77" --compare tp:4:standard,cpu:mla
+               EXPECT_STDOUT "^cpu:mla against tp:4:standard .*all [0-9]+ taps agree \\(bound 0.0001\\)\n$")
+latte_cli_test(NAME diagnose_tp_names_the_faulty_tap
+               ARGS diagnose --model ${_model} --tokens "5 17 3 250 9 77" --inject-attention-fault 1
+                    --compare cpu:mla,tp:2:faulty-mla
+               EXPECT_EXIT 2
+               EXPECT_STDOUT "blk.1.k_pe .* ok\nblk.1.attn_heads +\\[6,4,[0-9]+\\] .* DIVERGES\n.*first divergence: blk.1.attn_heads, rel err 0.5 \\(bound 0.0001\\); upstream taps agree\n$")
+latte_cli_test(NAME diagnose_tp_bad_count ARGS diagnose --model ${_model} --tokens "1" --compare cpu:mla,tp:0
+               EXPECT_EXIT 1 EXPECT_STDERR "'tp:0' is not tp:N or tp:N:BACKEND")
+latte_cli_test(NAME diagnose_tp_not_divisible ARGS diagnose --model ${_model} --tokens "1" --compare cpu:mla,tp:3
+               EXPECT_EXIT 1 EXPECT_STDERR "4 attention heads .* not divisible by 3 ranks")
+set_tests_properties(cli_diagnose_tp_agrees cli_diagnose_tp_standard_agrees cli_diagnose_tp_names_the_faulty_tap
+                     cli_diagnose_tp_bad_count cli_diagnose_tp_not_divisible PROPERTIES FIXTURES_REQUIRED cli_model)
 latte_cli_test(NAME diagnose_bad_side ARGS diagnose --model ${_model} --tokens "1" --compare cpu:mla,gpu
                EXPECT_EXIT 1 EXPECT_STDERR "'gpu' is not DEVICE:BACKEND")
 latte_cli_test(NAME diagnose_needs_a_prompt ARGS diagnose --model ${_model}
@@ -69,3 +87,27 @@ latte_cli_test(NAME perplexity_needs_a_tokenizer
                ARGS perplexity --model ${_model} --file ${_text}
                EXPECT_EXIT 1 EXPECT_STDERR "no tokenizer")
 set_tests_properties(cli_perplexity_needs_a_tokenizer PROPERTIES FIXTURES_REQUIRED cli_model)
+
+# tp:N on a glm-dsa model (indexer, sparse attention once the prompt passes top_k = 16 positions).
+set(_dsa_model ${CMAKE_CURRENT_BINARY_DIR}/cli-test-glm-dsa.gguf)
+add_test(NAME cli_dsa_model_fixture COMMAND latte_write_test_model test-glm-dsa ${_dsa_model})
+set_tests_properties(cli_dsa_model_fixture PROPERTIES FIXTURES_SETUP cli_dsa_model LABELS cli)
+latte_cli_test(NAME diagnose_tp_dsa_agrees
+               ARGS diagnose --model ${_dsa_model} --compare tp:2:standard,tp:2
+                    --tokens "3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30"
+               EXPECT_STDOUT "blk.0.index_selection +\\[28,16\\] .* ok\n.*blk.0.attn_heads +\\[28,4,256\\] .* ok\n.*all [0-9]+ taps agree \\(bound 0.0001\\)\n$")
+set_tests_properties(cli_diagnose_tp_dsa_agrees PROPERTIES FIXTURES_REQUIRED cli_dsa_model)
+
+# The self-test's cases at a model's shapes, listed without a GPU (every family for a MoE model with an
+# indexer); --list needs --selftest.
+latte_cli_test(NAME diagnose_selftest_list_model ARGS diagnose --selftest --list --model ${_dsa_model}
+               EXPECT_STDOUT "^self-test cases at the shapes of model test-glm-dsa:\ndequantize .*\ngemv .*\ngemm .*rms_norm .*rms_norm_residual .*rope_yarn +rope_yarn q .*rope_yarn +rope_yarn indexer .*moe_router .*moe_decode .*moe_prefill .*silu_gate .*embedding .*mla_decode +mla_decode bf16 +4 heads.*standard_decode .*flash_prefill .*flash_prefill +flash_prefill sparse .*dsa_indexer +dsa_indexer +4x128, q 3, kv 316 8 top 16 .*kv_append .*kv_append .*\n$")
+set_tests_properties(cli_diagnose_selftest_list_model PROPERTIES FIXTURES_REQUIRED cli_dsa_model)
+latte_cli_test(NAME diagnose_selftest_list_presets ARGS diagnose --selftest --list
+               EXPECT_STDOUT "^self-test cases at the shapes of presets deepseek-v2-lite, deepseek-v3, glm-5:\n.*gemv +gemv_quant q4_K +576x7168 .*moe_route sigmoid\\+bias +16 tok, E 256 k 8 g 4/8 .*dsa_indexer .*top 2048")
+latte_cli_test(NAME diagnose_list_needs_selftest ARGS diagnose --list EXPECT_EXIT 1 EXPECT_STDERR "--list goes with --selftest")
+if(NOT LATTE_CUDA)
+  latte_cli_test(NAME diagnose_selftest_model_without_cuda ARGS diagnose --selftest --model ${_dsa_model}
+                 EXPECT_EXIT 3 EXPECT_STDOUT "selftest not run: this build of latte has no CUDA backend")
+  set_tests_properties(cli_diagnose_selftest_model_without_cuda PROPERTIES FIXTURES_REQUIRED cli_dsa_model)
+endif()

@@ -13,12 +13,16 @@
 #include <doctest/doctest.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <span>
 #include <sstream>
 #include <string>
+#include <string_view>
+#include <utility>
 
 TEST_CASE("the GPU self-test passes on this device in under 30 s") {
   const auto t0 = std::chrono::steady_clock::now();
@@ -29,6 +33,36 @@ TEST_CASE("the GPU self-test passes on this device in under 30 s") {
   CHECK(r.passed);
   CHECK(r.table.find("MISMATCH") == std::string::npos);
   CHECK(seconds < 30.0);
+}
+
+TEST_CASE("the GPU self-test at a model's shapes covers every kernel family and passes") {
+  // A MoE model with an indexer (f32 weights) and a quantized test-v3 (k-quant and legacy blocks).
+  latte::RandomModelOptions quantized{.seed = 9};
+  quantized.tensor_type = [](std::string_view name, std::span<const uint64_t> ne) {
+    if (ne.size() < 2 || ne[0] % 32 != 0) return latte::GgmlType::f32;
+    if (name.find("ffn_down_exps") != std::string_view::npos) return latte::GgmlType::q8_0;
+    if (ne[0] % 256 != 0) return latte::GgmlType::f32;
+    if (name.find("_exps") != std::string_view::npos) return latte::GgmlType::q4_k;
+    return name.starts_with("token_embd") ? latte::GgmlType::q6_k : latte::GgmlType::q5_0;
+  };
+  for (const auto& [preset, options] :
+       {std::pair{"test-glm-dsa", latte::RandomModelOptions{.seed = 4}}, std::pair{"test-v3", quantized}}) {
+    const auto bytes = latte::random_model_bytes(latte::model_preset(preset), options);
+    const latte::Model model = latte::Model::from_file(latte::gguf::File::from_bytes(bytes, "m.gguf"));
+    const auto t0 = std::chrono::steady_clock::now();
+    const latte::diagnostics::SelftestResult r = latte::diagnostics::run_selftest(latte::Device::cuda(0), model);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("%s(%.1f s)\n", r.table.c_str(), seconds);
+    REQUIRE(r.ran);
+    CHECK(r.passed);
+    CHECK(seconds < 30.0);
+    const auto plan = latte::diagnostics::detail::selftest_plan(latte::diagnostics::detail::selftest_target(model));
+    for (const auto& c : plan.cases) {
+      INFO(c.name);
+      CHECK(r.table.find(c.name) != std::string::npos);
+    }
+    CHECK(r.table.find(" 0 mismatched") != std::string::npos);
+  }
 }
 
 TEST_CASE("ensure_selftest caches a pass per architecture and driver") {

@@ -2,10 +2,11 @@
 // activation tap where they part ways; `--selftest` checks the GPU kernels against the CPU.
 //
 //   latte diagnose --model m.gguf --prompt "Hello" --compare cpu:mla,cpu:standard
+//   latte diagnose --model m.gguf --prompt "Hello" --compare cpu:mla,tp:2        (tensor parallel, 2 ranks)
 //   latte diagnose --model m.gguf --prompt "Hello" --compare cpu:mla,cuda:mla --replay-decisions
 //   latte diagnose --model m.gguf --tokens "1 2 3" --dump taps/      (then numpy.load("taps/logits.npy"))
 //   latte diagnose --model m.gguf --against hf-taps/                 (a tools/oracle/dump_taps.py dump)
-//   latte diagnose --selftest [--device cuda:0]
+//   latte diagnose --selftest [--model m.gguf] [--device cuda:0] [--list]
 //
 // Exit status: 0 every tap agrees (selftest: passed), 2 a divergence (selftest: a mismatch), 3 the
 // self-test could not run (no CUDA device or a CPU-only build), 1 an error.
@@ -41,9 +42,10 @@ void print_usage() {
       "usage: latte diagnose --model FILE.gguf (--prompt TEXT | --tokens \"ID ...\")\n"
       "                      [--compare A,B [--replay-decisions]] [--dump DIR] [--against DIR] [--bound X]\n"
       "                      [--threads N]\n"
-      "       latte diagnose --selftest [--device cuda:N]\n"
-      "Runs the prompt through A and B (each cpu:mla, cpu:standard, cuda:mla, cuda:standard, or DEVICE:NAME\n"
-      "for any registered attention backend; default cpu:mla,cpu:standard) and prints every activation tap\n"
+      "       latte diagnose --selftest [--model FILE.gguf] [--device cuda:N] [--list]\n"
+      "Runs the prompt through A and B (each cpu:mla, cpu:standard, cuda:mla, cuda:standard, DEVICE:NAME\n"
+      "for any registered attention backend, or tp:N[:NAME] for CPU tensor parallelism over N in-process\n"
+      "ranks, backend mla unless NAME is given; default cpu:mla,cpu:standard) and prints every activation tap\n"
       "in forward order with its relative error and cosine similarity, then the first tap whose error\n"
       "exceeds the bound (fp32 1e-4; 2e-2 when a side runs on CUDA or the dump is bf16).\n"
       "  --replay-decisions  run B first, then A (a cpu side) with B's MoE expert choices and DSA index\n"
@@ -54,18 +56,37 @@ void print_usage() {
       "  --against DIR  compare A with a dump (its tokens are used unless --prompt/--tokens is given)\n"
       "  --inject-attention-fault LAYER  register the backend 'faulty-mla' (mla with layer LAYER's output\n"
       "                 scaled by 1.5), to check that diagnose finds a known fault\n"
+      "  --selftest     run every GPU kernel family against a float64 CPU reference on random data at the\n"
+      "                 shapes of --model (its config and weight types), else of the built-in presets\n"
+      "  --list         with --selftest: print the cases (no GPU needed)\n"
       "Exit status: 0 all taps agree, 2 divergence (selftest: mismatch), 3 selftest cannot run, 1 error.\n",
       stdout);
 }
 
-/// A side of the comparison: "cpu:mla" -> device cpu, backend mla; "cuda:1:standard" -> cuda:1.
+/// A side of the comparison: "cpu:mla" -> device cpu, backend mla; "cuda:1:standard" -> cuda:1;
+/// "tp:2" / "tp:2:standard" -> CPU tensor parallelism over 2 in-process ranks (backend mla by default).
 struct Side {
   std::string text;
   latte::Device device;
   std::string attention;
+  int tensor_parallel = 1;
 };
 
 Side parse_side(const std::string& text) {
+  if (text.starts_with("tp:")) {
+    const size_t colon = text.find(':', 3);
+    const std::string count = text.substr(3, colon == std::string::npos ? std::string::npos : colon - 3);
+    const std::string backend = colon == std::string::npos ? "mla" : text.substr(colon + 1);
+    int n = 0;
+    const bool digits = !count.empty() && count.size() <= 4 &&
+                        std::all_of(count.begin(), count.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (digits) n = std::stoi(count);
+    if (n < 1 || backend.empty()) {
+      throw latte::Error(latte::ErrorCode::invalid_argument,
+                         "--compare: '" + text + "' is not tp:N or tp:N:BACKEND with N >= 1 ranks (e.g. tp:2:mla)");
+    }
+    return {.text = text, .device = latte::Device::cpu(), .attention = backend, .tensor_parallel = n};
+  }
   const size_t last = text.rfind(':');
   if (last == std::string::npos || last == 0 || last + 1 == text.size()) {
     throw latte::Error(latte::ErrorCode::invalid_argument,
@@ -130,9 +151,16 @@ int print_report(const diag::ComparisonReport& report, const std::vector<diag::T
   return report.first_divergence ? kExitDiverge : kExitAgree;
 }
 
-int run_selftest_command(const std::string& device_text) {
+int run_selftest_command(const std::string& device_text, const std::optional<std::string>& model_path, bool list) {
   const latte::Device device = latte::Device::parse(device_text);
-  const diag::SelftestResult r = diag::run_selftest(device);
+  // The model is only read for its config and weight types: load it on the CPU (a memory map).
+  std::optional<latte::Model> model;
+  if (model_path) model = latte::Model::load(*model_path);
+  if (list) {
+    std::fputs(diag::selftest_case_list(model ? &*model : nullptr).c_str(), stdout);
+    return kExitAgree;
+  }
+  const diag::SelftestResult r = model ? diag::run_selftest(device, *model) : diag::run_selftest(device);
   if (!r.ran) {
     std::printf("selftest not run: %s\n", r.reason.c_str());
     return kExitSelftestUnavailable;
@@ -149,6 +177,7 @@ int run_diagnose(std::span<const std::string> argv) {
     return 0;
   }
   const bool selftest = args.flag({"--selftest"});
+  const bool list = args.flag({"--list"});
   const bool replay = args.flag({"--replay-decisions"});
   const std::string device = args.take({"--device"}).value_or("cuda:0");
   const auto model_path = args.take({"--model", "-m"});
@@ -162,7 +191,8 @@ int run_diagnose(std::span<const std::string> argv) {
   const int threads = latte::cli::parse_int_option("--threads", args.take({"--threads"}).value_or("0"));
   if (!args.positionals().empty())
     throw latte::Error(latte::ErrorCode::invalid_argument, "unexpected argument " + args.positionals()[0]);
-  if (selftest) return run_selftest_command(device);
+  if (list && !selftest) throw latte::Error(latte::ErrorCode::invalid_argument, "--list goes with --selftest");
+  if (selftest) return run_selftest_command(device, model_path, list);
 
   if (!model_path) throw latte::Error(latte::ErrorCode::invalid_argument, "--model is required");
   if (prompt && tokens_text)
@@ -187,7 +217,9 @@ int run_diagnose(std::span<const std::string> argv) {
 
   // Loading the model (once per device) tells us the tokenizer.
   std::vector<latte::Model> models;
-  for (const Side& s : sides) models.push_back(latte::Model::load(*model_path, {.device = s.device}));
+  for (const Side& s : sides) {
+    models.push_back(latte::Model::load(*model_path, {.device = s.device, .tensor_parallel = s.tensor_parallel}));
+  }
   std::vector<latte::Token> tokens;
   if (tokens_text) {
     tokens = latte::cli::parse_token_list(*tokens_text);
