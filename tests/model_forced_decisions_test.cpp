@@ -182,10 +182,22 @@ TEST_CASE("the router's near-tie check accepts a tie at the k-th expert and reje
                                .scale = 2.5f}}) {
     CAPTURE(p.n_expert);
     const ExpertRouter router(p);
-    const auto logits = random_values(static_cast<size_t>(p.n_expert), rng, 1.0f);
-    const auto bias =
-        p.gating == latte::ExpertGating::sigmoid ? random_values(logits.size(), rng, 0.05f) : std::vector<float>{};
-    const std::vector<int32_t> own = own_experts(router, logits, bias);
+    // Random scores for which the k-th chosen expert's group keeps an unchosen member (the tie below
+    // needs one; with groups, all of a group can be chosen).
+    const int per_group = p.n_expert / p.n_group;
+    std::vector<float> logits, bias;
+    std::vector<int32_t> own;
+    int kth = -1, twin = -1;
+    for (int attempt = 0; attempt < 1000 && twin < 0; ++attempt) {
+      logits = random_values(static_cast<size_t>(p.n_expert), rng, 1.0f);
+      bias = p.gating == latte::ExpertGating::sigmoid ? random_values(logits.size(), rng, 0.05f) : std::vector<float>{};
+      own = own_experts(router, logits, bias);
+      kth = own.back();
+      for (int e = (kth / per_group) * per_group; e < (kth / per_group + 1) * per_group; ++e) {
+        if (std::find(own.begin(), own.end(), e) == own.end()) twin = e;
+      }
+    }
+    REQUIRE(twin >= 0);
     std::vector<ExpertChoice> expected(own.size()), got(own.size());
     router.route(logits, bias, expected);
 
@@ -201,13 +213,6 @@ TEST_CASE("the router's near-tie check accepts a tie at the k-th expert and reje
 
     // A real tie: an unchosen expert of the same group as the k-th gets the k-th's exact selection
     // value, then forcing it instead of the k-th is a near-tie (ties go to the lower index).
-    const int kth = own.back();
-    const int per_group = p.n_expert / p.n_group;
-    int twin = -1;
-    for (int e = (kth / per_group) * per_group; e < (kth / per_group + 1) * per_group; ++e) {
-      if (std::find(own.begin(), own.end(), e) == own.end()) twin = e;
-    }
-    REQUIRE(twin >= 0);
     auto tied_logits = logits;
     auto tied_bias = bias;
     tied_logits[static_cast<size_t>(twin)] = logits[static_cast<size_t>(kth)];
