@@ -388,10 +388,11 @@ TEST_CASE("convert to q4_k_m applies the type rule and stays within K-quant erro
   const auto hf = latte::test::write_tiny_hf_checkpoint(dir.path(), spec, rng);
   const std::string out = dir.file("q4km.gguf");
   convert(dir.path(), out, latte::convert::TypeMix::q4_k_m);
-  // Q4_K: 8 sub-blocks of 32 with 6-bit scales and mins; |error| <= about (max - min) / 30 of a
-  // sub-block plus the scale rounding, about 5% of the tensor's largest magnitude here (Q5_0, Q6_K
-  // less). A layout error would be of the order of the values themselves.
-  check_conversion(out, expected_tensors(spec, hf, false), 0.08);
+  // Q4_K: 8 sub-blocks of 32 with 6-bit scales and mins; |error| <= (max - min) / 30 of a sub-block
+  // (up to 2/30 = 6.7% of the largest magnitude when a sub-block spans [-max, max]) plus the rounding of
+  // the 6-bit scale and min (up to half a step of each), so 8% was seen exceeded (8.05%) on random data;
+  // 12% keeps a margin (Q5_0, Q6_K are finer). A layout error would be of the order of the values.
+  check_conversion(out, expected_tensors(spec, hf, false), 0.12);
   const auto f = latte::gguf::File::open(out);
   const auto type_of = [&](const char* name) { return latte::type_name(f.find_tensor(name)->type); };
   CHECK(type_of("token_embd.weight") == "q4_K");
