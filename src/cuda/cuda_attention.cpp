@@ -139,16 +139,6 @@ PagedRows<T> row_pages(const std::byte* base, const int32_t* pages, int64_t toke
           .page_table_stride = 1};
 }
 
-/// Grows `buf` to at least n elements.
-template <class T>
-T* ensure(DeviceBuffer<T>& buf, size_t n, const char* what) {
-  if (buf.size() < n) {
-    buf = DeviceBuffer<T>(n, what);
-    bump_scratch_generation();
-  }
-  return buf.data();
-}
-
 /// Per-head gathered-GEMV groups for T rows of N heads: group (h, chunk) multiplies head h's matrix
 /// with rows chunk*8 .. of that head, reading and writing row t*N + h of [T, N, *] arrays.
 class HeadGroups {
@@ -261,10 +251,10 @@ class CudaMlaBackend final : public CudaAttentionBackend {
     }
 
     // q_lat[t, h] = W_UK_h^T q_nope[t, h] (all heads, one launch); bf16 copies for the kernel.
-    float* q_lat = ensure(q_lat_, TN * L, "mla q_lat");
-    __nv_bfloat16* q_lat_bf16 = ensure(q_lat_bf16_, TN * L, "mla q_lat bf16");
-    __nv_bfloat16* q_rope_bf16 = ensure(q_rope_bf16_, TN * R, "mla q_rope bf16");
-    float* o_lat = ensure(o_lat_, TN * L, "mla o_lat");
+    float* q_lat = grow_scratch(q_lat_, TN * L, "mla q_lat");
+    __nv_bfloat16* q_lat_bf16 = grow_scratch(q_lat_bf16_, TN * L, "mla q_lat bf16");
+    __nv_bfloat16* q_rope_bf16 = grow_scratch(q_rope_bf16_, TN * R, "mla q_rope bf16");
+    float* o_lat = grow_scratch(o_lat_, TN * L, "mla o_lat");
     const HeadGroups::Groups groups = groups_.get(T, N);
     per_head_gemv(w.k_b, L, groups, in.q, qk, q_lat, L, stream);
     convert_to_bf16(q_lat, L, q_lat_bf16, L, static_cast<int>(TN), L, stream);
@@ -289,7 +279,7 @@ class CudaMlaBackend final : public CudaAttentionBackend {
                       .out_type = AttnOutputType::f32,
                       .out = o_lat};
     const MlaDecodePlan plan = plan_mla_decode(p);
-    void* ws = plan.workspace_bytes ? ensure(workspace_, plan.workspace_bytes, "mla split-KV workspace") : nullptr;
+    void* ws = plan.workspace_bytes ? grow_scratch(workspace_, plan.workspace_bytes, "mla split-KV workspace") : nullptr;
     run_mla_decode(p, plan, ws, plan.workspace_bytes, stream);
 
     // out[t, h] = W_UV_h o_lat[t, h].
@@ -317,7 +307,7 @@ class CudaMlaBackend final : public CudaAttentionBackend {
     const auto* cache = reinterpret_cast<const __nv_bfloat16*>(s.cache);
 
     // kv [n_kv, N(P+V)] = c attn_kv_b^T, with the cache rows (bf16, 576 apart) as the A operand.
-    float* kv = ensure(kv_, static_cast<size_t>(n_kv) * kv_width, "mla decompressed kv");
+    float* kv = grow_scratch(kv_, static_cast<size_t>(n_kv) * kv_width, "mla decompressed kv");
     const QuantGemmParams gemm{.type = w.kv_b.type,
                                .weight = w.kv_b.data,
                                .weight_bytes = w.kv_b.bytes(),
@@ -335,13 +325,13 @@ class CudaMlaBackend final : public CudaAttentionBackend {
     } else {
       if (!blas_) blas_ = std::make_unique<BlasHandle>();
       const size_t elems = static_cast<size_t>(w.kv_b.rows) * static_cast<size_t>((w.kv_b.k + 7) / 8 * 8);
-      gemm_quant_via_bf16(*blas_, gemm, ensure(weight_bf16_, elems, "mla kv_b bf16"), elems, stream);
+      gemm_quant_via_bf16(*blas_, gemm, grow_scratch(weight_bf16_, elems, "mla kv_b bf16"), elems, stream);
     }
 
     // K [n_kv, N, P+R] and V [n_kv, N, V] in bf16: k_nope and v from kv, k_pe from the cache rows.
     const int32_t* positions = iota(n_kv);
-    __nv_bfloat16* k = ensure(k_, static_cast<size_t>(n_kv) * N * qk, "mla decompressed K");
-    __nv_bfloat16* v = ensure(v_, static_cast<size_t>(n_kv) * N * V, "mla decompressed V");
+    __nv_bfloat16* k = grow_scratch(k_, static_cast<size_t>(n_kv) * N * qk, "mla decompressed K");
+    __nv_bfloat16* v = grow_scratch(v_, static_cast<size_t>(n_kv) * N * V, "mla decompressed V");
     const PagedRows<__nv_bfloat16> k_rows{.data = k, .token_stride = static_cast<int64_t>(N) * qk, .head_stride = qk};
     const PagedRows<__nv_bfloat16> v_rows{.data = v, .token_stride = static_cast<int64_t>(N) * V, .head_stride = V};
     run_kv_cache_append({.src = kv,
@@ -374,7 +364,7 @@ class CudaMlaBackend final : public CudaAttentionBackend {
                          .positions = positions},
                         stream);
 
-    __nv_bfloat16* q = ensure(q_bf16_, static_cast<size_t>(s.n_tokens) * N * qk, "mla prefill q bf16");
+    __nv_bfloat16* q = grow_scratch(q_bf16_, static_cast<size_t>(s.n_tokens) * N * qk, "mla prefill q bf16");
     convert_to_bf16(in.q + static_cast<size_t>(s.first_row) * N * qk, static_cast<int64_t>(N) * qk, q,
                     static_cast<int64_t>(N) * qk, s.n_tokens, N * qk, stream);
     run_flash_prefill({.q = q,
@@ -442,7 +432,7 @@ class CudaStandardBackend final : public CudaAttentionBackend {
     const int64_t v_offset = static_cast<int64_t>(N) * qk;
 
     // [k_nope | v] per head = attn_kv_b c for the new rows, then into the cache with the shared k_pe.
-    float* kv = ensure(kv_, static_cast<size_t>(T) * N * (P + V), "standard decompressed kv");
+    float* kv = grow_scratch(kv_, static_cast<size_t>(T) * N * (P + V), "standard decompressed kv");
     linear_(w.kv_b, {.x = in.latent, .x_stride = L, .rows = T, .y = kv, .y_stride = static_cast<int64_t>(N) * (P + V)},
             stream);
     const PagedRows<__nv_bfloat16> k_rows = row_pages<__nv_bfloat16>(base, pages, row, qk);
@@ -479,7 +469,7 @@ class CudaStandardBackend final : public CudaAttentionBackend {
                          .positions = step.positions},
                         stream);
 
-    __nv_bfloat16* q = ensure(q_bf16_, static_cast<size_t>(T) * N * qk, "standard q bf16");
+    __nv_bfloat16* q = grow_scratch(q_bf16_, static_cast<size_t>(T) * N * qk, "standard q bf16");
     convert_to_bf16(in.q, static_cast<int64_t>(N) * qk, q, static_cast<int64_t>(N) * qk, T, N * qk, stream);
     const PagedRows<const __nv_bfloat16> k_read = row_pages<const __nv_bfloat16>(base, pages, row, qk);
     const PagedRows<const __nv_bfloat16> v_read = row_pages<const __nv_bfloat16>(base, pages, row, V, v_offset);
@@ -526,7 +516,7 @@ class CudaStandardBackend final : public CudaAttentionBackend {
                            .out_type = AttnOutputType::f32,
                            .out = in.out};
     const StandardDecodePlan plan = plan_standard_decode(p);
-    void* ws = plan.workspace_bytes ? ensure(workspace_, plan.workspace_bytes, "standard split-KV workspace") : nullptr;
+    void* ws = plan.workspace_bytes ? grow_scratch(workspace_, plan.workspace_bytes, "standard split-KV workspace") : nullptr;
     run_standard_decode(p, plan, ws, plan.workspace_bytes, stream);
   }
 

@@ -48,15 +48,6 @@ namespace latte::cuda {
 
 namespace {
 
-template <class T>
-T* ensure(DeviceBuffer<T>& buf, size_t n, const char* what) {
-  if (buf.size() < n) {
-    buf = DeviceBuffer<T>(n, what);
-    bump_scratch_generation();
-  }
-  return buf.data();
-}
-
 class CudaForward;
 
 /// Decode steps (one token per sequence) as CUDA graphs, keyed by CudaForward::graph_key: the first
@@ -572,7 +563,7 @@ class CudaForward final : public CudaRankForward {
                     stream());
     linear(w.indexer_proj, a.xn.data(), H, T, a.index_w.data(), kDsaIndexHeads);
     const int64_t scores_stride = (step_.max_kv_len + 7) / 8 * 8;
-    float* scores = ensure(a.index_scores, static_cast<size_t>(T) * scores_stride, "indexer scores");
+    float* scores = grow_scratch(a.index_scores, static_cast<size_t>(T) * scores_stride, "indexer scores");
 
     keys.page_stride = kDeviceRowUnit / 2;
     run_dsa_index_scores({.q = a.index_q_bf16.data(),

@@ -54,36 +54,37 @@ BlasHandle& BlasHandle::operator=(BlasHandle&& other) noexcept {
   return *this;
 }
 
-void gemm_bf16(BlasHandle& blas, const Bf16GemmParams& p, cudaStream_t stream) {
+namespace {
+
+/// C = A W^T (+ C) through cublasGemmEx for either operand struct (bf16 or fp32 A and W, fp32 C).
+template <class Params>
+void gemm_ex(const char* label, BlasHandle& blas, const Params& p, cudaDataType_t input_type,
+             cublasComputeType_t compute, cudaStream_t stream) {
   if (p.a == nullptr || p.w == nullptr || p.c == nullptr || p.m < 0 || p.n <= 0 || p.k <= 0 || p.lda < p.k ||
       p.ldw < p.k || p.ldc < p.n) {
-    throw Error(ErrorCode::invalid_argument, "gemm_bf16: invalid shape m=" + std::to_string(p.m) + " n=" +
-                                                 std::to_string(p.n) + " k=" + std::to_string(p.k) + " or strides");
+    throw Error(ErrorCode::invalid_argument, "gemm_" + std::string(label) + ": invalid shape m=" + std::to_string(p.m) +
+                                                 " n=" + std::to_string(p.n) + " k=" + std::to_string(p.k) +
+                                                 " or strides");
   }
   if (p.m == 0) return;
   check_blas(cublasSetStream(blas.get(), stream), "cublasSetStream");
   const float alpha = 1.0f, beta = p.accumulate ? 1.0f : 0.0f;
   // Column-major view: C^T[n, m] = W[n, k] (stored as k x n, op T) * A^T (k x m, op N).
-  check_blas(cublasGemmEx(blas.get(), CUBLAS_OP_T, CUBLAS_OP_N, p.n, p.m, p.k, &alpha, p.w, CUDA_R_16BF,
-                          static_cast<int>(p.ldw), p.a, CUDA_R_16BF, static_cast<int>(p.lda), &beta, p.c, CUDA_R_32F,
-                          static_cast<int>(p.ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-             "cublasGemmEx (bf16)");
+  check_blas(cublasGemmEx(blas.get(), CUBLAS_OP_T, CUBLAS_OP_N, p.n, p.m, p.k, &alpha, p.w, input_type,
+                          static_cast<int>(p.ldw), p.a, input_type, static_cast<int>(p.lda), &beta, p.c, CUDA_R_32F,
+                          static_cast<int>(p.ldc), compute, CUBLAS_GEMM_DEFAULT),
+             (std::string("cublasGemmEx (") + label + ")").c_str());
+}
+
+}  // namespace
+
+void gemm_bf16(BlasHandle& blas, const Bf16GemmParams& p, cudaStream_t stream) {
+  gemm_ex("bf16", blas, p, CUDA_R_16BF, CUBLAS_COMPUTE_32F, stream);
 }
 
 void gemm_f32(BlasHandle& blas, const F32GemmParams& p, cudaStream_t stream) {
-  if (p.a == nullptr || p.w == nullptr || p.c == nullptr || p.m < 0 || p.n <= 0 || p.k <= 0 || p.lda < p.k ||
-      p.ldw < p.k || p.ldc < p.n) {
-    throw Error(ErrorCode::invalid_argument, "gemm_f32: invalid shape m=" + std::to_string(p.m) + " n=" +
-                                                 std::to_string(p.n) + " k=" + std::to_string(p.k) + " or strides");
-  }
-  if (p.m == 0) return;
-  check_blas(cublasSetStream(blas.get(), stream), "cublasSetStream");
-  const float alpha = 1.0f, beta = p.accumulate ? 1.0f : 0.0f;
-  // Same column-major view as gemm_bf16; PEDANTIC keeps fp32 products (no TF32 rounding of the inputs).
-  check_blas(cublasGemmEx(blas.get(), CUBLAS_OP_T, CUBLAS_OP_N, p.n, p.m, p.k, &alpha, p.w, CUDA_R_32F,
-                          static_cast<int>(p.ldw), p.a, CUDA_R_32F, static_cast<int>(p.lda), &beta, p.c, CUDA_R_32F,
-                          static_cast<int>(p.ldc), CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT),
-             "cublasGemmEx (f32)");
+  // PEDANTIC keeps fp32 products (no TF32 rounding of the inputs).
+  gemm_ex("f32", blas, p, CUDA_R_32F, CUBLAS_COMPUTE_32F_PEDANTIC, stream);
 }
 
 void gemm_quant_via_bf16(BlasHandle& blas, const QuantGemmParams& p, __nv_bfloat16* scratch, size_t scratch_elems,

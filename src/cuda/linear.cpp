@@ -41,13 +41,22 @@ GemvParams gemv_params(const DeviceMatrix& w, const float* x, int64_t x_stride, 
 }  // namespace
 
 __nv_bfloat16* Linear::staged(const float* x, int64_t x_stride, int rows, int k, cudaStream_t stream) {
-  const size_t need = static_cast<size_t>(rows) * static_cast<size_t>(k);
-  if (x_bf16_.size() < need) {
-    x_bf16_ = DeviceBuffer<__nv_bfloat16>(need, "bf16 activations");
-    bump_scratch_generation();
-  }
-  convert_to_bf16(x, x_stride, x_bf16_.data(), k, rows, k, stream);
-  return x_bf16_.data();
+  __nv_bfloat16* a = grow_scratch(x_bf16_, static_cast<size_t>(rows) * static_cast<size_t>(k), "bf16 activations");
+  convert_to_bf16(x, x_stride, a, k, rows, k, stream);
+  return a;
+}
+
+BlasHandle& Linear::blas() {
+  if (!blas_) blas_ = std::make_unique<BlasHandle>();
+  return *blas_;
+}
+
+void Linear::residual_into_y(const DeviceMatrix& w, const LinearCall& c, cudaStream_t stream) {
+  if (c.residual == nullptr || c.residual == c.y) return;
+  LATTE_CUDA_CHECK(cudaMemcpy2DAsync(c.y, static_cast<size_t>(c.y_stride) * sizeof(float), c.residual,
+                                     static_cast<size_t>(c.y_stride) * sizeof(float),
+                                     static_cast<size_t>(w.rows) * sizeof(float), static_cast<size_t>(c.rows),
+                                     cudaMemcpyDeviceToDevice, stream));
 }
 
 void Linear::operator()(const DeviceMatrix& w, const LinearCall& c, cudaStream_t stream) {
@@ -56,64 +65,36 @@ void Linear::operator()(const DeviceMatrix& w, const LinearCall& c, cudaStream_t
   const bool gemm = c.rows > gemv_max_tokens && gemm_quant_supports(w.type) && w.k % 32 == 0 &&
                     reinterpret_cast<uintptr_t>(w.data) % 16 == 0;
   const size_t weight_elems = static_cast<size_t>(w.rows) * static_cast<size_t>((w.k + 7) / 8 * 8);
-  if (gemm && c.rows >= kBlasMinRows && weight_elems <= kMaxDequantizedElems) {
-    // Long prefill chunks: dequantize the matrix to bf16 once and let cuBLAS run the product. At 512
-    // rows this is several times faster than the fused kernel, which decodes every weight tile once per
-    // 64 rows of x with mma.sync (BENCHMARKS.md); the bf16 rounding of the weights is the same.
-    if (c.residual != nullptr && c.residual != c.y) {
-      LATTE_CUDA_CHECK(cudaMemcpy2DAsync(c.y, static_cast<size_t>(c.y_stride) * sizeof(float), c.residual,
-                                         static_cast<size_t>(c.y_stride) * sizeof(float),
-                                         static_cast<size_t>(w.rows) * sizeof(float), static_cast<size_t>(c.rows),
-                                         cudaMemcpyDeviceToDevice, stream));
-    }
-    if (w_bf16_.size() < weight_elems) {
-      w_bf16_ = DeviceBuffer<__nv_bfloat16>(weight_elems, "bf16 weight scratch");
-      bump_scratch_generation();
-    }
-    if (!blas_) blas_ = std::make_unique<BlasHandle>();
-    const __nv_bfloat16* a = staged(c.x, c.x_stride, c.rows, static_cast<int>(w.k), stream);
-    gemm_quant_via_bf16(*blas_,
-                        {.type = w.type,
-                         .weight = w.data,
-                         .weight_bytes = w.bytes(),
-                         .n_rows = static_cast<int>(w.rows),
-                         .k = static_cast<int>(w.k),
-                         .a = a,
-                         .lda = w.k,
-                         .c = c.y,
-                         .ldc = c.y_stride,
-                         .residual = c.residual != nullptr ? c.y : nullptr,
-                         .m = c.rows},
-                        w_bf16_.data(), w_bf16_.size(), stream);
-    return;
-  }
   if (gemm) {
-    const __nv_bfloat16* a = staged(c.x, c.x_stride, c.rows, static_cast<int>(w.k), stream);
-    gemm_quant({.type = w.type,
-                .weight = w.data,
-                .weight_bytes = w.bytes(),
-                .n_rows = static_cast<int>(w.rows),
-                .k = static_cast<int>(w.k),
-                .a = a,
-                .lda = w.k,
-                .c = c.y,
-                .ldc = c.y_stride,
-                .residual = c.residual,
-                .m = c.rows},
-               stream);
+    QuantGemmParams p{.type = w.type,
+                      .weight = w.data,
+                      .weight_bytes = w.bytes(),
+                      .n_rows = static_cast<int>(w.rows),
+                      .k = static_cast<int>(w.k),
+                      .a = staged(c.x, c.x_stride, c.rows, static_cast<int>(w.k), stream),
+                      .lda = w.k,
+                      .c = c.y,
+                      .ldc = c.y_stride,
+                      .residual = c.residual,
+                      .m = c.rows};
+    if (c.rows >= kBlasMinRows && weight_elems <= kMaxDequantizedElems) {
+      // Long prefill chunks: dequantize the matrix to bf16 once and let cuBLAS run the product. At 512
+      // rows this is several times faster than the fused kernel, which decodes every weight tile once per
+      // 64 rows of x with mma.sync (BENCHMARKS.md); the bf16 rounding of the weights is the same.
+      residual_into_y(w, c, stream);
+      p.residual = c.residual != nullptr ? c.y : nullptr;
+      gemm_quant_via_bf16(blas(), p, grow_scratch(w_bf16_, weight_elems, "bf16 weight scratch"), w_bf16_.size(),
+                          stream);
+    } else {
+      gemm_quant(p, stream);
+    }
     return;
   }
   if (c.rows > gemv_max_tokens && w.type == GgmlType::f32 && w.row_bytes % 16 == 0 &&
       reinterpret_cast<uintptr_t>(w.data) % 16 == 0) {
     // fp32 weights (routers): one fp32 cuBLAS product instead of a GEMV pass per 8 rows.
-    if (c.residual != nullptr && c.residual != c.y) {
-      LATTE_CUDA_CHECK(cudaMemcpy2DAsync(c.y, static_cast<size_t>(c.y_stride) * sizeof(float), c.residual,
-                                         static_cast<size_t>(c.y_stride) * sizeof(float),
-                                         static_cast<size_t>(w.rows) * sizeof(float), static_cast<size_t>(c.rows),
-                                         cudaMemcpyDeviceToDevice, stream));
-    }
-    if (!blas_) blas_ = std::make_unique<BlasHandle>();
-    gemm_f32(*blas_,
+    residual_into_y(w, c, stream);
+    gemm_f32(blas(),
              {.a = c.x,
               .lda = c.x_stride,
               .w = reinterpret_cast<const float*>(w.data),

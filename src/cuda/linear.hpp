@@ -25,6 +25,16 @@ uint64_t scratch_generation() noexcept;
 /// Records that some scratch buffer was reallocated.
 void bump_scratch_generation() noexcept;
 
+/// Grows a scratch buffer to at least n elements (recording the reallocation) and returns its data.
+template <class T>
+T* grow_scratch(DeviceBuffer<T>& buf, size_t n, const char* what) {
+  if (buf.size() < n) {
+    buf = DeviceBuffer<T>(n, what);
+    bump_scratch_generation();
+  }
+  return buf.data();
+}
+
 /// Operands of one product. Device pointers, fp32.
 struct LinearCall {
   const float* x = nullptr;  ///< [rows, x_stride], 16-byte aligned, x_stride % 8 == 0
@@ -52,9 +62,12 @@ class Linear {
 
  private:
   __nv_bfloat16* staged(const float* x, int64_t x_stride, int rows, int k, cudaStream_t stream);
+  BlasHandle& blas();  // made on first use
+  /// y = residual when the call has a residual other than y (the cuBLAS paths then accumulate into y).
+  static void residual_into_y(const DeviceMatrix& w, const LinearCall& c, cudaStream_t stream);
   DeviceBuffer<__nv_bfloat16> x_bf16_;
   DeviceBuffer<__nv_bfloat16> w_bf16_;  // a dequantized weight matrix (long prefill chunks)
-  std::unique_ptr<BlasHandle> blas_;    // cuBLAS for fp32 weights and long chunks; made on first use
+  std::unique_ptr<BlasHandle> blas_;    // cuBLAS for fp32 weights and long chunks
 };
 
 }  // namespace latte::cuda
