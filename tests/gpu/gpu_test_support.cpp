@@ -1,8 +1,10 @@
 #include "gpu_test_support.hpp"
 
 #include <doctest/doctest.h>
+#include <latte/session.hpp>
 #include <latte/quant_blocks.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -154,6 +156,32 @@ bool check_close(const std::string& kernel, const std::string& shape, const Comp
     CHECK(ok);
   }
   return ok;
+}
+
+std::vector<Token> greedy(const Model& model, const std::string& backend, const std::vector<Token>& prompt, int n,
+                          float* min_margin) {
+  Session s(model, {.n_ctx = 128, .attention = backend});
+  s.eval(prompt);
+  std::vector<Token> out;
+  float margin = INFINITY;
+  for (int i = 0; i < n; ++i) {
+    const auto l = s.logits();
+    float first = -INFINITY, second = -INFINITY;
+    for (float v : l) {
+      if (v > first) {
+        second = first;
+        first = v;
+      } else if (v > second) {
+        second = v;
+      }
+    }
+    margin = std::min(margin, first - second);
+    const auto next = static_cast<Token>(std::max_element(l.begin(), l.end()) - l.begin());
+    out.push_back(next);
+    s.eval(std::span(&next, 1));
+  }
+  if (min_margin) *min_margin = margin;
+  return out;
 }
 
 }  // namespace latte::test::gpu

@@ -2,6 +2,7 @@
 // outputs, and comparisons that print which kernel, which shape, the error and the first bad index.
 #pragma once
 
+#include <latte/model.hpp>
 #include <latte/quant.hpp>
 
 #include <cuda_runtime.h>
@@ -70,5 +71,10 @@ void trace(const std::string& what);
 
 /// bf16 bits -> float.
 float bf16_to_float(uint16_t bits);
+
+/// Greedy continuation of n tokens after `prompt` in a fresh session (n_ctx 128) with `backend`; when
+/// min_margin is set, the smallest top-2 logit margin seen over the n steps.
+std::vector<Token> greedy(const Model& model, const std::string& backend, const std::vector<Token>& prompt, int n,
+                          float* min_margin);
 
 }  // namespace latte::test::gpu

@@ -12,6 +12,7 @@
 // (forced_comparison.hpp), check that each replayed choice that differs from the CPU's own is a
 // near-tie of the CPU's scores, and then require every position within the bound.
 #include "forced_comparison.hpp"
+#include "gpu_test_support.hpp"
 
 #include "cuda/cuda_attention.hpp"
 #include "cuda/cuda_forward.hpp"
@@ -171,30 +172,6 @@ TEST_CASE("CUDA greedy continuation equals the CPU's for 32 tokens on a well-con
   // logit margin above 0.5 at every step (bf16 noise on these logits is ~0.01).
   ModelPair& m = model_pair("test-v3");
   const int vocab = m.cpu.config().n_vocab;
-  auto greedy = [&](const latte::Model& model, const std::vector<latte::Token>& prompt, float* min_margin) {
-    latte::Session s(model, {.n_ctx = 128, .attention = "mla"});
-    s.eval(prompt);
-    std::vector<latte::Token> out;
-    float margin = INFINITY;
-    for (int i = 0; i < 32; ++i) {
-      const auto l = s.logits();
-      float first = -INFINITY, second = -INFINITY;
-      for (float v : l) {
-        if (v > first) {
-          second = first;
-          first = v;
-        } else if (v > second) {
-          second = v;
-        }
-      }
-      margin = std::min(margin, first - second);
-      const auto next = static_cast<latte::Token>(std::max_element(l.begin(), l.end()) - l.begin());
-      out.push_back(next);
-      s.eval(std::span(&next, 1));
-    }
-    if (min_margin) *min_margin = margin;
-    return out;
-  };
   std::vector<latte::Token> prompt;
   std::vector<latte::Token> expected;
   float best_margin = -1;
@@ -203,7 +180,7 @@ TEST_CASE("CUDA greedy continuation equals the CPU's for 32 tokens on a well-con
     for (int i = 0; i < 8; ++i)
       candidate[static_cast<size_t>(i)] = static_cast<latte::Token>((p * 131 + i * 37 + 5) % vocab);
     float margin = 0;
-    auto reference = greedy(m.cpu, candidate, &margin);
+    auto reference = latte::test::gpu::greedy(m.cpu, "mla", candidate, 32, &margin);
     if (margin > best_margin) {
       best_margin = margin;
       prompt = candidate;
@@ -212,7 +189,7 @@ TEST_CASE("CUDA greedy continuation equals the CPU's for 32 tokens on a well-con
     if (margin > 0.5f) break;
   }
   std::printf("greedy: smallest CPU top-2 margin over 32 steps %.3f\n", best_margin);
-  const auto got = greedy(m.gpu, prompt, nullptr);
+  const auto got = latte::test::gpu::greedy(m.gpu, "mla", prompt, 32, nullptr);
   CHECK(got == expected);
 }
 

@@ -9,6 +9,7 @@
 // through it, bf16 roundings of activations that land on the other side; as in model_forward_test.cpp
 // most positions must agree within 2e-2 (a MoE routing or DSA selection tie may flip a few).
 #include "cuda/tensor_parallel_cuda.hpp"
+#include "gpu_test_support.hpp"
 #include "model/model_state.hpp"
 #include "model/presets.hpp"
 #include "parallel/shard_plan.hpp"
@@ -97,32 +98,6 @@ bool all_finite(std::span<const float> v) {
 }
 
 /// Greedy continuation of `n` tokens, and the smallest top-2 logit margin seen on the way.
-std::vector<latte::Token> greedy(const latte::Model& model, const std::string& backend,
-                                 const std::vector<latte::Token>& prompt, int n, float* min_margin) {
-  latte::Session s(model, {.n_ctx = 128, .attention = backend});
-  s.eval(prompt);
-  std::vector<latte::Token> out;
-  float margin = INFINITY;
-  for (int i = 0; i < n; ++i) {
-    const auto l = s.logits();
-    float first = -INFINITY, second = -INFINITY;
-    for (float v : l) {
-      if (v > first) {
-        second = first;
-        first = v;
-      } else if (v > second) {
-        second = v;
-      }
-    }
-    margin = std::min(margin, first - second);
-    const auto next = static_cast<latte::Token>(std::max_element(l.begin(), l.end()) - l.begin());
-    out.push_back(next);
-    s.eval(std::span(&next, 1));
-  }
-  if (min_margin) *min_margin = margin;
-  return out;
-}
-
 constexpr latte::MoeSplit kMoeSplits[] = {latte::MoeSplit::expert_parallel, latte::MoeSplit::tensor_parallel};
 
 }  // namespace
@@ -207,7 +182,7 @@ TEST_CASE("tensor-parallel CUDA: a greedy continuation of 16 tokens on test-v3 e
         candidate[static_cast<size_t>(i)] = static_cast<latte::Token>((p * 131 + i * 37 + 5) % config.n_vocab);
       }
       float margin = 0;
-      auto reference = greedy(one, backend, candidate, 16, &margin);
+      auto reference = latte::test::gpu::greedy(one, backend, candidate, 16, &margin);
       if (margin > best) {
         best = margin;
         prompt = candidate;
@@ -220,7 +195,7 @@ TEST_CASE("tensor-parallel CUDA: a greedy continuation of 16 tokens on test-v3 e
       CAPTURE(latte::detail::moe_split_name(moe));
       const latte::Model two =
           load(bytes, "test-v3", {.device = latte::Device::cuda(0), .tensor_parallel = 2, .moe_split = moe});
-      const auto got = greedy(two, backend, prompt, 16, nullptr);
+      const auto got = latte::test::gpu::greedy(two, backend, prompt, 16, nullptr);
       const size_t same = static_cast<size_t>(
           std::mismatch(got.begin(), got.end(), expected.begin(), expected.end()).first - got.begin());
       std::printf("TP2 greedy %-8s %-16s: smallest TP1 top-2 margin %.3f, first %zu of 16 tokens equal\n", backend,
