@@ -26,70 +26,75 @@ namespace latte::cuda {
 // ---- step tables -----------------------------------------------------------------------------
 
 void DeviceStepTables::upload(cudaStream_t stream) {
-  LATTE_CUDA_CHECK(
-      cudaMemcpyAsync(device_.data(), staging_.data(), host_.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream));
+  LATTE_CUDA_CHECK(cudaMemcpyAsync(device_.data(), staging_.data(), bytes_, cudaMemcpyHostToDevice, stream));
 }
 
 DeviceStep DeviceStepTables::stage(std::span<const Sequence> sequences, int n_rows, int n_layer) {
   const bool indexer = !sequences.empty() && sequences.front().index_rows != nullptr;
   attn_base_.assign(static_cast<size_t>(n_layer), nullptr);
   index_base_.assign(static_cast<size_t>(n_layer), nullptr);
+  auto lowest = [](const std::byte*& base, const std::byte* rows, size_t seq, int il, const char* what) {
+    if (rows == nullptr) {
+      throw Error(ErrorCode::internal, "cuda attention: sequence " + std::to_string(seq) + " of the step has no " +
+                                           what + " rows in layer " + std::to_string(il));
+    }
+    if (!base || rows < base) base = rows;
+  };
   for (int il = 0; il < n_layer; ++il) {
-    for (const Sequence& s : sequences) {
-      const std::byte* a = s.attn_rows[il];
-      if (!attn_base_[il] || a < attn_base_[il]) attn_base_[il] = a;
-      if (indexer) {
-        const std::byte* k = s.index_rows[il];
-        if (!index_base_[il] || k < index_base_[il]) index_base_[il] = k;
-      }
+    for (size_t i = 0; i < sequences.size(); ++i) {
+      lowest(attn_base_[il], sequences[i].attn_rows[il], i, il, "cache");
+      if (indexer) lowest(index_base_[il], sequences[i].index_rows[il], i, il, "indexer key");
     }
   }
-  // Layout: rows [T], positions [T], kv_lens [T], attn pages [n_layer, T], index pages [n_layer, T].
+  // Layout: attn pages [n_layer, T], index pages [n_layer, T] (int64); rows [T], positions [T],
+  // kv_lens [T] (int32).
   const size_t T = static_cast<size_t>(n_rows);
-  const size_t n_tables = indexer ? 2 : 1;
-  host_.assign(3 * T + n_tables * static_cast<size_t>(n_layer) * T, 0);
+  const size_t n_pages = (indexer ? 2 : 1) * static_cast<size_t>(n_layer) * T;
+  bytes_ = n_pages * sizeof(int64_t) + 3 * T * sizeof(int32_t);
+  if (staging_.size() < bytes_) {
+    staging_ = PinnedBuffer<std::byte>(bytes_ * 2);
+    device_ = DeviceBuffer<std::byte>(bytes_ * 2, "attention step tables");
+    bump_scratch_generation();
+  }
+  auto* pages = reinterpret_cast<int64_t*>(staging_.data());
+  auto* ints = reinterpret_cast<int32_t*>(pages + n_pages);
+  std::fill(pages, pages + n_pages, int64_t{0});
+  std::fill(ints, ints + 3 * T, 0);
   int max_kv_len = 0;
-  auto page = [&](const std::byte* rows, const std::byte* base) {
-    const int64_t bytes = rows - base;
-    const int64_t unit = bytes / kDeviceRowUnit;
-    if (bytes % kDeviceRowUnit != 0 || unit > INT32_MAX) {
-      throw Error(ErrorCode::internal,
-                  "cuda attention: cache rows " + std::to_string(bytes) + " bytes apart cannot share one page table");
+  auto page = [](const std::byte* rows, const std::byte* base) {
+    const int64_t bytes = rows - base;  // >= 0: base is the lowest
+    if (bytes % kDeviceRowUnit != 0) {
+      throw Error(ErrorCode::internal, "cuda attention: cache rows " + std::to_string(bytes) +
+                                           " bytes apart are not a multiple of the " + std::to_string(kDeviceRowUnit) +
+                                           "-byte page-table unit");
     }
-    return static_cast<int32_t>(unit);
+    return bytes / kDeviceRowUnit;
   };
   for (const Sequence& s : sequences) {
     for (int i = 0; i < s.n_tokens; ++i) {
       const size_t row = static_cast<size_t>(s.first_row + i);
-      host_[row] = static_cast<int32_t>(row);
-      host_[T + row] = s.n_past + i;
-      host_[2 * T + row] = s.n_past + i + 1;
+      ints[row] = static_cast<int32_t>(row);
+      ints[T + row] = s.n_past + i;
+      ints[2 * T + row] = s.n_past + i + 1;
       max_kv_len = std::max(max_kv_len, s.n_past + i + 1);
       for (int il = 0; il < n_layer; ++il) {
-        host_[3 * T + static_cast<size_t>(il) * T + row] = page(s.attn_rows[il], attn_base_[il]);
-        if (indexer) {
-          host_[3 * T + (static_cast<size_t>(n_layer) + il) * T + row] = page(s.index_rows[il], index_base_[il]);
-        }
+        pages[static_cast<size_t>(il) * T + row] = page(s.attn_rows[il], attn_base_[il]);
+        if (indexer) pages[(static_cast<size_t>(n_layer) + il) * T + row] = page(s.index_rows[il], index_base_[il]);
       }
     }
   }
-  if (staging_.size() < host_.size()) {
-    staging_ = PinnedBuffer<int32_t>(host_.size() * 2);
-    device_ = DeviceBuffer<int32_t>(host_.size() * 2, "attention step tables");
-    bump_scratch_generation();
-  }
-  std::copy(host_.begin(), host_.end(), staging_.data());
-  const int32_t* d = device_.data();
+  const auto* d_pages = reinterpret_cast<const int64_t*>(device_.data());
+  const auto* d_ints = reinterpret_cast<const int32_t*>(d_pages + n_pages);
   return {.n_rows = n_rows,
           .n_layer = n_layer,
           // An upper bound in whole 256-position blocks: plans and grids then change once per block,
           // so a captured decode graph serves 256 steps.
           .max_kv_len = (max_kv_len + 255) / 256 * 256,
-          .rows = d,
-          .positions = d + T,
-          .kv_lens = d + 2 * T,
-          .attn_pages = d + 3 * T,
-          .index_pages = indexer ? d + 3 * T + static_cast<size_t>(n_layer) * T : nullptr,
+          .rows = d_ints,
+          .positions = d_ints + T,
+          .kv_lens = d_ints + 2 * T,
+          .attn_pages = d_pages,
+          .index_pages = indexer ? d_pages + static_cast<size_t>(n_layer) * T : nullptr,
           .attn_base = attn_base_.data(),
           .index_base = indexer ? index_base_.data() : nullptr};
 }
@@ -127,7 +132,7 @@ namespace {
 
 /// PagedRows over row-unit page tables: row r reads base + pages[r] * unit + pos * token_stride.
 template <class T>
-PagedRows<T> row_pages(const std::byte* base, const int32_t* pages, int64_t token_stride, int64_t head_stride,
+PagedRows<T> row_pages(const std::byte* base, const int64_t* pages, int64_t token_stride, int64_t head_stride,
                        int64_t element_offset = 0) {
   using Elem = std::remove_const_t<T>;
   return {.data = reinterpret_cast<T*>(const_cast<std::byte*>(base)) + element_offset,
@@ -222,7 +227,7 @@ class CudaMlaBackend final : public CudaAttentionBackend {
     const DeviceLayer& w = layer(in.layer);
     auto stream = static_cast<cudaStream_t>(in.stream);
     const size_t TN = static_cast<size_t>(T) * N;
-    const int32_t* pages = step.attn_pages + static_cast<size_t>(table) * T;
+    const int64_t* pages = step.attn_pages + static_cast<size_t>(table) * T;
     const std::byte* base = step.attn_base[table];
 
     // Cache rows: c (L) then k_pe (R), bf16.
@@ -427,7 +432,7 @@ class CudaStandardBackend final : public CudaAttentionBackend {
     const int table = step.n_layer == 1 ? 0 : in.layer;
     const DeviceLayer& w = layer(in.layer);
     auto stream = static_cast<cudaStream_t>(in.stream);
-    const int32_t* pages = step.attn_pages + static_cast<size_t>(table) * T;
+    const int64_t* pages = step.attn_pages + static_cast<size_t>(table) * T;
     const std::byte* base = step.attn_base[table];
     const int64_t v_offset = static_cast<int64_t>(N) * qk;
 

@@ -26,7 +26,8 @@
 namespace latte::cuda {
 
 /// Row-unit page tables: `pages[il * n_rows + row]` is the offset, in kDeviceRowUnit bytes from
-/// `base[il]`, of the layer-il cache rows of the sequence that batch row `row` belongs to.
+/// `base[il]`, of the layer-il cache rows of the sequence that batch row `row` belongs to. The offsets
+/// are 64-bit: the sessions' caches are separate allocations, which the driver may place terabytes apart.
 struct DeviceStep {
   int n_rows = 0;                                ///< T
   int n_layer = 0;                               ///< layers covered by the page tables
@@ -34,8 +35,8 @@ struct DeviceStep {
   const int32_t* rows = nullptr;                 ///< [T] 0, 1, ... T-1
   const int32_t* positions = nullptr;            ///< [T] position of each row in its sequence
   const int32_t* kv_lens = nullptr;              ///< [T] position + 1
-  const int32_t* attn_pages = nullptr;           ///< [n_layer, T]
-  const int32_t* index_pages = nullptr;          ///< [n_layer, T] indexer key rows (glm-dsa) or nullptr
+  const int64_t* attn_pages = nullptr;           ///< [n_layer, T]
+  const int64_t* index_pages = nullptr;          ///< [n_layer, T] indexer key rows (glm-dsa) or nullptr
   const std::byte* const* attn_base = nullptr;   ///< host [n_layer] base of the attention page tables
   const std::byte* const* index_base = nullptr;  ///< host [n_layer] base of the indexer page tables
 };
@@ -59,9 +60,9 @@ class DeviceStepTables {
 
  private:
   std::vector<const std::byte*> attn_base_, index_base_;
-  std::vector<int32_t> host_;
-  PinnedBuffer<int32_t> staging_;
-  DeviceBuffer<int32_t> device_;
+  size_t bytes_ = 0;                // of the staged tables
+  PinnedBuffer<std::byte> staging_;  // page tables (int64) first, then rows, positions, kv_lens (int32)
+  DeviceBuffer<std::byte> device_;
 };
 
 /// Interface of the CUDA backends beyond AttentionBackend: forward with the step's tables built once

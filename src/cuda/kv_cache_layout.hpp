@@ -20,12 +20,13 @@ namespace latte::cuda {
 /// cache of shape [batch, capacity, ...] with page_stride = elements per sequence.
 /// page_table_stride = 0 (or, without a page table, page_stride = 0) makes every batch entry read the same
 /// sequence: that is how the T queries of one prefill chunk run through a per-entry (decode) kernel.
-/// All strides are in elements. The kernels read rows with 16-byte accesses: `data`, `page_stride`,
+/// Page indices are 64-bit, so a table may also address rows anywhere in device memory relative to
+/// one base (page_stride then being the unit of the offsets). All strides are in elements. The kernels read rows with 16-byte accesses: `data`, `page_stride`,
 /// `token_stride` and `head_stride` must be multiples of 8 bf16 elements (16 bytes).
 template <class T>
 struct PagedRows {
   T* data = nullptr;                    ///< device pointer to the first element of page 0
-  const int32_t* page_table = nullptr;  ///< device [batch, page_table_stride] page indices, or nullptr
+  const int64_t* page_table = nullptr;  ///< device [batch, page_table_stride] page indices, or nullptr
   int64_t page_stride = 0;              ///< elements between consecutive pages
   int64_t token_stride = 0;             ///< elements between consecutive positions inside a page
   int64_t head_stride = 0;              ///< elements between heads of one position (0 when one head)

@@ -76,7 +76,7 @@ ScoreSetup run_scores(const ScoreCase& c, Rng& rng, latte::cuda::DeviceBuffer<fl
   }
 
   latte::cuda::DeviceBuffer<uint16_t> k_device;
-  latte::cuda::DeviceBuffer<int32_t> table_device;
+  latte::cuda::DeviceBuffer<int64_t> table_device;
   latte::cuda::DsaIndexScoresParams p;
   if (c.page_size > 0) {
     const PagedPool pool = make_paged_pool(k_bits, kDsaIndexHeadDim, c.page_size, rng);

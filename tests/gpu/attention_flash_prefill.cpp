@@ -94,7 +94,7 @@ void check_prefill_case(const PrefillCase& c) {
 
   // Device caches (one sequence; batch entry 1 of a two-entry page table when paged).
   auto make_view = [&](const Bf16Values& x, int dim, latte::cuda::DeviceBuffer<uint16_t>& data,
-                       latte::cuda::DeviceBuffer<int32_t>& table) -> latte::cuda::PagedRows<const __nv_bfloat16> {
+                       latte::cuda::DeviceBuffer<int64_t>& table) -> latte::cuda::PagedRows<const __nv_bfloat16> {
     if (c.page_size > 0) {
       std::vector<std::vector<uint16_t>> rows = {std::vector<uint16_t>(static_cast<size_t>(N) * dim * 3, 0), x.bits};
       const PagedPool pool = make_paged_pool(rows, N * dim, c.page_size, rng);
@@ -117,7 +117,7 @@ void check_prefill_case(const PrefillCase& c) {
             .head_stride = dim};
   };
   latte::cuda::DeviceBuffer<uint16_t> k_data, v_data;
-  latte::cuda::DeviceBuffer<int32_t> k_table, v_table;
+  latte::cuda::DeviceBuffer<int64_t> k_table, v_table;
   latte::cuda::FlashPrefillParams params;
   params.k_cache = make_view(k, c.dim_qk, k_data, k_table);
   params.v_cache = make_view(v, c.dim_v, v_data, v_table);

@@ -21,7 +21,7 @@ TEST_CASE("kv cache append writes the MLA latent rows (c then k_pe) through the 
   Rng rng;
   const int B = 3, page_size = 16, pages_per_seq = 4, row = 576;
   const int n_pages = B * pages_per_seq;
-  std::vector<int32_t> table(static_cast<size_t>(B) * pages_per_seq);
+  std::vector<int64_t> table(static_cast<size_t>(B) * pages_per_seq);
   std::iota(table.begin(), table.end(), 0);
   std::shuffle(table.begin(), table.end(), rng.engine);
   std::vector<uint16_t> pool(static_cast<size_t>(n_pages) * page_size * row, kUntouched);

@@ -100,7 +100,7 @@ inline std::vector<float> download_as_float(const void* device, size_t count, bo
 /// slots no sequence owns hold NaN, so a kernel reading outside the valid rows produces NaN.
 struct PagedPool {
   std::vector<uint16_t> pool;       // [n_pages, page_size, row_elems]
-  std::vector<int32_t> page_table;  // [batch, pages_per_seq]
+  std::vector<int64_t> page_table;  // [batch, pages_per_seq]
   int page_size = 0;
   int pages_per_seq = 0;
   int64_t page_stride = 0;  // elements
@@ -230,7 +230,7 @@ struct CacheLayout {
 /// A cache tensor on the device and the view a kernel reads it through.
 struct DeviceCache {
   cuda::DeviceBuffer<uint16_t> data;
-  cuda::DeviceBuffer<int32_t> page_table;  // paged layouts only
+  cuda::DeviceBuffer<int64_t> page_table;  // paged layouts only
   cuda::PagedRows<const __nv_bfloat16> view;
 };
 /// Uploads `rows` (rows[b]: sequence b's positions, n_heads * dim bf16 bits each) in `layout`. Every
