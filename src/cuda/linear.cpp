@@ -83,8 +83,9 @@ void Linear::operator()(const DeviceMatrix& w, const LinearCall& c, cudaStream_t
       // 64 rows of x with mma.sync (BENCHMARKS.md); the bf16 rounding of the weights is the same.
       residual_into_y(w, c, stream);
       p.residual = c.residual != nullptr ? c.y : nullptr;
-      gemm_quant_via_bf16(blas(), p, grow_scratch(w_bf16_, weight_elems, "bf16 weight scratch"), w_bf16_.size(),
-                          stream);
+      // The scratch first: its size is read after it grew (argument order is unspecified).
+      __nv_bfloat16* w_bf16 = grow_scratch(w_bf16_, weight_elems, "bf16 weight scratch");
+      gemm_quant_via_bf16(blas(), p, w_bf16, w_bf16_.size(), stream);
     } else {
       gemm_quant(p, stream);
     }
