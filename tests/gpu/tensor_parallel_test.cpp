@@ -272,21 +272,31 @@ TEST_CASE("tensor-parallel CUDA: truncating and continuing, and graphs against e
     std::printf("TP2 graphs vs eager %-8s: logits error %.3g\n", backend, error);
     CHECK(error <= 1e-6);
 
-    // Truncate back into the prompt and continue: the rank caches follow the session, so it equals a
-    // fresh session fed the same chunks.
+    // Truncate back into the prompt and continue with other tokens: the rank caches follow the session,
+    // so it equals a fresh session fed the kept tokens and the new ones. Its chunks (30, then 18) differ
+    // from the reference's (12, then 18), so the projections of the kept rows may take another GEMM
+    // kernel: bf16-level differences (~1e-3). Rows that survived the truncation make a difference of
+    // another order, measured here too: the same new tokens after all 30 (no truncation).
+    const auto other = latte::test::fresh_tokens(18, config.n_vocab);
     latte::Session s(two, {.n_ctx = 128, .attention = backend});
     s.eval(all.first(30));
     s.truncate(12);
-    s.eval(all.subspan(12, 18));
+    s.eval(other);
     const auto got = s.logits();
     latte::Session fresh(two, {.n_ctx = 128, .attention = backend});
     fresh.eval(all.first(12));
-    fresh.eval(all.subspan(12, 18));
+    fresh.eval(other);
     const auto want = fresh.logits();
+    latte::Session kept(two, {.n_ctx = 128, .attention = backend});
+    kept.eval(all.first(30));
+    kept.eval(other);
     const double truncate_error = latte::test::relative_error(got, want);
-    std::printf("TP2 eval 30, truncate(12), eval 18 vs eval 12, eval 18 %-8s: logits error %.3g\n", backend,
-                truncate_error);
-    CHECK(truncate_error <= 1e-6);
+    const double stale_error = latte::test::relative_error(kept.logits(), want);
+    std::printf("TP2 eval 30, truncate(12), eval 18 new vs eval 12, eval 18 new %-8s: logits error %.3g "
+                "(without the truncation: %.3g)\n",
+                backend, truncate_error, stale_error);
+    CHECK(truncate_error <= kBf16LogitsTolerance / 4);
+    CHECK(stale_error > 4 * kBf16LogitsTolerance);
   }
 }
 
