@@ -7,7 +7,9 @@
 // Tolerances: the ranks run the one-GPU kernels on their heads and FFN columns, so the only new
 // rounding is the fp32 sum of the ranks' shares (in another order than one GPU's accumulation) and,
 // through it, bf16 roundings of activations that land on the other side; as in model_forward_test.cpp
-// most positions must agree within 2e-2 (a MoE routing or DSA selection tie may flip a few).
+// 95% of the positions must agree within 2e-2: a MoE routing or DSA selection near-tie may flip one (the
+// ranks emit no taps, so the flip-aware replay of model_forward_test.cpp does not apply; measured on
+// two H200s: every position within the bound except one of 54 on glm-dsa sparse with mla).
 #include "cuda/tensor_parallel_cuda.hpp"
 #include "gpu_test_support.hpp"
 #include "model/model_state.hpp"
@@ -36,7 +38,7 @@
 namespace {
 
 constexpr double kBf16LogitsTolerance = 2e-2;  // normalised logits error per position (see above)
-constexpr double kMinFractionWithin = 0.75;    // positions that must be within it
+constexpr double kMinFractionWithin = 0.95;    // positions that must be within it
 
 int gpu_count() {
   int n = 0;
