@@ -7,9 +7,9 @@
 // Tolerances: the ranks run the one-GPU kernels on their heads and FFN columns, so the only new
 // rounding is the fp32 sum of the ranks' shares (in another order than one GPU's accumulation) and,
 // through it, bf16 roundings of activations that land on the other side; as in model_forward_test.cpp
-// 95% of the positions must agree within 2e-2: a MoE routing or DSA selection near-tie may flip one (the
-// ranks emit no taps, so the flip-aware replay of model_forward_test.cpp does not apply; measured on
-// two H200s: every position within the bound except one of 54 on glm-dsa sparse with mla).
+// every position but max(1, 5%) must agree within 2e-2: a MoE routing or DSA selection near-tie may flip
+// one (the ranks emit no taps, so the flip-aware replay of model_forward_test.cpp does not apply;
+// measured on two H200s: every position within the bound except one of 54 on glm-dsa sparse with mla).
 #include "cuda/tensor_parallel_cuda.hpp"
 #include "gpu_test_support.hpp"
 #include "model/model_state.hpp"
@@ -38,7 +38,8 @@
 namespace {
 
 constexpr double kBf16LogitsTolerance = 2e-2;  // normalised logits error per position (see above)
-constexpr double kMinFractionWithin = 0.95;    // positions that must be within it
+/// Positions of `n` that may fall outside the bound (a flipped near-tie).
+size_t allowed_outside(size_t n) { return std::max<size_t>(1, n / 20); }
 
 int gpu_count() {
   int n = 0;
@@ -162,7 +163,9 @@ TEST_CASE("tensor-parallel CUDA: TP=2 logits equal TP=1 on every flavour, both b
             "positions within %.0e\n",
             flavour.c_str(), split, c.name, run.backend, c.prompt, c.decode, error, 100 * within, kBf16LogitsTolerance);
         CHECK(all_finite(logits));
-        CHECK(within >= kMinFractionWithin);
+        const size_t positions = logits.size() / static_cast<size_t>(vocab);
+        const auto outside = static_cast<size_t>(std::lround((1.0 - within) * static_cast<double>(positions)));
+        CHECK(outside <= allowed_outside(positions));
       }
     }
   }
