@@ -19,6 +19,8 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
+#include <string_view>
 #include "cuda/check.hpp"
 #include "cuda/gemv_quant.hpp"
 #include "cuda/quant_decode.cuh"
@@ -47,13 +49,22 @@ __device__ __forceinline__ float warp_sum(float v) {
 
 __device__ __forceinline__ float silu(float g) { return g / (1.0f + __expf(-g)); }
 
-template <GgmlType T, int NT>
+/// x staged through shared memory (StageX): the step's x values are loaded with coalesced float4 loads
+/// and stored rotated so that each lane reads its 32 consecutive values without bank conflicts. Direct
+/// loads (lane l reads x[32 l .. 32 l + 31]) put the 32 lanes of one float4 load on 32 cache lines, which
+/// is what kept the L1 busy; staging costs a store and a load of 4 wavefronts each instead.
+/// Float4 g of a step (lane g / 8's j = g % 8) lives at 8 (g / 8) + (g + g / 8) % 8.
+__device__ __forceinline__ int staged_x_slot(int g) { return (g & ~7) | ((g + (g >> 3)) & 7); }
+
+template <GgmlType T, int NT, bool StageX>
 __global__ void __launch_bounds__(128) gemv_kernel(const GemvParams p, const int split) {
   using Tr = GemvTraits<T>;
   using Block = quant::BlockTraits<T>;
   constexpr int R = Tr::rows_per_warp;
   constexpr int CPL = Tr::chunks_per_lane;
+  static_assert(!StageX || (!Block::is_float && NT <= 2), "x staging: quantized types, at most 2 tokens");
   __shared__ __align__(16) uint8_t stage[Block::is_float ? 1 : Tr::warps][R][Block::is_float ? 16 : Tr::stage_bytes];
+  __shared__ __align__(16) float4 x_stage[StageX ? Tr::warps : 1][StageX ? NT : 1][StageX ? Tr::step_values / 4 : 1];
   __shared__ float partial[Tr::warps][R][NT];  // split > 1: each warp's sums, reduced by the group's first warp
 
   const int warp = static_cast<int>(threadIdx.x) / 32;
@@ -157,6 +168,19 @@ __global__ void __launch_bounds__(128) gemv_kernel(const GemvParams p, const int
     } else {
       // ---- this step of both rows into shared memory, realigned ----
       issue(k0);
+      if constexpr (StageX) {
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+          if (t < count) {
+            const float4* src = reinterpret_cast<const float4*>(p.x + x_row[t] * p.x_stride + k0);
+#pragma unroll
+            for (int c = 0; c < Tr::step_values / 128; ++c) {
+              const int g = 32 * c + lane;
+              if (4 * g < step_values) x_stage[warp][t][staged_x_slot(g)] = __ldg(src + g);
+            }
+          }
+        }
+      }
 #pragma unroll
       for (int j = 0; j < R; ++j) {
         if (valid[j]) stage_finish<CPL>(range[j], regs[j], stage[warp][j], lane);
@@ -193,7 +217,12 @@ __global__ void __launch_bounds__(128) gemv_kernel(const GemvParams p, const int
 #pragma unroll
             for (int t = 0; t < NT; ++t) {
               if (t < count) {
-                const float4 xv = __ldg(reinterpret_cast<const float4*>(p.x + x_row[t] * p.x_stride + kx) + i);
+                float4 xv;
+                if constexpr (StageX) {
+                  xv = x_stage[warp][t][8 * lane + ((i + lane) & 7)];
+                } else {
+                  xv = __ldg(reinterpret_cast<const float4*>(p.x + x_row[t] * p.x_stride + kx) + i);
+                }
                 xs[t] += (xv.x + xv.y) + (xv.z + xv.w);
 #pragma unroll
                 for (int j = 0; j < R; ++j)
@@ -263,6 +292,16 @@ inline int gemv_split(int64_t row_groups, int k, int step_values, int warps_per_
   return split;
 }
 
+/// Whether 1- and 2-token GEMVs of quantized types stage x through shared memory (default; set
+/// LATTE_GEMV_STAGE_X=0 for the direct loads, to compare).
+inline bool gemv_stage_x() {
+  static const bool on = [] {
+    const char* v = std::getenv("LATTE_GEMV_STAGE_X");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  return on;
+}
+
 template <GgmlType T>
 void launch_gemv(const GemvParams& p, cudaStream_t stream) {
   using Tr = GemvTraits<T>;
@@ -273,14 +312,23 @@ void launch_gemv(const GemvParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((warps_needed + groups_per_block - 1) / groups_per_block),
                   static_cast<unsigned>(p.groups ? p.max_groups : 1));
   const dim3 block(32 * Tr::warps);
+  constexpr bool kCanStage = !quant::BlockTraits<T>::is_float;
   if (tokens <= 1) {
-    gemv_kernel<T, 1><<<grid, block, 0, stream>>>(p, split);
+    if (kCanStage && gemv_stage_x()) {
+      gemv_kernel<T, 1, kCanStage><<<grid, block, 0, stream>>>(p, split);
+    } else {
+      gemv_kernel<T, 1, false><<<grid, block, 0, stream>>>(p, split);
+    }
   } else if (tokens <= 2) {
-    gemv_kernel<T, 2><<<grid, block, 0, stream>>>(p, split);
+    if (kCanStage && gemv_stage_x()) {
+      gemv_kernel<T, 2, kCanStage><<<grid, block, 0, stream>>>(p, split);
+    } else {
+      gemv_kernel<T, 2, false><<<grid, block, 0, stream>>>(p, split);
+    }
   } else if (tokens <= 4) {
-    gemv_kernel<T, 4><<<grid, block, 0, stream>>>(p, split);
+    gemv_kernel<T, 4, false><<<grid, block, 0, stream>>>(p, split);
   } else {
-    gemv_kernel<T, 8><<<grid, block, 0, stream>>>(p, split);
+    gemv_kernel<T, 8, false><<<grid, block, 0, stream>>>(p, split);
   }
   LATTE_CUDA_CHECK_LAUNCH();
 }
