@@ -39,8 +39,15 @@ std::pair<std::string, latte::ErrorCode> error_of(const std::function<void()>& f
   return {"no error", latte::ErrorCode::internal};
 }
 
-const std::map<std::string, std::string> kTwoRanks = {
-    {"LATTE_TP_RANK", "1"}, {"LATTE_TP_WORLD", "2"}, {"LATTE_TP_LOCAL_RANK", "1"}, {"LATTE_TP_ID_FILE", "/tmp/id"}};
+/// Launch variables of rank `rank` of `world`, GPU `local`; an empty id file leaves LATTE_TP_ID_FILE unset.
+std::map<std::string, std::string> launch_vars(const char* rank, const char* world, const char* local,
+                                               const char* id_file = "/tmp/id") {
+  std::map<std::string, std::string> vars{{"LATTE_TP_RANK", rank}, {"LATTE_TP_WORLD", world}, {"LATTE_TP_LOCAL_RANK", local}};
+  if (*id_file) vars.emplace("LATTE_TP_ID_FILE", id_file);
+  return vars;
+}
+
+const std::map<std::string, std::string> kTwoRanks = launch_vars("1", "2", "1");
 
 }  // namespace
 
@@ -54,11 +61,9 @@ TEST_CASE("a launched rank takes its degree and GPU from the launch variables") 
     CHECK(launch.device == latte::Device::cuda(1));
   }
   SUBCASE("tensor_parallel equal to the world size; the local rank picks the GPU, not the given index") {
-    auto vars = kTwoRanks;
-    vars["LATTE_TP_WORLD"] = "4";
-    vars["LATTE_TP_LOCAL_RANK"] = "3";
     const auto launch = resolve_model_launch(
-        {.device = latte::Device::cuda(2), .tensor_parallel = 4, .tensor_parallel_from_launch = true}, fake_env(vars));
+        {.device = latte::Device::cuda(2), .tensor_parallel = 4, .tensor_parallel_from_launch = true},
+        fake_env(launch_vars("1", "4", "3")));
     CHECK(launch.tensor_parallel == 4);
     CHECK(launch.device == latte::Device::cuda(3));
   }
@@ -100,22 +105,19 @@ TEST_CASE("an unusable launch fails with an error naming what is wrong") {
     CHECK(what.find("device cpu is not a CUDA device") != std::string::npos);
   }
   SUBCASE("a malformed variable is named") {
-    auto vars = kTwoRanks;
-    vars["LATTE_TP_RANK"] = "one";
-    const auto [what, code] = error_of([&] { resolve_model_launch(cuda_params, fake_env(vars)); });
+    const auto [what, code] =
+        error_of([&] { resolve_model_launch(cuda_params, fake_env(launch_vars("one", "2", "1"))); });
     CHECK(code == latte::ErrorCode::invalid_argument);
     CHECK(what.find("LATTE_TP_RANK='one'") != std::string::npos);
   }
   SUBCASE("a world of several processes without an id file") {
-    auto vars = kTwoRanks;
-    vars.erase("LATTE_TP_ID_FILE");
-    const auto [what, code] = error_of([&] { resolve_model_launch(cuda_params, fake_env(vars)); });
+    const auto [what, code] =
+        error_of([&] { resolve_model_launch(cuda_params, fake_env(launch_vars("1", "2", "1", ""))); });
     CHECK(what.find("LATTE_TP_ID_FILE is not set") != std::string::npos);
   }
   SUBCASE("a negative local rank") {
-    auto vars = kTwoRanks;
-    vars["LATTE_TP_LOCAL_RANK"] = "-1";
-    const auto [what, code] = error_of([&] { resolve_model_launch(cuda_params, fake_env(vars)); });
+    const auto [what, code] =
+        error_of([&] { resolve_model_launch(cuda_params, fake_env(launch_vars("1", "2", "-1"))); });
     CHECK(code == latte::ErrorCode::invalid_argument);
     CHECK(what.find("local rank -1") != std::string::npos);
   }

@@ -192,8 +192,8 @@ int launch_two_ranks(const char* self, const std::string& dir, const std::vector
     vars.push_back("LATTE_TP_LOCAL_RANK=" + std::to_string(r));
     vars.push_back("LATTE_TP_ID_FILE=" + dir + "/nccl-id");
     vars.push_back("LATTE_TP_TEST_DIR=" + dir);
-    // A rank that fails makes its peer fail within a minute rather than hang the test.
-    vars.push_back("LATTE_TP_TIMEOUT_S=60");
+    // A rank that fails makes its peer fail within two minutes rather than hang the test.
+    vars.push_back("LATTE_TP_TIMEOUT_S=120");
     vars.insert(vars.end(), extra.begin(), extra.end());
     std::vector<char*> envp;
     for (auto& v : vars) envp.push_back(v.data());
