@@ -106,7 +106,10 @@ Result run_model(const latte::Model& model, const char* backend, const std::vect
 
 std::string join(const std::vector<latte::Token>& v) {
   std::string s;
-  for (latte::Token t : v) s += (s.empty() ? "" : " ") + std::to_string(t);
+  for (latte::Token t : v) {
+    if (!s.empty()) s += ' ';
+    s += std::to_string(t);
+  }
   return s;
 }
 
