@@ -42,7 +42,8 @@ std::pair<std::string, latte::ErrorCode> error_of(const std::function<void()>& f
 /// Launch variables of rank `rank` of `world`, GPU `local`; an empty id file leaves LATTE_TP_ID_FILE unset.
 std::map<std::string, std::string> launch_vars(const char* rank, const char* world, const char* local,
                                                const char* id_file = "/tmp/id") {
-  std::map<std::string, std::string> vars{{"LATTE_TP_RANK", rank}, {"LATTE_TP_WORLD", world}, {"LATTE_TP_LOCAL_RANK", local}};
+  std::map<std::string, std::string> vars{
+      {"LATTE_TP_RANK", rank}, {"LATTE_TP_WORLD", world}, {"LATTE_TP_LOCAL_RANK", local}};
   if (*id_file) vars.emplace("LATTE_TP_ID_FILE", id_file);
   return vars;
 }
@@ -53,8 +54,8 @@ const std::map<std::string, std::string> kTwoRanks = launch_vars("1", "2", "1");
 
 TEST_CASE("a launched rank takes its degree and GPU from the launch variables") {
   SUBCASE("tensor_parallel left at 1: the launch's world size") {
-    const auto launch =
-        resolve_model_launch({.device = latte::Device::cuda(0), .tensor_parallel_from_launch = true}, fake_env(kTwoRanks));
+    const auto launch = resolve_model_launch({.device = latte::Device::cuda(0), .tensor_parallel_from_launch = true},
+                                             fake_env(kTwoRanks));
     CHECK(launch.tensor_parallel == 2);
     CHECK(launch.env.rank == 1);
     CHECK(launch.env.id_file == "/tmp/id");
@@ -68,12 +69,11 @@ TEST_CASE("a launched rank takes its degree and GPU from the launch variables") 
     CHECK(launch.device == latte::Device::cuda(3));
   }
   SUBCASE("Open MPI's variables, local rank from OMPI_COMM_WORLD_LOCAL_RANK") {
-    const auto launch = resolve_model_launch(
-        {.device = latte::Device::cuda(0), .tensor_parallel_from_launch = true},
-        fake_env({{"OMPI_COMM_WORLD_RANK", "5"},
-                  {"OMPI_COMM_WORLD_SIZE", "8"},
-                  {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
-                  {"LATTE_TP_ID_FILE", "/shared/id"}}));
+    const auto launch = resolve_model_launch({.device = latte::Device::cuda(0), .tensor_parallel_from_launch = true},
+                                             fake_env({{"OMPI_COMM_WORLD_RANK", "5"},
+                                                       {"OMPI_COMM_WORLD_SIZE", "8"},
+                                                       {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                                                       {"LATTE_TP_ID_FILE", "/shared/id"}}));
     CHECK(launch.tensor_parallel == 8);
     CHECK(launch.env.rank == 5);
     CHECK(launch.device == latte::Device::cuda(1));

@@ -274,8 +274,8 @@ class LaunchRankForward final : public detail::ForwardPass {
         fresh->model = &tp_;
         fresh->backend = backend_name_;
         fresh->cache = std::make_unique<detail::KvCache>(
-            s.cache->n_layer(), backend_->kv_layout(),
-            shard_.config.has_indexer() ? shard_.config.indexer.head_dim : 0, s.cache->n_ctx());
+            s.cache->n_layer(), backend_->kv_layout(), shard_.config.has_indexer() ? shard_.config.indexer.head_dim : 0,
+            s.cache->n_ctx());
         state = fresh.get();
         s.cache->forward_state = std::move(fresh);
       }
@@ -317,9 +317,9 @@ void require_launch_rank_device(const detail::LaunchEnvironment& env) {
   const int count = cuda_device_count();
   if (env.local_rank < 0 || env.local_rank >= count) {
     throw Error(ErrorCode::device, "tensor_parallel_from_launch (" + who(env) + "): local rank " +
-                                       std::to_string(env.local_rank) + " names GPU cuda:" +
-                                       std::to_string(env.local_rank) + ", but this host has " + std::to_string(count) +
-                                       " CUDA device" + (count == 1 ? "" : "s"));
+                                       std::to_string(env.local_rank) +
+                                       " names GPU cuda:" + std::to_string(env.local_rank) + ", but this host has " +
+                                       std::to_string(count) + " CUDA device" + (count == 1 ? "" : "s"));
   }
 #endif
 }

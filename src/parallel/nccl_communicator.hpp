@@ -74,8 +74,8 @@ class NcclCommunicator final : public Communicator {
   NcclCommunicator(Adopt, void* comm, int rank, int world_size, int device);
 
   std::atomic<void*> comm_{nullptr};  // ncclComm_t; nullptr once aborted
-  void* stream_ = nullptr;  // cudaStream_t, owned
-  void* queue_ = nullptr;   // cudaStream_t the collectives go to: stream_ or set_stream's
+  void* stream_ = nullptr;            // cudaStream_t, owned
+  void* queue_ = nullptr;             // cudaStream_t the collectives go to: stream_ or set_stream's
   int rank_ = 0;
   int world_size_ = 1;
   int device_ = 0;

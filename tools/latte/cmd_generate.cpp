@@ -87,9 +87,9 @@ int run_generate(std::span<const std::string> argv) {
   if (n < 0) throw latte::Error(latte::ErrorCode::invalid_argument, "-n must not be negative");
 
   const auto prompt = latte::cli::parse_token_list(*tokens_text);
-  const auto model = latte::Model::load(*model_path, {.device = latte::Device::parse(device),
-                                                       .tensor_parallel = tp,
-                                                       .tensor_parallel_from_launch = tp_launch});
+  const auto model = latte::Model::load(
+      *model_path,
+      {.device = latte::Device::parse(device), .tensor_parallel = tp, .tensor_parallel_from_launch = tp_launch});
   // Every rank samples the same tokens from the same logits; rank 0 alone reports them.
   const bool quiet = tp_launch && latte::detail::read_launch_environment()->rank != 0;
   latte::Session session(
