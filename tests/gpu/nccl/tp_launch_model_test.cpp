@@ -4,7 +4,10 @@
 // (test-v2-lite with the output head split by vocabulary, test-glm-dsa with it whole on rank 0 and
 // broadcast), both attention backends, and writes its logits and a greedy continuation to a file.
 // The parent checks that the two ranks' logits are bit-identical, that they equal a one-GPU (TP=1)
-// run within bf16 bounds at every position, and that the greedy continuations equal TP=1's.
+// run within bf16 bounds at every position, and that the greedy continuations equal TP=1's. Then
+// it launches a pair whose rank 1 vanishes after the load: rank 0's step must end in an Error
+// within LATTE_TP_TIMEOUT_S (5 s here) instead of hanging, and its next step must say the model is
+// unusable.
 //
 // Run without launch variables, the program computes the TP=1 references, launches the two ranks
 // itself and compares; with LATTE_TP_RANK (or OMPI_COMM_WORLD_RANK / PMI_RANK) set it is one rank of
@@ -28,6 +31,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -147,6 +151,37 @@ bool read_result(const std::string& path, Result& r) {
   return static_cast<bool>(in);
 }
 
+/// A launched rank of the peer-gone check: rank 1 leaves after the load, rank 0's steps must fail.
+int run_peer_gone(const latte::detail::LaunchEnvironment& env) {
+  setenv("LATTE_TP_ID_FILE", (env.id_file + "-gone").c_str(), 1);
+  const auto bytes = latte::random_model_bytes(latte::model_preset("test-v2-lite"), {.seed = 3});
+  const latte::Model model =
+      latte::Model::from_file(latte::gguf::File::from_bytes(bytes, "test-v2-lite"),
+                              {.device = latte::Device::cuda(0), .tensor_parallel_from_launch = true});
+  if (env.rank != 0) std::_Exit(0);  // gone, as a crashed process: no destructor, no NCCL teardown
+  latte::Session s(model, {.n_ctx = 64, .attention = "mla"});
+  const std::vector<latte::Token> prompt{1, 2, 3, 4, 5};
+  const auto start = std::chrono::steady_clock::now();
+  std::string first, second;
+  try {
+    s.eval(prompt);
+  } catch (const latte::Error& e) {
+    first = e.what();
+  }
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  try {
+    s.eval(prompt);
+  } catch (const latte::Error& e) {
+    second = e.what();
+  }
+  const bool ok =
+      first.find("LATTE_TP_TIMEOUT_S") != std::string::npos || first.find("NCCL reported") != std::string::npos;
+  const bool unusable = second.find("unusable") != std::string::npos;
+  std::printf("rank 0 with its peer gone: step failed after %.1f s with \"%s\"; next step \"%s\"\n", waited,
+              first.c_str(), second.c_str());
+  return ok && unusable && waited < 60 ? 0 : 1;
+}
+
 /// One launched rank: loads each preset's rank (a fresh id file per load), runs both backends,
 /// writes the results.
 int run_rank(const latte::detail::LaunchEnvironment& env) {
@@ -197,8 +232,6 @@ int launch_two_ranks(const char* self, const std::string& dir, const std::vector
     vars.push_back("LATTE_TP_LOCAL_RANK=" + std::to_string(r));
     vars.push_back("LATTE_TP_ID_FILE=" + dir + "/nccl-id");
     vars.push_back("LATTE_TP_TEST_DIR=" + dir);
-    // A rank that fails makes its peer fail within two minutes rather than hang the test.
-    vars.push_back("LATTE_TP_TIMEOUT_S=120");
     vars.insert(vars.end(), extra.begin(), extra.end());
     std::vector<char*> envp;
     for (auto& v : vars) envp.push_back(v.data());
@@ -269,6 +302,8 @@ int run_parent(const char* self) {
   }
   std::printf("launching 2 ranks, id files %s/nccl-id-*\n", dir.c_str());
   std::fflush(stdout);
+  // A rank that fails makes its peer fail within two minutes rather than hang the test.
+  extra.push_back("LATTE_TP_TIMEOUT_S=120");
   int bad = launch_two_ranks(self, dir.string(), extra);
   for (size_t p = 0; p < std::size(kPresets) && bad == 0; ++p) {
     const Preset& preset = kPresets[p];
@@ -308,6 +343,13 @@ int run_parent(const char* self) {
       if (!identical || !finite || outside > kMaxOutside || !greedy_same) ++bad;
     }
   }
+  // A peer that is gone: rank 1 loads its rank and exits without a step; rank 0's step must end in
+  // an Error within LATTE_TP_TIMEOUT_S (or sooner, from NCCL) instead of hanging.
+  if (bad == 0) {
+    std::printf("launching 2 ranks, rank 1 leaving after the load\n");
+    std::fflush(stdout);
+    bad += launch_two_ranks(self, dir.string(), {"LATTE_TP_TEST_MODE=peer-gone", "LATTE_TP_TIMEOUT_S=5"});
+  }
   std::filesystem::remove_all(dir);
   std::printf("%s\n", bad ? "FAILED" : "multi-process TP=2 model: all checks passed");
   return bad ? 1 : 0;
@@ -317,7 +359,10 @@ int run_parent(const char* self) {
 
 int main(int, char** argv) {
   try {
-    if (auto env = latte::detail::read_launch_environment()) return run_rank(*env);
+    if (auto env = latte::detail::read_launch_environment()) {
+      const char* mode = std::getenv("LATTE_TP_TEST_MODE");
+      return mode && std::string(mode) == "peer-gone" ? run_peer_gone(*env) : run_rank(*env);
+    }
     return run_parent(argv[0]);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
