@@ -186,15 +186,14 @@ class LaunchRankForward final : public detail::ForwardPass {
     } catch (...) {
       local = std::current_exception();
     }
-    use_device(device_);
     watchdog_->arm();
-    int failed = 0;
+    int failed = 0;  // other ranks that failed to prepare
     try {
       failed = agree(local != nullptr);
     } catch (const std::exception& e) {
       fail(batch, e.what());
     }
-    if (failed > 0) {
+    if (local || failed > 0) {
       watchdog_->disarm();
       restore_caches(batch);
       if (local) std::rethrow_exception(local);
@@ -224,9 +223,10 @@ class LaunchRankForward final : public detail::ForwardPass {
     std::unique_ptr<detail::KvCache> cache;
   };
 
-  /// How many ranks failed to prepare the step (this one's `failed` included): an fp32 all-reduce of
-  /// one flag on the communicator's own stream, waited for.
+  /// How many other ranks failed to prepare the step, this one having failed or not: an fp32
+  /// all-reduce of one flag per rank on the communicator's own stream, waited for.
   int agree(bool failed) {
+    use_device(device_);
     comm_.set_stream(nullptr);
     auto* stream = static_cast<cudaStream_t>(comm_.stream());
     float value = failed ? 1.0f : 0.0f;
