@@ -22,20 +22,16 @@
 #   LATTE_BENCH_SKIP="mla kernels" LATTE_BENCH_TAG=standard scripts/bench-gpu.sh       # standard
 set -uo pipefail
 cd "$(dirname "$0")/.."
-ROOT=$PWD
+source scripts/gpu-common.sh
 OUT_DIR=${OUT:-$ROOT/out/bench-gpu}
 mkdir -p "$OUT_DIR"
-ARCH=${LATTE_GPU_ARCH:-90a-real}
 REPS=${LATTE_BENCH_REPS:-3}
 SKIP=" ${LATTE_BENCH_SKIP:-} "
-JOBS=${LATTE_JOBS:-$(nproc)}
 TAG=${LATTE_BENCH_TAG:-all}
 TABLE=$OUT_DIR/bench-gpu-$TAG.md
 LOG=$OUT_DIR/bench-gpu-$TAG.log
 MODEL=${LATTE_BENCH_MODEL:-$ROOT/build-gpu/v2-lite-27L-q4_k_m.gguf}
 LATTE=$ROOT/build-gpu/tools/latte/latte
-if [ -x /usr/local/cuda/bin/nvcc ]; then export PATH=/usr/local/cuda/bin:$PATH; fi
-skipped() { [[ "$SKIP" == *" $1 "* ]]; }
 : >"$TABLE"
 : >"$LOG"
 failed=0
@@ -55,18 +51,9 @@ part() {  # part TITLE SECONDS COMMAND...: runs with a timeout, appends stdout t
   >>"$TABLE" 2>&1 || true
 
 if ! skipped build; then
-  for dep in eigen3 doctest nlohmann_json; do
-    [ -d ".deps/$dep" ] || { echo "bench-gpu: .deps/$dep is missing: run scripts/prepare-gpu-deps.sh" >&2; exit 2; }
-  done
-  LAUNCHER=()
-  command -v ccache >/dev/null 2>&1 && LAUNCHER=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
-  GENERATOR=(-G Ninja)
-  command -v ninja >/dev/null 2>&1 || GENERATOR=(-G "Unix Makefiles")
-  cmake -S . -B build-gpu "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release -DLATTE_CUDA=ON \
-    -DCMAKE_CUDA_ARCHITECTURES="$ARCH" -DLATTE_BUILD_EXAMPLES=OFF "${LAUNCHER[@]}" \
-    -DCMAKE_PREFIX_PATH="$ROOT/.deps/eigen3;$ROOT/.deps/doctest;$ROOT/.deps/nlohmann_json" \
-    -DEigen3_DIR="$ROOT/.deps/eigen3/share/eigen3/cmake" -Ddoctest_DIR="$ROOT/.deps/doctest/lib/cmake/doctest" \
-    >>"$LOG" 2>&1 && cmake --build build-gpu --parallel "$JOBS" --target latte-cli >>"$LOG" 2>&1 ||
+  gpu_require_deps bench-gpu
+  gpu_configure_command
+  "${GPU_CONFIGURE[@]}" >>"$LOG" 2>&1 && cmake --build build-gpu --parallel "$JOBS" --target latte-cli >>"$LOG" 2>&1 ||
     { echo "bench-gpu: build failed, see $LOG" >&2; tail -n 30 "$LOG" >&2; exit 1; }
 fi
 if ! skipped convert && [ ! -f "$MODEL" ]; then

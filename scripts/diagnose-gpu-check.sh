@@ -9,15 +9,12 @@
 #   LATTE_DIAGNOSE_TOKENS   token ids of the compared prompt (default: 24 ids of the fixtures' vocabulary)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-ROOT=$PWD
+source scripts/gpu-common.sh
 LOG_DIR=${OUT:-$ROOT/out/diagnose-gpu}
 mkdir -p "$LOG_DIR"
 LATTE=build-gpu/tools/latte/latte
 TOKENS=${LATTE_DIAGNOSE_TOKENS:-"1 72 101 108 108 111 44 32 119 111 114 108 100 33 32 84 104 101 32 99 97 116 32 115"}
-if [ ! -x "$LATTE" ]; then
-  echo "diagnose-gpu-check: $LATTE is missing: run scripts/gpu-check.sh first (it builds latte-cli)" >&2
-  exit 2
-fi
+gpu_require_latte diagnose-gpu-check
 
 summary=()
 timeout 120 "$LATTE" diagnose --selftest --device cuda:0 >"$LOG_DIR/selftest.txt" 2>&1

@@ -19,55 +19,23 @@
 # run it in two calls, e.g. LATTE_GPU_SKIP="sanitizer bench" then LATTE_GPU_SKIP="host tests portable".
 set -uo pipefail
 cd "$(dirname "$0")/.."
-ROOT=$PWD
+source scripts/gpu-common.sh
 LOG_DIR=${OUT:-$ROOT/out/gpu-check}
 mkdir -p "$LOG_DIR"
-ARCH=${LATTE_GPU_ARCH:-90a-real}
 SKIP=" ${LATTE_GPU_SKIP:-} "
-JOBS=${LATTE_JOBS:-$(nproc)}
-if [ -x /usr/local/cuda/bin/nvcc ]; then export PATH=/usr/local/cuda/bin:$PATH; fi
+gpu_require_deps gpu-check
 
-for dep in eigen3 doctest nlohmann_json; do
-  if [ ! -d ".deps/$dep" ]; then
-    echo "gpu-check: .deps/$dep is missing: run scripts/prepare-gpu-deps.sh where the packages are installed" >&2
-    exit 2
-  fi
-done
-
-declare -a NAMES STATUS SECONDS_TAKEN
 step() {  # step NAME LOGFILE COMMAND... : runs, records status and time
-  local name=$1 log=$2
-  shift 2
-  local start=$SECONDS
-  echo "== $name (log: $log)"
-  "$@" >"$LOG_DIR/$log" 2>&1
-  local rc=$?
-  NAMES+=("$name")
-  SECONDS_TAKEN+=($((SECONDS - start)))
-  case $rc in
-    0) STATUS+=("pass") ;;
-    77) STATUS+=("skipped (no GPU)") ;;
-    124) STATUS+=("TIMEOUT") ;;
-    *) STATUS+=("FAIL (rc $rc)") ;;
-  esac
-  tail -n 3 "$LOG_DIR/$log" | sed 's/^/   /'
-  return $rc
+  echo "== $1 (log: $2)"
+  : >"$LOG_DIR/$2"
+  gpu_step "$1" "$2" 3 124 "${@:3}"
 }
-skipped() { [[ "$SKIP" == *" $1 "* ]]; }
 
-LAUNCHER=()
-if command -v ccache >/dev/null 2>&1; then
-  LAUNCHER=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
-fi
-GENERATOR=(-G Ninja)
-command -v ninja >/dev/null 2>&1 || GENERATOR=(-G "Unix Makefiles")
 nvidia-smi >"$LOG_DIR/nvidia-smi.txt" 2>&1 || true
 nvcc --version >"$LOG_DIR/nvcc.txt" 2>&1 || true
 
-step "configure" configure.log cmake -S . -B build-gpu "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release -DLATTE_CUDA=ON \
-  -DCMAKE_CUDA_ARCHITECTURES="$ARCH" -DLATTE_BUILD_EXAMPLES=OFF "${LAUNCHER[@]}" \
-  -DCMAKE_PREFIX_PATH="$ROOT/.deps/eigen3;$ROOT/.deps/doctest;$ROOT/.deps/nlohmann_json" \
-  -DEigen3_DIR="$ROOT/.deps/eigen3/share/eigen3/cmake" -Ddoctest_DIR="$ROOT/.deps/doctest/lib/cmake/doctest"
+gpu_configure_command
+step "configure" configure.log "${GPU_CONFIGURE[@]}"
 build_ok=0
 if [ "${STATUS[-1]}" = pass ]; then
   step "build ($ARCH)" build.log cmake --build build-gpu --parallel "$JOBS" \
@@ -94,7 +62,7 @@ if [ $build_ok = 1 ]; then
       step "compute-sanitizer memcheck, whole model" memcheck-model.log timeout 300 "$SANITIZER" --tool memcheck \
         --error-exitcode 3 $T/latte_gpu_tests -tc='*prefill chunk and decode tokens*'
     else
-      NAMES+=("compute-sanitizer"); STATUS+=("not installed"); SECONDS_TAKEN+=(0)
+      gpu_note "compute-sanitizer" "not installed"
     fi
   fi
   if ! skipped model; then
@@ -126,12 +94,5 @@ if [ -f "$LOG_DIR/kernel-bench.log" ]; then
   echo "== kernel-bench =="
   cat "$LOG_DIR/kernel-bench.log"
 fi
-echo
-echo "== gpu-check summary (logs in $LOG_DIR) =="
-printf "%-36s %-18s %6s\n" step status seconds
-failed=0
-for i in "${!NAMES[@]}"; do
-  printf "%-36s %-18s %6s\n" "${NAMES[$i]}" "${STATUS[$i]}" "${SECONDS_TAKEN[$i]}"
-  [[ "${STATUS[$i]}" == pass || "${STATUS[$i]}" == "not installed" ]] || failed=1
-done
-exit $failed
+gpu_summary gpu-check 36 pass "not installed"
+exit $?

@@ -8,14 +8,12 @@
 # Output goes to $OUT (if set) or out/selftest-gpu/; a summary is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+source scripts/gpu-common.sh
 LOG_DIR=${OUT:-$PWD/out/selftest-gpu}
 mkdir -p "$LOG_DIR"
 LATTE=build-gpu/tools/latte/latte
 TESTS=build-gpu/tests/gpu/latte_gpu_tests
-if [ ! -x "$LATTE" ]; then
-  echo "selftest-gpu: $LATTE is missing: run scripts/gpu-check.sh first" >&2
-  exit 2
-fi
+gpu_require_latte selftest-gpu
 summary=()
 run() {  # name, command...
   local name=$1

@@ -34,23 +34,13 @@
 #                      converted model kept) a second call resumes with little build time.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-ROOT=$PWD
+source scripts/gpu-common.sh
 LOG_DIR=${OUT:-$ROOT/out/tp-gpu-check}
 mkdir -p "$LOG_DIR"
-ARCH=${LATTE_GPU_ARCH:-90a-real}
 SKIP=" ${LATTE_TP_SKIP:-} "
 REPS=${LATTE_BENCH_REPS:-2}
-JOBS=${LATTE_JOBS:-$(nproc)}
-if [ -x /usr/local/cuda/bin/nvcc ]; then export PATH=/usr/local/cuda/bin:$PATH; fi
+gpu_require_deps tp-gpu-check
 
-for dep in eigen3 doctest nlohmann_json; do
-  if [ ! -d ".deps/$dep" ]; then
-    echo "tp-gpu-check: .deps/$dep is missing: run scripts/prepare-gpu-deps.sh where the packages are installed" >&2
-    exit 2
-  fi
-done
-
-declare -a NAMES STATUS SECONDS_TAKEN
 BUDGET=${LATTE_TP_BUDGET_S:-570}  # seconds for the whole script (a device call is cut at 600)
 step() {  # step NAME LOGFILE TIMEOUT COMMAND... : runs under min(TIMEOUT, budget left), records status
   local name=$1 log=$2 limit=$3
@@ -58,27 +48,14 @@ step() {  # step NAME LOGFILE TIMEOUT COMMAND... : runs under min(TIMEOUT, budge
   local left=$((BUDGET - SECONDS - 15))
   if [ $left -lt 20 ]; then
     echo "== $name: not run (time budget of ${BUDGET}s spent)"
-    NAMES+=("$name"); STATUS+=("NOT RUN (budget)"); SECONDS_TAKEN+=(0)
+    gpu_note "$name" "NOT RUN (budget)"
     return 1
   fi
   [ "$limit" -gt "$left" ] && limit=$left
-  local start=$SECONDS
   echo "== $name (log: $log, limit ${limit}s) started $(date -u +%H:%M:%S), ${SECONDS}s in"
   echo "\$ $*" >"$LOG_DIR/$log"
-  timeout --kill-after=10 "$limit" "$@" >>"$LOG_DIR/$log" 2>&1
-  local rc=$?
-  NAMES+=("$name")
-  SECONDS_TAKEN+=($((SECONDS - start)))
-  case $rc in
-    0) STATUS+=("pass") ;;
-    77) STATUS+=("skipped (no GPU)") ;;
-    124 | 137) STATUS+=("TIMEOUT") ;;
-    *) STATUS+=("FAIL (rc $rc)") ;;
-  esac
-  tail -n 4 "$LOG_DIR/$log" | sed 's/^/   /'
-  return $rc
+  gpu_step "$name" "$log" 4 "124 137" timeout --kill-after=10 "$limit" "$@"
 }
-skipped() { [[ "$SKIP" == *" $1 "* ]]; }
 
 {
   nvidia-smi
@@ -87,16 +64,8 @@ skipped() { [[ "$SKIP" == *" $1 "* ]]; }
 nvcc --version >"$LOG_DIR/nvcc.txt" 2>&1 || true
 echo "GPUs: $(nvidia-smi -L 2>/dev/null | wc -l)  (nvidia-smi.txt has the topology)"
 
-LAUNCHER=()
-if command -v ccache >/dev/null 2>&1; then
-  LAUNCHER=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
-fi
-GENERATOR=(-G Ninja)
-command -v ninja >/dev/null 2>&1 || GENERATOR=(-G "Unix Makefiles")
-step "configure (NCCL on)" configure.log 120 cmake -S . -B build-gpu "${GENERATOR[@]}" -DCMAKE_BUILD_TYPE=Release \
-  -DLATTE_CUDA=ON -DLATTE_NCCL=ON -DCMAKE_CUDA_ARCHITECTURES="$ARCH" -DLATTE_BUILD_EXAMPLES=OFF "${LAUNCHER[@]}" \
-  -DCMAKE_PREFIX_PATH="$ROOT/.deps/eigen3;$ROOT/.deps/doctest;$ROOT/.deps/nlohmann_json" \
-  -DEigen3_DIR="$ROOT/.deps/eigen3/share/eigen3/cmake" -Ddoctest_DIR="$ROOT/.deps/doctest/lib/cmake/doctest"
+gpu_configure_command -DLATTE_NCCL=ON
+step "configure (NCCL on)" configure.log 120 "${GPU_CONFIGURE[@]}"
 grep -i "nccl" "$LOG_DIR/configure.log" | sed 's/^/   /'
 build_ok=0
 if [ "${STATUS[-1]}" = pass ]; then
@@ -123,7 +92,7 @@ if [ $build_ok = 1 ]; then
         -tc='*graphs against eager*'; then
         export LATTE_CUDA_GRAPHS=0
         echo "   decode graphs under TP failed: the remaining steps run with LATTE_CUDA_GRAPHS=0"
-        NAMES+=("(remaining steps with LATTE_CUDA_GRAPHS=0)"); STATUS+=("NOTE"); SECONDS_TAKEN+=(0)
+        gpu_note "(remaining steps with LATTE_CUDA_GRAPHS=0)" NOTE
       fi
     fi
     # -s: every case prints its measured errors; each case names its flavour/split/backend on stderr first.
@@ -172,7 +141,7 @@ if [ $build_ok = 1 ]; then
     b=$(grep -E '^[0-9 ]+$' "$LOG_DIR/generate-mla-tp2.log" 2>/dev/null | tail -n 1)
     if [ -n "$a" ] && [ "$a" = "$b" ]; then r=pass; else r="DIFFERENT (random weights: near ties may flip)"; fi
     echo "   greedy tp1 vs tp2 (mla): $r"
-    NAMES+=("generate tp1 == tp2 (mla)"); STATUS+=("$r"); SECONDS_TAKEN+=(0)
+    gpu_note "generate tp1 == tp2 (mla)" "$r"
     # The same as two processes, one GPU each, as two hosts would run it: rank 1 in the background
     # (quiet), rank 0 in the step; a fresh id file.
     ID_FILE=$(mktemp -u "${TMPDIR:-/tmp}/latte-tp-id.XXXXXX")
@@ -191,7 +160,7 @@ if [ $build_ok = 1 ]; then
     elif [ -n "$b" ] && [ "$c" = "$b" ]; then r=pass
     else r="DIFFERENT (random weights: near ties may flip)"; fi
     echo "   greedy --tp 2 vs --tp-launch (mla): $r"
-    NAMES+=("generate --tp-launch == --tp 2 (mla)"); STATUS+=("$r"); SECONDS_TAKEN+=(0)
+    gpu_note "generate --tp-launch == --tp 2 (mla)" "$r"
   fi
   skipped eager || step "TP gpu tests, LATTE_CUDA_GRAPHS=0" tp-tests-eager.log \
     240 env LATTE_CUDA_GRAPHS=0 $T/latte_gpu_tests -tc='tensor-parallel*' -tce='*graphs against eager*'
@@ -209,12 +178,5 @@ done
 for f in "$LOG_DIR"/bench-*.log; do
   [ -f "$f" ] && { echo; echo "== $(basename "$f") =="; grep -E "^\||^scaling|rror" "$f"; }
 done
-echo
-echo "== tp-gpu-check summary (logs in $LOG_DIR) =="
-printf "%-52s %-18s %6s\n" step status seconds
-failed=0
-for i in "${!NAMES[@]}"; do
-  printf "%-52s %-18s %6s\n" "${NAMES[$i]}" "${STATUS[$i]}" "${SECONDS_TAKEN[$i]}"
-  [[ "${STATUS[$i]}" == pass || "${STATUS[$i]}" == DIFFERENT* || "${STATUS[$i]}" == NOTE ]] || failed=1
-done
-exit $failed
+gpu_summary tp-gpu-check 52 pass "DIFFERENT*" NOTE
+exit $?

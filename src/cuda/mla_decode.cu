@@ -323,9 +323,11 @@ MlaDecodePlan plan_mla_decode(const MlaDecodeParams& p, int force_splits) {
   if (force_splits > 0) {
     best_splits = std::min(force_splits, tiles);
   } else {
-    // Cost in tile-times (one tile load per SM): waves * (tiles per split + ~2 tiles of per-CTA
-    // start-up), plus, with several splits, a launch (~1) and the partial results written and read
-    // again (4 bytes per value, twice) spread over the SMs.
+    // Cost in tile-times (one tile load per SM, ~1 us for 64 positions): waves * (tiles per split +
+    // ~2 tiles of per-CTA start-up), plus, with several splits, the combine launch (~5: measured 5.5 us
+    // on an H200 at one token) and the partial results written and read again (4 bytes per value,
+    // twice) spread over the SMs. Up to a few hundred positions one CTA per head group then beats
+    // splitting (the decode of one token at depth < 256 took 10 us + 5.5 us of combine with 8 splits).
     const double tile_bytes = static_cast<double>(info.tile_tokens) * kMlaCacheRow * 2;
     const double partial_bytes_per_split = static_cast<double>(p.batch) * rows_total * kMlaLatentDim * 4 * 2;
     double best_cost = 1e300;
@@ -333,7 +335,7 @@ MlaDecodePlan plan_mla_decode(const MlaDecodeParams& p, int force_splits) {
       const int tiles_per_split = (tiles + s - 1) / s;
       if ((tiles + tiles_per_split - 1) / tiles_per_split != s) continue;  // would leave splits empty
       const int64_t waves = (base_ctas * s + ctas_per_wave - 1) / ctas_per_wave;
-      const double combine = s > 1 ? 1.0 + s * partial_bytes_per_split / (tile_bytes * ctas_per_wave) : 0.0;
+      const double combine = s > 1 ? 5.0 + s * partial_bytes_per_split / (tile_bytes * ctas_per_wave) : 0.0;
       const double cost = static_cast<double>(waves * (tiles_per_split + 2)) + combine;
       if (cost < best_cost) {
         best_cost = cost;

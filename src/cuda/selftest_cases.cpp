@@ -24,6 +24,7 @@
 #include "cuda/moe_router.hpp"
 #include "cuda/norms.hpp"
 #include "cuda/rope_yarn.hpp"
+#include "cuda/standalone_params.hpp"
 #include "cuda/standard_decode.hpp"
 #include "diagnostics/selftest_plan.hpp"
 
@@ -509,6 +510,22 @@ double reference_route(const SelftestMoe& m, const float* logits, const std::vec
   return margin;
 }
 
+/// The kernels' view of a case's MoE shape.
+cuda::MoeShape moe_shape(const SelftestMoe& m) {
+  return {.n_experts = m.n_experts,
+          .k = m.k,
+          .hidden = m.hidden,
+          .ffn = m.ffn,
+          .gate_type = m.gate_type,
+          .up_type = m.up_type,
+          .down_type = m.down_type,
+          .gating = m.sigmoid ? cuda::MoeGating::sigmoid : cuda::MoeGating::softmax,
+          .n_groups = m.n_groups,
+          .groups_used = m.groups_used,
+          .normalize = m.normalize,
+          .scale = m.scale};
+}
+
 /// moe_route at the model's expert count, k, groups and gating. Two rows: the ids (fraction of
 /// tokens whose chosen set differs, bound 0) and the weights (aligned by expert id).
 void moe_router_case(const SelftestCase& c, Rng& rng, Table& table) {
@@ -534,20 +551,8 @@ void moe_router_case(const SelftestCase& c, Rng& rng, Table& table) {
   const auto db = upload(bias);
   auto ids = poisoned<int32_t>(want_ids.size());
   auto w = poisoned<float>(want_w.size());
-  cuda::moe_route({.logits = dl.data(),
-                   .logits_stride = E,
-                   .n_tokens = T,
-                   .n_experts = E,
-                   .selection_bias = m.bias ? db.data() : nullptr,
-                   .gating = m.sigmoid ? cuda::MoeGating::sigmoid : cuda::MoeGating::softmax,
-                   .k = K,
-                   .n_groups = m.n_groups,
-                   .groups_used = m.groups_used,
-                   .normalize = m.normalize,
-                   .scale = m.scale,
-                   .ids = ids.data(),
-                   .weights = w.data()},
-                  nullptr);
+  cuda::moe_route(
+      cuda::moe_router_params(moe_shape(m), T, dl.data(), m.bias ? db.data() : nullptr, ids.data(), w.data()), nullptr);
   const auto got_ids = download(ids.data(), want_ids.size());
   const auto got_w = download(w.data(), want_w.size());
   int differing = 0;
@@ -578,7 +583,6 @@ void moe_router_case(const SelftestCase& c, Rng& rng, Table& table) {
 struct ExpertSet {
   SelftestMoe shape;
   std::vector<float> gate_dense, up_dense, down_dense;
-  std::vector<uint8_t> gate, up, down;
   cuda::DeviceBuffer<uint8_t> d_gate, d_up, d_down;
 };
 
@@ -591,47 +595,24 @@ bool same_experts(const SelftestMoe& a, const SelftestMoe& b) {
 /// prefill path (grouped tensor-core GEMMs, bf16 operands), as the forward pass chooses them.
 void moe_experts_case(const SelftestCase& c, Rng& rng, Table& table, std::unique_ptr<ExpertSet>& cache) {
   const SelftestMoe& m = c.moe;
+  const cuda::MoeShape shape = moe_shape(m);
   const int T = c.rows, E = m.n_experts, K = m.k, H = m.hidden, F = m.ffn;
   if (!cache || !same_experts(cache->shape, m)) {
     auto fresh = std::make_unique<ExpertSet>();
     fresh->shape = m;
-    fresh->gate = random_rows(m.gate_type, E * F, H, rng, fresh->gate_dense);
-    fresh->up = random_rows(m.up_type, E * F, H, rng, fresh->up_dense);
-    fresh->down = random_rows(m.down_type, E * H, F, rng, fresh->down_dense);
-    fresh->d_gate = upload(fresh->gate);
-    fresh->d_up = upload(fresh->up);
-    fresh->d_down = upload(fresh->down);
+    fresh->d_gate = upload(random_rows(m.gate_type, E * F, H, rng, fresh->gate_dense));
+    fresh->d_up = upload(random_rows(m.up_type, E * F, H, rng, fresh->up_dense));
+    fresh->d_down = upload(random_rows(m.down_type, E * H, F, rng, fresh->down_dense));
     cache = std::move(fresh);
   }
   const std::vector<float>&gate_dense = cache->gate_dense, &up_dense = cache->up_dense, &down_dense = cache->down_dense;
-  const std::vector<uint8_t>&gate = cache->gate, &up = cache->up, &down = cache->down;
-  const cuda::DeviceBuffer<uint8_t>&d_gate = cache->d_gate, &d_up = cache->d_up, &d_down = cache->d_down;
-  auto stack = [](GgmlType type, const cuda::DeviceBuffer<uint8_t>& d, size_t bytes, int rows, int k) {
-    return cuda::ExpertStack{.type = type,
-                             .data = d.data(),
-                             .bytes = static_cast<int64_t>(bytes),
-                             .matrix_stride_bytes = static_cast<int64_t>(rows) *
-                                                    static_cast<int64_t>(row_bytes(type, static_cast<uint64_t>(k)))};
-  };
-  const cuda::MoeExpertWeights experts{.gate = stack(m.gate_type, d_gate, gate.size(), F, H),
-                                       .up = stack(m.up_type, d_up, up.size(), F, H),
-                                       .down = stack(m.down_type, d_down, down.size(), H, F),
-                                       .n_experts = E,
-                                       .hidden = H,
-                                       .ffn = F};
+  const cuda::MoeExpertWeights experts =
+      cuda::moe_expert_weights(shape, cache->d_gate.data(), cache->d_up.data(), cache->d_down.data());
   // Each token: K distinct experts (a random subset), random positive weights.
-  std::vector<int32_t> ids(static_cast<size_t>(T) * K);
+  const std::vector<int32_t> ids = cuda::random_expert_ids(shape, T, rng);
   std::vector<float> weights(ids.size());
-  std::vector<int32_t> all(static_cast<size_t>(E));
-  std::iota(all.begin(), all.end(), 0);
   std::uniform_real_distribution<float> uniform(0.1f, 1.0f);
-  for (int t = 0; t < T; ++t) {
-    std::shuffle(all.begin(), all.end(), rng);
-    for (int j = 0; j < K; ++j) {
-      ids[static_cast<size_t>(t) * K + j] = all[static_cast<size_t>(j)];
-      weights[static_cast<size_t>(t) * K + j] = uniform(rng);
-    }
-  }
+  for (float& w : weights) w = uniform(rng);
   const auto x = normal_values(static_cast<size_t>(T) * H, rng);
   const bool prefill = c.family == SelftestFamily::moe_prefill;
   const bool grouped = prefill && cuda::gemm_quant_supports(m.gate_type) && cuda::gemm_quant_supports(m.up_type) &&
@@ -674,33 +655,27 @@ void moe_experts_case(const SelftestCase& c, Rng& rng, Table& table, std::unique
   const auto d_w = upload(weights);
   const auto d_x = upload(x);
   auto out = poisoned<float>(ref.size());
-  cuda::MoeWorkspace ws({.max_tokens = T, .k = K, .n_experts = E, .hidden = H, .ffn = F});
+  cuda::MoeWorkspace ws(cuda::moe_workspace_shape(shape, T));
   if (grouped) {
     std::vector<uint16_t> xb(x.size());
     for (size_t i = 0; i < x.size(); ++i) xb[i] = fp32_to_bf16(x[i]);
     const auto d_xb = upload(xb);
     cuda::moe_experts_prefill(experts, ws,
-                              {.ids = d_ids.data(),
-                               .weights = d_w.data(),
-                               .n_tokens = T,
-                               .k = K,
-                               .x_bf16 = reinterpret_cast<const __nv_bfloat16*>(d_xb.data()),
-                               .x_stride = H,
-                               .out = out.data(),
-                               .out_stride = H},
+                              cuda::moe_experts_call(shape, T,
+                                                     {.ids = d_ids.data(),
+                                                      .weights = d_w.data(),
+                                                      .x_bf16 = reinterpret_cast<const __nv_bfloat16*>(d_xb.data()),
+                                                      .out = out.data()}),
                               nullptr);
   } else {
     for (int t0 = 0; t0 < T; t0 += cuda::gemv_max_tokens) {
       const int n = std::min(cuda::gemv_max_tokens, T - t0);
       cuda::moe_experts_decode(experts, ws,
-                               {.ids = d_ids.data() + static_cast<size_t>(t0) * K,
-                                .weights = d_w.data() + static_cast<size_t>(t0) * K,
-                                .n_tokens = n,
-                                .k = K,
-                                .x = d_x.data() + static_cast<size_t>(t0) * H,
-                                .x_stride = H,
-                                .out = out.data() + static_cast<size_t>(t0) * H,
-                                .out_stride = H},
+                               cuda::moe_experts_call(shape, n,
+                                                      {.ids = d_ids.data() + static_cast<size_t>(t0) * K,
+                                                       .weights = d_w.data() + static_cast<size_t>(t0) * K,
+                                                       .x = d_x.data() + static_cast<size_t>(t0) * H,
+                                                       .out = out.data() + static_cast<size_t>(t0) * H}),
                                nullptr);
     }
   }
@@ -757,24 +732,13 @@ void mla_decode_case(const SelftestCase& sc, Rng& rng, Table& table) {
   const auto d_cache = upload(cache_bits);
   const auto d_lens = upload(std::vector<int32_t>(kv_lens.begin(), kv_lens.end()));
   auto out = poisoned<float>(ref.size());
-  cuda::MlaDecodeParams params;
-  params.q_latent = reinterpret_cast<const __nv_bfloat16*>(d_q_lat.data());
-  params.q_latent_token_stride = static_cast<int64_t>(n_heads) * L;
-  params.q_latent_head_stride = L;
-  params.q_rope = reinterpret_cast<const __nv_bfloat16*>(d_q_rope.data());
-  params.q_rope_token_stride = static_cast<int64_t>(n_heads) * R;
-  params.q_rope_head_stride = R;
-  params.cache.data = reinterpret_cast<const __nv_bfloat16*>(d_cache.data());
-  params.cache.page_stride = static_cast<int64_t>(capacity) * row;
-  params.cache.token_stride = row;
-  params.kv_lens = d_lens.data();
-  params.batch = batch;
-  params.q_len = 1;
-  params.n_heads = n_heads;
-  params.max_kv_len = capacity;
-  params.scale = scale;
-  params.out_type = cuda::AttnOutputType::f32;
-  params.out = out.data();
+  const cuda::MlaDecodeParams params =
+      cuda::mla_decode_params({.batch = batch, .n_heads = n_heads, .capacity = capacity, .scale = scale},
+                              {.q_latent = reinterpret_cast<const __nv_bfloat16*>(d_q_lat.data()),
+                               .q_rope = reinterpret_cast<const __nv_bfloat16*>(d_q_rope.data()),
+                               .cache = reinterpret_cast<const __nv_bfloat16*>(d_cache.data()),
+                               .kv_lens = d_lens.data(),
+                               .out = out.data()});
   const cuda::MlaDecodePlan plan = cuda::plan_mla_decode(params);
   cuda::DeviceBuffer<std::byte> workspace(std::max<size_t>(plan.workspace_bytes, 16), "selftest workspace");
   cuda::run_mla_decode(params, plan, workspace.data(), workspace.bytes(), nullptr);
@@ -824,27 +788,13 @@ void standard_decode_case(const SelftestCase& sc, Rng& rng, Table& table) {
   const auto d_v = upload(v_bits);
   const auto d_lens = upload(std::vector<int32_t>(kv_lens.begin(), kv_lens.end()));
   auto out = poisoned<float>(ref.size());
-  cuda::StandardDecodeParams params;
-  params.q = reinterpret_cast<const __nv_bfloat16*>(d_q.data());
-  params.q_batch_stride = static_cast<int64_t>(n_heads) * qk;
-  params.q_head_stride = qk;
-  params.k_cache.data = reinterpret_cast<const __nv_bfloat16*>(d_k.data());
-  params.k_cache.page_stride = static_cast<int64_t>(capacity) * n_heads * qk;
-  params.k_cache.token_stride = static_cast<int64_t>(n_heads) * qk;
-  params.k_cache.head_stride = qk;
-  params.v_cache.data = reinterpret_cast<const __nv_bfloat16*>(d_v.data());
-  params.v_cache.page_stride = static_cast<int64_t>(capacity) * n_heads * v;
-  params.v_cache.token_stride = static_cast<int64_t>(n_heads) * v;
-  params.v_cache.head_stride = v;
-  params.kv_lens = d_lens.data();
-  params.batch = batch;
-  params.n_heads = n_heads;
-  params.head_dim_qk = qk;
-  params.head_dim_v = v;
-  params.max_kv_len = capacity;
-  params.scale = scale;
-  params.out_type = cuda::AttnOutputType::f32;
-  params.out = out.data();
+  const cuda::StandardDecodeParams params = cuda::standard_decode_params(
+      {.batch = batch, .n_heads = n_heads, .capacity = capacity, .head_dim_qk = qk, .head_dim_v = v, .scale = scale},
+      {.q = reinterpret_cast<const __nv_bfloat16*>(d_q.data()),
+       .k = reinterpret_cast<const __nv_bfloat16*>(d_k.data()),
+       .v = reinterpret_cast<const __nv_bfloat16*>(d_v.data()),
+       .kv_lens = d_lens.data(),
+       .out = out.data()});
   const cuda::StandardDecodePlan plan = cuda::plan_standard_decode(params);
   cuda::DeviceBuffer<std::byte> workspace(std::max<size_t>(plan.workspace_bytes, 16), "selftest workspace");
   cuda::run_standard_decode(params, plan, workspace.data(), workspace.bytes(), nullptr);
@@ -932,29 +882,14 @@ void flash_prefill_case(const SelftestCase& sc, Rng& rng, Table& table) {
                              nullptr);
   }
   auto out = poisoned<float>(ref.size());
-  cuda::FlashPrefillParams params;
-  params.q = reinterpret_cast<const __nv_bfloat16*>(d_q.data());
-  params.q_token_stride = static_cast<int64_t>(N) * qk;
-  params.q_head_stride = qk;
-  params.k_cache = {.data = reinterpret_cast<const __nv_bfloat16*>(d_k.data()),
-                    .page_stride = static_cast<int64_t>(n_keys) * N * qk,
-                    .token_stride = static_cast<int64_t>(N) * qk,
-                    .head_stride = qk};
-  params.v_cache = {.data = reinterpret_cast<const __nv_bfloat16*>(d_v.data()),
-                    .page_stride = static_cast<int64_t>(n_keys) * N * V,
-                    .token_stride = static_cast<int64_t>(N) * V,
-                    .head_stride = V};
-  params.cache_batch = 0;
-  params.n_queries = T;
-  params.pos0 = pos0;
-  params.n_heads = N;
-  params.head_dim_qk = qk;
-  params.head_dim_v = V;
-  params.scale = sc.scale;
+  cuda::FlashPrefillParams params = cuda::flash_prefill_params(
+      {.n_heads = N, .capacity = n_keys, .head_dim_qk = qk, .head_dim_v = V, .scale = sc.scale}, T,
+      {.q = reinterpret_cast<const __nv_bfloat16*>(d_q.data()),
+       .k = reinterpret_cast<const __nv_bfloat16*>(d_k.data()),
+       .v = reinterpret_cast<const __nv_bfloat16*>(d_v.data()),
+       .out = out.data()});
   params.key_mask = sparse ? mask.data() : nullptr;
   params.key_mask_stride = sparse ? mask_stride : 0;
-  params.out_type = cuda::AttnOutputType::f32;
-  params.out = out.data();
   cuda::run_flash_prefill(params, nullptr);
   table.add(sc.name, sc.shape, rel_error(download(out.data(), ref.size()), ref), sc.bound);
 }

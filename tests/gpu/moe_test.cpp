@@ -14,6 +14,7 @@
 #include "cuda/moe_dispatch.hpp"
 #include "cuda/moe_experts.hpp"
 #include "cuda/moe_router.hpp"
+#include "cuda/standalone_params.hpp"
 #include "gpu_test_support.hpp"
 
 using namespace latte;
@@ -28,6 +29,51 @@ struct RouterCase {
   bool bias, normalize;
   float scale;
 };
+
+/// Random routed tokens for the expert FFN, on the host and the device: each of `tokens` tokens
+/// chooses k distinct experts of E (a random subset in random order) with weights N(0, 0.5), and
+/// has activations x N(0, 1) [tokens, H], also rounded to bf16 for the prefill path.
+struct RoutedInputs {
+  int tokens = 0, k = 0, hidden = 0;
+  std::vector<int32_t> ids{};    ///< [tokens, k]
+  std::vector<float> weights{};  ///< [tokens, k]
+  std::vector<float> x{};        ///< [tokens, H]
+  DeviceBuffer<int32_t> d_ids{};
+  DeviceBuffer<float> d_weights{}, d_x{};
+  DeviceBuffer<uint16_t> d_xb{};  ///< bf16 bits of x
+
+  /// The expert FFN call on these tokens, writing (with `accumulate`, adding to) `out` [tokens, H].
+  [[nodiscard]] cuda::MoeExpertsCall call(float* out, bool accumulate = false, int held_first = -1) const {
+    return {.ids = d_ids.data(),
+            .weights = d_weights.data(),
+            .n_tokens = tokens,
+            .k = k,
+            .x = d_x.data(),
+            .x_bf16 = reinterpret_cast<const __nv_bfloat16*>(d_xb.data()),
+            .x_stride = hidden,
+            .out = out,
+            .out_stride = hidden,
+            .accumulate = accumulate,
+            .held_first = held_first};
+  }
+};
+
+/// Draws RoutedInputs. `first_token_lowest`: token 0 chooses experts 0 .. k - 1 (the rest stay random).
+RoutedInputs random_routed_inputs(int tokens, int n_experts, int k, int hidden, Rng& rng,
+                                  bool first_token_lowest = false) {
+  RoutedInputs in{.tokens = tokens, .k = k, .hidden = hidden};
+  in.ids = cuda::random_expert_ids({.n_experts = n_experts, .k = k}, tokens, rng);
+  if (first_token_lowest) std::iota(in.ids.begin(), in.ids.begin() + k, 0);
+  in.weights = random_floats(static_cast<size_t>(tokens * k), rng, 0.5f);
+  in.x = random_floats(static_cast<size_t>(tokens * hidden), rng);
+  std::vector<uint16_t> xb(in.x.size());
+  for (size_t i = 0; i < in.x.size(); ++i) xb[i] = fp32_to_bf16(in.x[i]);
+  in.d_ids = upload(in.ids);
+  in.d_weights = upload(in.weights);
+  in.d_x = upload(in.x);
+  in.d_xb = upload(xb);
+  return in;
+}
 
 /// The router's math in float64, straight from DESIGN.md.
 void reference_route(const RouterCase& rc, const float* logits, const std::vector<float>& bias, int32_t* ids,
@@ -153,13 +199,7 @@ TEST_CASE("moe_sort is a stable per-expert permutation and moe_combine sums each
   auto rng = make_rng("moe_sort");
   const int tokens = 37, k = 6, E = 64, hidden = 128;
   // each token picks k distinct experts among the first 12: many tokens per expert, most experts empty
-  std::vector<int32_t> ids(tokens * k);
-  for (int t = 0; t < tokens; ++t) {
-    std::vector<int> perm(12);
-    std::iota(perm.begin(), perm.end(), 0);
-    std::shuffle(perm.begin(), perm.end(), rng);
-    for (int j = 0; j < k; ++j) ids[t * k + j] = perm[j];
-  }
+  const std::vector<int32_t> ids = cuda::random_expert_ids({.n_experts = 12, .k = k}, tokens, rng);
   const auto d_ids = upload(ids);
   DeviceBuffer<int32_t> offsets(E + 1), slot_of_pair(tokens * k), token_of_slot(tokens * k), counts(1);
   DeviceBuffer<cuda::GemmTile> tiles(cuda::moe_max_tiles(tokens * k, E));
@@ -252,32 +292,12 @@ TEST_CASE("moe_experts_decode and moe_experts_prefill match a float64 expert FFN
   for (int tokens : {1, 3, 8, 130}) {
     const bool decode = tokens <= 8;
     trace("moe_experts " + std::to_string(tokens) + " tokens");
-    std::vector<int32_t> ids(tokens * k);
-    for (int t = 0; t < tokens; ++t) {
-      std::vector<int> perm(E);
-      std::iota(perm.begin(), perm.end(), 0);
-      std::shuffle(perm.begin(), perm.end(), rng);
-      for (int j = 0; j < k; ++j) ids[t * k + j] = perm[j];
-    }
-    const auto weights = random_floats(static_cast<size_t>(tokens * k), rng, 0.5f);
-    const auto x = random_floats(static_cast<size_t>(tokens * H), rng);
-    std::vector<uint16_t> xb(x.size());
-    for (size_t i = 0; i < x.size(); ++i) xb[i] = fp32_to_bf16(x[i]);
-    const auto d_ids = upload(ids);
-    const auto d_xb = upload(xb);
-    const auto d_w = upload(weights);
-    const auto d_x = upload(x);
+    const RoutedInputs in = random_routed_inputs(tokens, E, k, H, rng);
+    const std::vector<int32_t>& ids = in.ids;
+    const std::vector<float>&weights = in.weights, &x = in.x;
     DeviceBuffer<float> out(static_cast<size_t>(tokens * H));
     poison(out.data(), out.bytes());
-    const cuda::MoeExpertsCall call{.ids = d_ids.data(),
-                                    .weights = d_w.data(),
-                                    .n_tokens = tokens,
-                                    .k = k,
-                                    .x = d_x.data(),
-                                    .x_bf16 = reinterpret_cast<const __nv_bfloat16*>(d_xb.data()),
-                                    .x_stride = H,
-                                    .out = out.data(),
-                                    .out_stride = H};
+    const cuda::MoeExpertsCall call = in.call(out.data());
     if (decode) {
       cuda::moe_experts_decode(w, ws, call, nullptr);
     } else {
@@ -369,35 +389,10 @@ TEST_CASE("expert-parallel: two ranks' held halves of moe_experts add up to the 
   for (int tokens : {1, 5, 40}) {
     const bool decode = tokens <= 8;
     trace("moe_experts held halves " + std::to_string(tokens) + " tokens");
-    std::vector<int32_t> ids(static_cast<size_t>(tokens * k));
-    for (int t = 0; t < tokens; ++t) {
-      std::vector<int> perm(E);
-      std::iota(perm.begin(), perm.end(), 0);
-      std::shuffle(perm.begin(), perm.end(), rng);
-      // Token 0 chooses only rank 0's experts: rank 1 has no pair of it.
-      if (t == 0) std::sort(perm.begin(), perm.end());
-      for (int j = 0; j < k; ++j) ids[static_cast<size_t>(t * k + j)] = perm[static_cast<size_t>(j)];
-    }
-    const auto weights = random_floats(static_cast<size_t>(tokens * k), rng, 0.5f);
-    const auto x = random_floats(static_cast<size_t>(tokens * H), rng);
-    std::vector<uint16_t> xb(x.size());
-    for (size_t i = 0; i < x.size(); ++i) xb[i] = fp32_to_bf16(x[i]);
-    const auto d_ids = upload(ids);
-    const auto d_xb = upload(xb);
-    const auto d_w = upload(weights);
-    const auto d_x = upload(x);
+    // Token 0 chooses only rank 0's experts: rank 1 has no pair of it.
+    const RoutedInputs in = random_routed_inputs(tokens, E, k, H, rng, /*first_token_lowest=*/true);
     auto run = [&](const Stacks& s, cuda::MoeWorkspace& ws, int held_first, float* out, bool accumulate) {
-      const cuda::MoeExpertsCall call{.ids = d_ids.data(),
-                                      .weights = d_w.data(),
-                                      .n_tokens = tokens,
-                                      .k = k,
-                                      .x = d_x.data(),
-                                      .x_bf16 = reinterpret_cast<const __nv_bfloat16*>(d_xb.data()),
-                                      .x_stride = H,
-                                      .out = out,
-                                      .out_stride = H,
-                                      .accumulate = accumulate,
-                                      .held_first = held_first};
+      const cuda::MoeExpertsCall call = in.call(out, accumulate, held_first);
       if (decode) {
         cuda::moe_experts_decode(s.w, ws, call, nullptr);
       } else {

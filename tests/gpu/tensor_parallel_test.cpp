@@ -7,7 +7,9 @@
 // Tolerances: the ranks run the one-GPU kernels on their heads and FFN columns, so the only new
 // rounding is the fp32 sum of the ranks' shares (in another order than one GPU's accumulation) and,
 // through it, bf16 roundings of activations that land on the other side; as in model_forward_test.cpp
-// most positions must agree within 2e-2 (a MoE routing or DSA selection tie may flip a few).
+// every position but max(1, 5%) must agree within 2e-2: a MoE routing or DSA selection near-tie may flip
+// one (the ranks emit no taps, so the flip-aware replay of model_forward_test.cpp does not apply;
+// measured on two H200s: every position within the bound except one of 54 on glm-dsa sparse with mla).
 #include "cuda/tensor_parallel_cuda.hpp"
 #include "gpu_test_support.hpp"
 #include "model/model_state.hpp"
@@ -36,7 +38,8 @@
 namespace {
 
 constexpr double kBf16LogitsTolerance = 2e-2;  // normalised logits error per position (see above)
-constexpr double kMinFractionWithin = 0.75;    // positions that must be within it
+/// Positions of `n` that may fall outside the bound (a flipped near-tie).
+size_t allowed_outside(size_t n) { return std::max<size_t>(1, n / 20); }
 
 int gpu_count() {
   int n = 0;
@@ -160,7 +163,9 @@ TEST_CASE("tensor-parallel CUDA: TP=2 logits equal TP=1 on every flavour, both b
             "positions within %.0e\n",
             flavour.c_str(), split, c.name, run.backend, c.prompt, c.decode, error, 100 * within, kBf16LogitsTolerance);
         CHECK(all_finite(logits));
-        CHECK(within >= kMinFractionWithin);
+        const size_t positions = logits.size() / static_cast<size_t>(vocab);
+        const auto outside = static_cast<size_t>(std::lround((1.0 - within) * static_cast<double>(positions)));
+        CHECK(outside <= allowed_outside(positions));
       }
     }
   }
@@ -272,21 +277,31 @@ TEST_CASE("tensor-parallel CUDA: truncating and continuing, and graphs against e
     std::printf("TP2 graphs vs eager %-8s: logits error %.3g\n", backend, error);
     CHECK(error <= 1e-6);
 
-    // Truncate back into the prompt and continue: the rank caches follow the session, so it equals a
-    // fresh session fed the same chunks.
+    // Truncate back into the prompt and continue with other tokens: the rank caches follow the session,
+    // so it equals a fresh session fed the kept tokens and the new ones. Its chunks (30, then 18) differ
+    // from the reference's (12, then 18), so the projections of the kept rows may take another GEMM
+    // kernel: bf16-level differences (~1e-3). Rows that survived the truncation make a difference of
+    // another order, measured here too: the same new tokens after all 30 (no truncation).
+    const auto other = latte::test::fresh_tokens(18, config.n_vocab);
     latte::Session s(two, {.n_ctx = 128, .attention = backend});
     s.eval(all.first(30));
     s.truncate(12);
-    s.eval(all.subspan(12, 18));
+    s.eval(other);
     const auto got = s.logits();
     latte::Session fresh(two, {.n_ctx = 128, .attention = backend});
     fresh.eval(all.first(12));
-    fresh.eval(all.subspan(12, 18));
+    fresh.eval(other);
     const auto want = fresh.logits();
+    latte::Session kept(two, {.n_ctx = 128, .attention = backend});
+    kept.eval(all.first(30));
+    kept.eval(other);
     const double truncate_error = latte::test::relative_error(got, want);
-    std::printf("TP2 eval 30, truncate(12), eval 18 vs eval 12, eval 18 %-8s: logits error %.3g\n", backend,
-                truncate_error);
-    CHECK(truncate_error <= 1e-6);
+    const double stale_error = latte::test::relative_error(kept.logits(), want);
+    std::printf("TP2 eval 30, truncate(12), eval 18 new vs eval 12, eval 18 new %-8s: logits error %.3g "
+                "(without the truncation: %.3g)\n",
+                backend, truncate_error, stale_error);
+    CHECK(truncate_error <= kBf16LogitsTolerance / 4);
+    CHECK(stale_error > 4 * kBf16LogitsTolerance);
   }
 }
 

@@ -25,6 +25,7 @@
 #include "cuda/flash_prefill.hpp"
 #include "cuda/mla_decode.hpp"
 #include "cuda/random_fill.hpp"
+#include "cuda/standalone_params.hpp"
 #include "cuda/standard_decode.hpp"
 #include "kernel_bench.hpp"
 
@@ -76,22 +77,23 @@ KernelBenchCase mla_decode_case(int batch, int context, int heads, int top_k) {
               }
             }
             const int32_t* indices = sparse ? device_ints(ctx, index_rows) : nullptr;
-            cuda::MlaDecodeParams p;
-            p.q_latent = q;
-            p.q_rope = q + cuda::kMlaLatentDim;
-            p.q_latent_token_stride = p.q_rope_token_stride = int64_t{heads} * cuda::kMlaCacheRow;
-            p.q_latent_head_stride = p.q_rope_head_stride = cuda::kMlaCacheRow;
-            p.cache = {.data = caches[0], .page_stride = seq_elems, .token_stride = cuda::kMlaCacheRow};
-            p.kv_lens = lens;
+            // One query buffer of 576-element rows per head: q_latent, then q_rope.
+            cuda::MlaDecodeParams p = cuda::mla_decode_params(
+                {.batch = batch,
+                 .n_heads = heads,
+                 .capacity = context,
+                 .scale = 0.0722f,  // 1/sqrt(192)
+                 .out_type = cuda::AttnOutputType::bf16},
+                {.q_latent = q,
+                 .q_latent_head_stride = cuda::kMlaCacheRow,
+                 .q_rope = q + cuda::kMlaLatentDim,
+                 .q_rope_head_stride = cuda::kMlaCacheRow,
+                 .cache = caches[0],
+                 .kv_lens = lens,
+                 .out = ctx.device_alloc(static_cast<size_t>(batch) * heads * cuda::kMlaLatentDim * 2)});
             p.indices = indices;
             p.index_stride = top_k;
             p.top_k = top_k;
-            p.batch = batch;
-            p.n_heads = heads;
-            p.max_kv_len = context;
-            p.scale = 0.0722f;  // 1/sqrt(192)
-            p.out_type = cuda::AttnOutputType::bf16;
-            p.out = ctx.device_alloc(static_cast<size_t>(batch) * heads * cuda::kMlaLatentDim * 2);
             p.lse = static_cast<float*>(ctx.device_alloc(static_cast<size_t>(batch) * heads * 4));
             const cuda::MlaDecodePlan plan = cuda::plan_mla_decode(p);
             void* workspace = plan.workspace_bytes ? ctx.device_alloc(plan.workspace_bytes) : nullptr;
@@ -113,27 +115,21 @@ KernelBenchCase standard_decode_case(int batch, int context, int heads, int kQk 
             const size_t tokens = static_cast<size_t>(batch) * context;
             const bf16* k = random_bf16(ctx, tokens * heads * kQk);  // [B, ctx, N, 192]
             const bf16* v = random_bf16(ctx, tokens * heads * kV);   // [B, ctx, N, 128]
-            cuda::StandardDecodeParams p;
-            p.q = random_bf16(ctx, static_cast<size_t>(batch) * heads * kQk);
-            p.q_batch_stride = int64_t{heads} * kQk;
-            p.q_head_stride = kQk;
-            p.k_cache = {.data = k,
-                         .page_stride = int64_t{context} * heads * kQk,
-                         .token_stride = int64_t{heads} * kQk,
-                         .head_stride = kQk};
-            p.v_cache = {.data = v,
-                         .page_stride = int64_t{context} * heads * kV,
-                         .token_stride = int64_t{heads} * kV,
-                         .head_stride = kV};
-            p.kv_lens = device_ints(ctx, std::vector<int32_t>(batch, context));
-            p.batch = batch;
-            p.n_heads = heads;
-            p.head_dim_qk = kQk;
-            p.head_dim_v = kV;
-            p.max_kv_len = context;
-            p.scale = 0.0722f;
-            p.out_type = cuda::AttnOutputType::bf16;
-            p.out = ctx.device_alloc(static_cast<size_t>(batch) * heads * kV * 2);
+            const bf16* q = random_bf16(ctx, static_cast<size_t>(batch) * heads * kQk);
+            const int32_t* lens = device_ints(ctx, std::vector<int32_t>(batch, context));
+            const cuda::StandardDecodeParams p =
+                cuda::standard_decode_params({.batch = batch,
+                                              .n_heads = heads,
+                                              .capacity = context,
+                                              .head_dim_qk = kQk,
+                                              .head_dim_v = kV,
+                                              .scale = 0.0722f,
+                                              .out_type = cuda::AttnOutputType::bf16},
+                                             {.q = q,
+                                              .k = k,
+                                              .v = v,
+                                              .kv_lens = lens,
+                                              .out = ctx.device_alloc(static_cast<size_t>(batch) * heads * kV * 2)});
             const cuda::StandardDecodePlan plan = cuda::plan_standard_decode(p);
             void* workspace = plan.workspace_bytes ? ctx.device_alloc(plan.workspace_bytes) : nullptr;
             finish_fills();
@@ -156,20 +152,16 @@ KernelBenchCase flash_prefill_case(int queries, int pos0, int heads, int kQk = 1
               ks.push_back(random_bf16(ctx, n_keys * heads * kQk));
               vs.push_back(random_bf16(ctx, n_keys * heads * kV));
             }
-            cuda::FlashPrefillParams p;
-            p.q = random_bf16(ctx, static_cast<size_t>(queries) * heads * kQk);
-            p.q_token_stride = int64_t{heads} * kQk;
-            p.q_head_stride = kQk;
-            p.k_cache = {.data = ks[0], .token_stride = int64_t{heads} * kQk, .head_stride = kQk};
-            p.v_cache = {.data = vs[0], .token_stride = int64_t{heads} * kV, .head_stride = kV};
-            p.n_queries = queries;
-            p.pos0 = pos0;
-            p.n_heads = heads;
-            p.head_dim_qk = kQk;
-            p.head_dim_v = kV;
-            p.scale = 0.0722f;
-            p.out_type = cuda::AttnOutputType::bf16;
-            p.out = ctx.device_alloc(static_cast<size_t>(queries) * heads * kV * 2);
+            const bf16* q = random_bf16(ctx, static_cast<size_t>(queries) * heads * kQk);
+            void* out = ctx.device_alloc(static_cast<size_t>(queries) * heads * kV * 2);
+            const cuda::AttentionShape shape{.n_heads = heads,
+                                             .capacity = static_cast<int>(n_keys),
+                                             .head_dim_qk = kQk,
+                                             .head_dim_v = kV,
+                                             .scale = 0.0722f,
+                                             .out_type = cuda::AttnOutputType::bf16};
+            cuda::FlashPrefillParams p =
+                cuda::flash_prefill_params(shape, queries, {.q = q, .k = ks[0], .v = vs[0], .out = out});
             finish_fills();
             return [=](cudaStream_t s, int rep) mutable {
               p.k_cache.data = ks[rep % ks.size()];

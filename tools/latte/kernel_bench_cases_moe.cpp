@@ -18,17 +18,14 @@
 #include "cuda/moe_router.hpp"
 #include "cuda/norms.hpp"
 #include "cuda/rope_yarn.hpp"
+#include "cuda/standalone_params.hpp"
 #include "kernel_bench.hpp"
 
 namespace latte::cli {
 namespace {
 
-struct MoeShape {
-  int n_expert, n_used, hidden, ffn;
-};
-
-int64_t touched_experts(const MoeShape& m, int tokens) {
-  const int kExperts = m.n_expert, kUsed = m.n_used;
+int64_t touched_experts(const cuda::MoeShape& m, int tokens) {
+  const int kExperts = m.n_experts, kUsed = m.k;
   // expected distinct experts when each token draws 6 of 64 uniformly
   const double miss = std::pow(1.0 - static_cast<double>(kUsed) / kExperts, tokens);
   return static_cast<int64_t>(std::ceil(kExperts * (1.0 - miss)));
@@ -47,11 +44,11 @@ std::string moe_shape(int n_expert, int ffn, int used, int tokens) {
 
 GgmlType kquant_or_q5_0(int k) { return k % 256 == 0 ? GgmlType::q4_k : GgmlType::q5_0; }
 
-KernelBenchCase moe_case(const MoeShape& m, int tokens) {
-  const int kExperts = m.n_expert, kUsed = m.n_used, kHidden = m.hidden, kFfn = m.ffn;
-  const GgmlType gate_type = kquant_or_q5_0(kHidden), down_type = kquant_or_q5_0(kFfn);
-  const int64_t gate_bytes = static_cast<int64_t>(row_bytes(gate_type, kHidden)) * kFfn;
-  const int64_t down_bytes = static_cast<int64_t>(row_bytes(down_type, kFfn)) * kHidden;
+KernelBenchCase moe_case(const cuda::MoeShape& m, int tokens) {
+  const int kExperts = m.n_experts, kUsed = m.k, kHidden = m.hidden, kFfn = m.ffn;
+  const GgmlType gate_type = m.gate_type, down_type = m.down_type;
+  const int64_t gate_bytes = cuda::expert_matrix_bytes(gate_type, kFfn, kHidden);
+  const int64_t down_bytes = cuda::expert_matrix_bytes(down_type, kHidden, kFfn);
   const double bytes =
       static_cast<double>(touched_experts(m, tokens)) * (2.0 * gate_bytes + down_bytes) + 8.0 * tokens * kHidden;
   const double flops = 2.0 * tokens * kUsed * 3.0 * kHidden * kFfn;
@@ -64,38 +61,19 @@ KernelBenchCase moe_case(const MoeShape& m, int tokens) {
             auto* gate = ctx.random_device(static_cast<size_t>(gate_bytes * kExperts), int(gate_type));
             auto* up = ctx.random_device(static_cast<size_t>(gate_bytes * kExperts), int(gate_type));
             auto* down = ctx.random_device(static_cast<size_t>(down_bytes * kExperts), int(down_type));
-            cuda::MoeExpertWeights w{.gate = {gate_type, gate, gate_bytes * kExperts, gate_bytes},
-                                     .up = {gate_type, up, gate_bytes * kExperts, gate_bytes},
-                                     .down = {down_type, down, down_bytes * kExperts, down_bytes},
-                                     .n_experts = kExperts,
-                                     .hidden = kHidden,
-                                     .ffn = kFfn};
-            std::vector<int32_t> ids(static_cast<size_t>(tokens) * kUsed);
-            std::vector<int> perm(kExperts);
-            for (int t = 0; t < tokens; ++t) {
-              std::iota(perm.begin(), perm.end(), 0);
-              std::shuffle(perm.begin(), perm.end(), ctx.rng);
-              for (int j = 0; j < kUsed; ++j) ids[static_cast<size_t>(t) * kUsed + j] = perm[j];
-            }
+            const cuda::MoeExpertWeights w = cuda::moe_expert_weights(m, gate, up, down);
+            const std::vector<int32_t> ids = cuda::random_expert_ids(m, tokens, ctx.rng);
             auto* d_ids = static_cast<int32_t*>(ctx.device_alloc(ids.size() * 4));
             LATTE_CUDA_CHECK(cudaMemcpy(d_ids, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
             auto* weights = static_cast<const float*>(ctx.random_device(ids.size() * 4, 0));
             auto* x = static_cast<const float*>(ctx.random_device(size_t{4} * tokens * kHidden, 0));
             auto* xb = static_cast<const __nv_bfloat16*>(ctx.random_device(size_t{2} * tokens * kHidden, 30));
             auto* out = static_cast<float*>(ctx.device_alloc(size_t{4} * tokens * kHidden));
-            auto ws = std::make_shared<cuda::MoeWorkspace>(cuda::MoeWorkspaceShape{
-                .max_tokens = tokens, .k = kUsed, .n_experts = kExperts, .hidden = kHidden, .ffn = kFfn});
+            auto ws = std::make_shared<cuda::MoeWorkspace>(cuda::moe_workspace_shape(m, tokens));
             ctx.keep_alive.push_back(ws);
             return [=](cudaStream_t s, int) {
-              const cuda::MoeExpertsCall call{.ids = d_ids,
-                                              .weights = weights,
-                                              .n_tokens = tokens,
-                                              .k = kUsed,
-                                              .x = x,
-                                              .x_bf16 = xb,
-                                              .x_stride = kHidden,
-                                              .out = out,
-                                              .out_stride = kHidden};
+              const cuda::MoeExpertsCall call = cuda::moe_experts_call(
+                  m, tokens, {.ids = d_ids, .weights = weights, .x = x, .x_bf16 = xb, .out = out});
               if (tokens <= 8) {
                 cuda::moe_experts_decode(w, *ws, call, s);
               } else {
@@ -106,8 +84,15 @@ KernelBenchCase moe_case(const MoeShape& m, int tokens) {
 }
 
 std::vector<KernelBenchCase> moe_cases(const KernelBenchShapes& shapes) {
-  const MoeShape m{shapes.n_expert, shapes.n_expert_used, shapes.hidden, shapes.expert_ffn};
-  const int kExperts = m.n_expert, kUsed = m.n_used, kHidden = m.hidden;
+  // Gate/up Q4_K (Q5_0 where the width is no multiple of 256), down likewise by its width; softmax routing.
+  const cuda::MoeShape m{.n_experts = shapes.n_expert,
+                         .k = shapes.n_expert_used,
+                         .hidden = shapes.hidden,
+                         .ffn = shapes.expert_ffn,
+                         .gate_type = kquant_or_q5_0(shapes.hidden),
+                         .up_type = kquant_or_q5_0(shapes.hidden),
+                         .down_type = kquant_or_q5_0(shapes.expert_ffn)};
+  const int kExperts = m.n_experts, kUsed = m.k, kHidden = m.hidden;
   const int heads = shapes.n_head, q_rows = shapes.q_rows, head_dim = shapes.qk_nope + shapes.qk_rope,
             n_rot = shapes.qk_rope, rot_offset = shapes.qk_nope;
   std::vector<KernelBenchCase> cases;
@@ -123,14 +108,7 @@ std::vector<KernelBenchCase> moe_cases(const KernelBenchShapes& shapes) {
                          auto* ids = static_cast<int32_t*>(ctx.device_alloc(size_t{4} * tokens * kUsed));
                          auto* w = static_cast<float*>(ctx.device_alloc(size_t{4} * tokens * kUsed));
                          return [=](cudaStream_t s, int) {
-                           cuda::moe_route({.logits = logits,
-                                            .logits_stride = kExperts,
-                                            .n_tokens = tokens,
-                                            .n_experts = kExperts,
-                                            .k = kUsed,
-                                            .ids = ids,
-                                            .weights = w},
-                                           s);
+                           cuda::moe_route(cuda::moe_router_params(m, tokens, logits, nullptr, ids, w), s);
                          };
                        }});
     }
