@@ -9,10 +9,12 @@
 #   3. a random DeepSeek-V2-Lite-shaped model (8 layers, vocab 129280, Q8_0): `latte bench --tp 1,2`
 #      (pp512, tg128, 8 batched sequences; mla) with its scaling lines
 #   4. the NCCL launch test (two processes, one GPU each)            latte_nccl_launch_test
+#      then a model split over two processes (tensor_parallel_from_launch): bit-identical logits on
+#      both ranks, equal to TP=1 within bf16 bounds, greedy equal       latte_tp_launch_model_test
 #   5. expert-parallel vs tensor-parallel MoE: the mla bench with --tp 2 --tp-moe expert,tensor
 #   6. the bench of 3 with the output head split by vocabulary over the ranks (LATTE_TP_OUTPUT=split;
 #      by default rank 0 holds the whole head), then with the standard backend; `latte generate --tp 1`
-#      and `--tp 2` greedy (mla)
+#      and `--tp 2` greedy (mla), and `latte generate --tp-launch` as two processes (rank 0 prints)
 #   7. the TP gpu tests with LATTE_CUDA_GRAPHS=0 (decode steps eager; tells a graph+NCCL problem apart)
 # Why Q8_0 and not Q4_K_M: V2-Lite's shared-expert down projection is 2816 wide, 1408 per rank, which
 # cuts Q4_K/Q6_K blocks of 256 values; the plan refuses it (`latte inspect --tp 2` names the tensor).
@@ -23,7 +25,8 @@
 # Needs .deps/ from scripts/prepare-gpu-deps.sh (no network on the GPU machine) and NCCL (the CUDA
 # toolkit's or NCCL_ROOT). Settings:
 #   LATTE_GPU_ARCH   CMAKE_CUDA_ARCHITECTURES (default 90a-real)
-#   LATTE_TP_SKIP      space-separated steps to skip: tests error bench launch moe head generate eager
+#   LATTE_TP_SKIP      space-separated steps to skip: tests error bench launch launch-model moe head
+#                      generate eager
 #   LATTE_BENCH_REPS   repetitions per bench test (default 2)
 #   LATTE_TP_BUDGET_S  seconds the whole script may take (default 570: a device call ends at 600);
 #                      steps are ordered by importance and each runs under the time left; those
@@ -67,7 +70,7 @@ grep -i "nccl" "$LOG_DIR/configure.log" | sed 's/^/   /'
 build_ok=0
 if [ "${STATUS[-1]}" = pass ]; then
   step "build ($ARCH)" build.log 420 cmake --build build-gpu --parallel "$JOBS" \
-    --target latte_gpu_tests latte_nccl_launch_test latte-cli && build_ok=1
+    --target latte_gpu_tests latte_nccl_launch_test latte_tp_launch_model_test latte-cli && build_ok=1
 fi
 
 if [ $build_ok = 1 ]; then
@@ -114,6 +117,8 @@ if [ $build_ok = 1 ]; then
       --device cuda:0 --tp 1,2 --attention mla -p 512 -n 128 --batch 1,8 -r "$REPS"
   fi
   skipped launch || step "NCCL launch test (2 processes)" nccl-launch.log 90 $T/latte_nccl_launch_test
+  skipped launch-model || step "TP=2 model over 2 processes (launch)" tp-launch-model.log 180 \
+    $T/latte_tp_launch_model_test
   if ! skipped moe && [ -f "$MODEL_FILE" ]; then
     step "bench expert- vs tensor-parallel MoE (mla)" bench-moe.log 120 $LATTE bench --model "$MODEL_FILE" \
       --device cuda:0 --tp 2 --tp-moe expert,tensor --attention mla -p 512 -n 128 --batch 1,8 -r "$REPS"
@@ -137,6 +142,25 @@ if [ $build_ok = 1 ]; then
     if [ -n "$a" ] && [ "$a" = "$b" ]; then r=pass; else r="DIFFERENT (random weights: near ties may flip)"; fi
     echo "   greedy tp1 vs tp2 (mla): $r"
     gpu_note "generate tp1 == tp2 (mla)" "$r"
+    # The same as two processes, one GPU each, as two hosts would run it: rank 1 in the background
+    # (quiet), rank 0 in the step; a fresh id file.
+    ID_FILE=$(mktemp -u "${TMPDIR:-/tmp}/latte-tp-id.XXXXXX")
+    LATTE_TP_RANK=1 LATTE_TP_WORLD=2 LATTE_TP_LOCAL_RANK=1 LATTE_TP_ID_FILE=$ID_FILE LATTE_TP_TIMEOUT_S=60 \
+      timeout 90 $LATTE generate --tp-launch --model "$MODEL_FILE" --attention mla --tokens "$PROMPT" -n 32 \
+      --greedy >"$LOG_DIR/generate-mla-launch-rank1.out" 2>"$LOG_DIR/generate-mla-launch-rank1.log" &
+    rank1=$!
+    step "generate --tp-launch, 2 processes (mla)" generate-mla-launch.log 90 env LATTE_TP_RANK=0 LATTE_TP_WORLD=2 \
+      LATTE_TP_LOCAL_RANK=0 LATTE_TP_ID_FILE="$ID_FILE" LATTE_TP_TIMEOUT_S=60 $LATTE generate --tp-launch \
+      --model "$MODEL_FILE" --attention mla --tokens "$PROMPT" -n 32 --greedy --timing
+    wait $rank1; rc1=$?
+    rm -f "$ID_FILE"
+    c=$(grep -E '^[0-9 ]+$' "$LOG_DIR/generate-mla-launch.log" 2>/dev/null | tail -n 1)
+    if [ $rc1 != 0 ]; then r="FAIL (rank 1 rc $rc1)"
+    elif [ -s "$LOG_DIR/generate-mla-launch-rank1.out" ]; then r="FAIL (rank 1 printed)"
+    elif [ -n "$b" ] && [ "$c" = "$b" ]; then r=pass
+    else r="DIFFERENT (random weights: near ties may flip)"; fi
+    echo "   greedy --tp 2 vs --tp-launch (mla): $r"
+    gpu_note "generate --tp-launch == --tp 2 (mla)" "$r"
   fi
   skipped eager || step "TP gpu tests, LATTE_CUDA_GRAPHS=0" tp-tests-eager.log \
     240 env LATTE_CUDA_GRAPHS=0 $T/latte_gpu_tests -tc='tensor-parallel*' -tce='*graphs against eager*'
@@ -144,7 +168,8 @@ fi
 
 echo
 echo "== failures (first lines) =="
-grep -h -E "ERROR|FAILED|error:|SKIPPED|what\(\)" "$LOG_DIR"/tp-*.log "$LOG_DIR"/nccl-launch.log 2>/dev/null | head -n 40
+grep -h -E "ERROR|FAILED|error:|SKIPPED|what\(\)" "$LOG_DIR"/tp-*.log "$LOG_DIR"/nccl-launch.log \
+  "$LOG_DIR"/generate-mla-launch*.log 2>/dev/null | head -n 40
 echo
 echo "== last case started in a test log that did not pass =="
 for f in "$LOG_DIR"/tp-smoke-*.log "$LOG_DIR"/tp-tests.log "$LOG_DIR"/tp-tests-eager.log; do

@@ -182,6 +182,18 @@ struct ModelParams {
   /// the tensor when the model cannot be split this many ways.
   int tensor_parallel = 1;
   MoeSplit moe_split = MoeSplit::expert_parallel;  ///< with tensor_parallel > 1
+  /// Load only this process's rank of a model split over several processes, one GPU each, on one
+  /// host or several (docs/tensor-parallel.md). The rank, the number of processes and the GPU come
+  /// from the launch variables: LATTE_TP_RANK / LATTE_TP_WORLD / LATTE_TP_LOCAL_RANK (or those of
+  /// Open MPI or PMI) and LATTE_TP_ID_FILE, through which rank 0 hands the NCCL id to the others.
+  /// `device` must be CUDA; the process runs on cuda:(local rank) whatever its index. Leave
+  /// tensor_parallel at 1 to take the degree from the launch, or give the launch's process count.
+  /// Each process reads and uploads only its own shard. Sessions are then SPMD: every process
+  /// must make the same Session calls with the same tokens, and every process gets the same logits
+  /// bit for bit. Model::load throws Error(invalid_argument) without launch variables, for another
+  /// degree or a CPU device, Error(unsupported) without NCCL in the build, Error(device) when the
+  /// local rank has no GPU or rank 0's id does not appear in LATTE_TP_ID_FILE in time.
+  bool tensor_parallel_from_launch = false;
   /// Called with the fraction loaded (0..1); returning false cancels the load (Error(cancelled)).
   std::function<bool(float progress)> on_progress{};
 };

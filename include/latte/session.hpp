@@ -40,6 +40,9 @@ struct SessionParams {
 /// truncate or load_state of the same Session throws Error(invalid_argument) (checked in every build,
 /// not a guarantee to rely on: it catches overlaps that happen, not every missing synchronisation).
 /// Several Sessions on one Model may run on several threads at once.
+/// A model split over processes (ModelParams::tensor_parallel_from_launch) is SPMD: every process
+/// must make the same Session calls with the same tokens in the same order (each step's collectives
+/// need every rank); every process then gets the same logits bit for bit.
 class Session {
  public:
   /// Creates an empty session. Throws Error(invalid_argument) for n_ctx < 1 or n_threads < 0,

@@ -89,6 +89,7 @@ class CudaForward final : public CudaRankForward {
         }
         vocab_slice_ = c_.n_vocab / communicator_->world_size();
       }
+      logits_everywhere_ = rank->logits_on_every_rank;
       if (rank->expert_count > 0 && rank->expert_count < c_.n_expert) {
         held_first_ = rank->expert_first;  // expert-parallel: this rank's experts only
         n_held_ = rank->expert_count;
@@ -716,7 +717,16 @@ class CudaForward final : public CudaRankForward {
       linear(weights_->output, a.out_rows.data(), H, n_out, a.logits_slice.data(), vocab_slice_);
       communicator_->all_gather(a.logits_slice.data(), logits, static_cast<size_t>(n_out) * vocab_slice_,
                                 detail::CollectiveType::f32);
-      if (communicator_->rank() == 0) copy_logits_to_host(logits, n_out, vocab, vocab, logits_host_, stream());
+      if (communicator_->rank() == 0 || logits_everywhere_) {
+        copy_logits_to_host(logits, n_out, vocab, vocab, logits_host_, stream());
+      }
+      return;
+    }
+    if (logits_everywhere_) {
+      // Rank 0 holds the whole head: its logits go to every rank.
+      if (communicator_->rank() == 0) linear(weights_->output, a.out_rows.data(), H, n_out, logits, vocab);
+      communicator_->broadcast(logits, static_cast<size_t>(n_out) * vocab, detail::CollectiveType::f32, 0);
+      copy_logits_to_host(logits, n_out, vocab, vocab, logits_host_, stream());
       return;
     }
     linear(weights_->output, a.out_rows.data(), H, n_out, logits, vocab);
@@ -751,6 +761,7 @@ class CudaForward final : public CudaRankForward {
   int held_first_ = -1;                           // expert parallelism: first routed expert held, or -1
   int n_held_ = 0;                                // routed experts held (all of them without expert parallelism)
   int vocab_slice_ = 0;                           // split output head: vocabulary rows of each rank, else 0
+  bool logits_everywhere_ = false;                // every rank copies the step's logits to the host
   std::shared_ptr<const DeviceWeights> weights_;
   CudaAttentionBackend& backend_;
   detail::AttentionInputLayout layout_;

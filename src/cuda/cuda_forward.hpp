@@ -49,6 +49,11 @@ struct CudaRankSetup {
   /// every rank computes its slice of the logits and rank 0 gathers them. Every rank must then be
   /// given the batch's logit rows (only rank 0 a logits pointer).
   bool split_output = false;
+  /// Every rank ends the step with the logits in host memory, the same bits on each (a multi-process
+  /// launch, where each process samples for itself): the split head's gathered slices are copied on
+  /// every rank, and without a split head rank 0 broadcasts its logits. Every rank must then be given
+  /// the batch's logit rows and a logits pointer.
+  bool logits_on_every_rank = false;
 };
 
 /// Creates the CUDA pass for a model loaded on a CUDA device. Throws Error(unsupported) when `backend`

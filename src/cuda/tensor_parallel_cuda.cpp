@@ -363,6 +363,7 @@ std::unique_ptr<detail::ForwardPass> create_tensor_parallel_cuda_forward(const d
     throw Error(ErrorCode::internal, "create_tensor_parallel_cuda_forward: the model is not split over GPUs");
   }
 #ifdef LATTE_WITH_NCCL
+  if (model.cuda_tensor_parallel->launch_rank >= 0) return create_launch_rank_cuda_forward(model, backend_name);
   return std::make_unique<TensorParallelCudaForward>(model, backend_name);
 #else
   (void)backend_name;

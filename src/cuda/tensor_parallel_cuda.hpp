@@ -11,6 +11,11 @@
 //
 //   auto model = latte::Model::load("m.gguf", {.device = latte::Device::cuda(0), .tensor_parallel = 2});
 //   latte::Session s(model, {.attention = "mla"});   // create_tensor_parallel_cuda_forward behind it
+//
+// A model split over processes (ModelParams::tensor_parallel_from_launch, tensor_parallel_launch.cpp):
+// each process holds one rank (TensorParallelDevices::launch_rank) on cuda:(local rank), its NCCL
+// communicator joined through the launch's id file, and runs it with one CudaRankForward, no threads;
+// every rank ends each step with the same logits (the split head's all-gather, or rank 0's broadcast).
 #pragma once
 
 #include "model/forward.hpp"
@@ -23,7 +28,8 @@
 
 namespace latte::detail {
 class Communicator;
-}
+struct LaunchEnvironment;
+}  // namespace latte::detail
 
 namespace latte::cuda {
 
@@ -48,6 +54,10 @@ struct TensorParallelDevices {
   /// Set when a step failed after collectives were queued: the communicators were aborted and the
   /// model's sessions throw from then on (load the model again).
   std::string failure;
+  /// A multi-process launch (ModelParams::tensor_parallel_from_launch): this process runs rank
+  /// `launch_rank` alone, on cuda:first_device; `weights` and `ranks` hold that rank's one entry, and
+  /// every rank ends each step with the same logits. -1: every rank runs in this process.
+  int launch_rank = -1;
 };
 
 /// Checks, before anything is read, that tensor_parallel = `world` can run from cuda:`first`: NCCL is
@@ -60,10 +70,34 @@ void require_tensor_parallel_devices(int first, int world);
 /// device, the bytes its shard needs and the bytes free.
 std::shared_ptr<TensorParallelDevices> load_tensor_parallel_devices(const detail::ModelState& state, int first);
 
+/// Checks, before anything is read, that this process can run its rank of a multi-process launch:
+/// NCCL is compiled in (else Error(unsupported)) and GPU env.local_rank exists (else Error(device)
+/// saying how many CUDA devices the host has).
+void require_launch_rank_device(const detail::LaunchEnvironment& env);
+
+/// Uploads this process's shard (state.tensor_parallel->only_rank, = env.rank) to cuda:env.local_rank
+/// and joins the group through env.id_file: rank 0 publishes a new NCCL id there, the others wait
+/// for it (LATTE_TP_TIMEOUT_S seconds, default 600). Error(out_of_memory) when the shard does not fit.
+/// The output head is split by vocabulary rows when n_vocab divides evenly (LATTE_TP_OUTPUT=replicated
+/// keeps it whole on rank 0, which then broadcasts the logits).
+std::shared_ptr<TensorParallelDevices> load_launch_rank_devices(const detail::ModelState& state,
+                                                                const detail::LaunchEnvironment& env);
+
 /// The forward pass of a session over the model's ranks with attention backend `backend_name` (a
 /// CUDA backend created per rank for its shard). Like the CPU one, the caches of the batches it runs
 /// only count tokens; each sequence keeps its per-rank device caches in KvCache::forward_state.
 std::unique_ptr<detail::ForwardPass> create_tensor_parallel_cuda_forward(const detail::ModelState& model,
                                                                          const std::string& backend_name);
+
+/// The forward pass of a session over the one rank of a multi-process launch this process runs (what
+/// create_tensor_parallel_cuda_forward returns for such a model). Steps are SPMD: every process must
+/// run the same batches in the same order. Before a step's first collective the ranks agree that
+/// each prepared it (a host-side failure on any rank then fails the step on every rank, and the
+/// group stays usable); a rank whose step fails later aborts its communicator, and a rank whose
+/// step waits on a failed peer aborts its own when NCCL reports an error or after
+/// LATTE_TP_TIMEOUT_S seconds (default 600; 0 waits forever): every rank throws Error(device), and
+/// the model's sessions throw from then on.
+std::unique_ptr<detail::ForwardPass> create_launch_rank_cuda_forward(const detail::ModelState& model,
+                                                                     const std::string& backend_name);
 
 }  // namespace latte::cuda

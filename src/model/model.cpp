@@ -2,6 +2,7 @@
 #include "model/fingerprint.hpp"
 #include "model/model_state.hpp"
 #include "model/weights.hpp"
+#include "parallel/launch_model.hpp"
 #include "parallel/shard_plan.hpp"
 #include "parallel/tensor_parallel_model.hpp"
 
@@ -9,6 +10,8 @@
 #include <latte/error.hpp>
 #include <latte/gguf.hpp>
 #include <latte/model.hpp>
+
+#include <optional>
 
 #ifdef LATTE_WITH_CUDA
 #include "cuda/device_weights.hpp"
@@ -38,6 +41,13 @@ Model Model::from_file(gguf::File file, ModelParams params) {
     throw Error(ErrorCode::invalid_argument,
                 "tensor_parallel must be at least 1 (got " + std::to_string(params.tensor_parallel) + ")");
   }
+  // One rank per process: the degree and the GPU come from the launch variables.
+  std::optional<detail::ModelLaunch> launch;
+  if (params.tensor_parallel_from_launch) {
+    launch = detail::resolve_model_launch(params);
+    params.tensor_parallel = launch->tensor_parallel;
+    params.device = launch->device;
+  }
 #ifndef LATTE_WITH_CUDA
   if (!params.device.is_cpu()) {
     throw Error(ErrorCode::unsupported, "device " + params.device.to_string() +
@@ -45,7 +55,9 @@ Model Model::from_file(gguf::File file, ModelParams params) {
   }
 #else
   // One GPU per rank from the given one, and NCCL between them: checked before anything is read.
-  if (params.tensor_parallel > 1 && params.device.is_cuda()) {
+  if (launch && params.tensor_parallel > 1) {
+    cuda::require_launch_rank_device(launch->env);
+  } else if (params.tensor_parallel > 1 && params.device.is_cuda()) {
     cuda::require_tensor_parallel_devices(params.device.index, params.tensor_parallel);
   }
 #endif
@@ -61,13 +73,21 @@ Model Model::from_file(gguf::File file, ModelParams params) {
   }
   state->weights = detail::map_weights(state->file, state->config, state->audit);
   state->fingerprint = detail::model_fingerprint(state->file);
-  if (plan) state->tensor_parallel = detail::shard_model(state->config, state->weights, std::move(*plan));
+  if (plan) {
+    // A process of a multi-process launch cuts (and later reads) only its own rank's shard.
+    state->tensor_parallel =
+        detail::shard_model(state->config, state->weights, std::move(*plan), launch ? launch->env.rank : -1);
+  }
 #ifdef LATTE_WITH_CUDA
   if (params.device.is_cuda()) {
     report_progress(params, 0.4f);
     // Kernels that are wrong on this architecture/driver are caught before the first forward pass
     // (once per device per process; the verdict is cached per user; LATTE_NO_SELFTEST=1 skips it).
-    if (state->tensor_parallel) {
+    if (state->tensor_parallel && launch) {
+      // This process's rank only, to cuda:(local rank); the group is joined through the id file.
+      state->cuda_tensor_parallel = cuda::load_launch_rank_devices(*state, launch->env);
+      diagnostics::ensure_selftest(params.device);
+    } else if (state->tensor_parallel) {
       // Each rank uploads only its shard, to cuda:(index + rank).
       state->cuda_tensor_parallel = cuda::load_tensor_parallel_devices(*state, params.device.index);
       for (int r = 0; r < params.tensor_parallel; ++r)

@@ -69,20 +69,21 @@ NcclCommunicator::NcclCommunicator(std::span<const std::byte> unique_id, int ran
     check_nccl(r,
                ("ncclCommInitRank (rank " + std::to_string(rank) + " of " + std::to_string(world_size) + ")").c_str());
   }
-  comm_ = comm;
+  comm_.store(comm);
   queue_ = stream_;
 }
 
 NcclCommunicator::NcclCommunicator(Adopt, void* comm, int rank, int world_size, int device)
-    : comm_(comm), rank_(rank), world_size_(world_size), device_(device) {
+    : rank_(rank), world_size_(world_size), device_(device) {
+  comm_.store(comm);
   stream_ = create_stream(device);
   queue_ = stream_;
 }
 
 NcclCommunicator::~NcclCommunicator() {
-  if (comm_) {
+  if (void* comm = comm_.load()) {
     cudaSetDevice(device_);
-    ncclCommDestroy(as_comm(comm_));
+    ncclCommDestroy(as_comm(comm));
   }
   if (stream_) cudaStreamDestroy(as_stream(stream_));
 }
@@ -118,23 +119,35 @@ std::vector<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create_in_proce
 }
 
 void NcclCommunicator::abort() noexcept {
-  if (!comm_) return;
+  void* comm = comm_.exchange(nullptr);
+  if (!comm) return;
   cudaSetDevice(device_);
-  ncclCommAbort(as_comm(comm_));
-  comm_ = nullptr;
+  ncclCommAbort(as_comm(comm));
+}
+
+std::string NcclCommunicator::async_error() const {
+  void* comm = comm_.load();
+  if (!comm) return "";
+  ncclResult_t async = ncclSuccess;
+  const ncclResult_t r = ncclCommGetAsyncError(as_comm(comm), &async);
+  if (r != ncclSuccess) return std::string("ncclCommGetAsyncError: ") + ncclGetErrorString(r);
+  if (async != ncclSuccess && async != ncclInProgress) return ncclGetErrorString(async);
+  return "";
 }
 
 void NcclCommunicator::all_reduce_sum(void* data, size_t count, CollectiveType type) {
-  if (!comm_) throw Error(ErrorCode::device, "NCCL all-reduce: the communicator was aborted");
+  void* comm = comm_.load();
+  if (!comm) throw Error(ErrorCode::device, "NCCL all-reduce: the communicator was aborted");
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
-  check_nccl(ncclAllReduce(data, data, count, nccl_type(type), ncclSum, as_comm(comm_), as_stream(queue_)),
+  check_nccl(ncclAllReduce(data, data, count, nccl_type(type), ncclSum, as_comm(comm), as_stream(queue_)),
              "ncclAllReduce");
 }
 
 void NcclCommunicator::all_gather(const void* send, void* recv, size_t count, CollectiveType type) {
-  if (!comm_) throw Error(ErrorCode::device, "NCCL all-gather: the communicator was aborted");
+  void* comm = comm_.load();
+  if (!comm) throw Error(ErrorCode::device, "NCCL all-gather: the communicator was aborted");
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
-  check_nccl(ncclAllGather(send, recv, count, nccl_type(type), as_comm(comm_), as_stream(queue_)), "ncclAllGather");
+  check_nccl(ncclAllGather(send, recv, count, nccl_type(type), as_comm(comm), as_stream(queue_)), "ncclAllGather");
 }
 
 void NcclCommunicator::broadcast(void* data, size_t count, CollectiveType type, int root) {
@@ -142,18 +155,20 @@ void NcclCommunicator::broadcast(void* data, size_t count, CollectiveType type, 
     throw Error(ErrorCode::invalid_argument, "broadcast: root " + std::to_string(root) + " outside the group of " +
                                                  std::to_string(world_size_) + " ranks");
   }
-  if (!comm_) throw Error(ErrorCode::device, "NCCL broadcast: the communicator was aborted");
+  void* comm = comm_.load();
+  if (!comm) throw Error(ErrorCode::device, "NCCL broadcast: the communicator was aborted");
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
-  check_nccl(ncclBroadcast(data, data, count, nccl_type(type), root, as_comm(comm_), as_stream(queue_)),
+  check_nccl(ncclBroadcast(data, data, count, nccl_type(type), root, as_comm(comm), as_stream(queue_)),
              "ncclBroadcast");
 }
 
 void NcclCommunicator::synchronize() {
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
   check_cuda(cudaStreamSynchronize(as_stream(queue_)), "cudaStreamSynchronize");
-  if (!comm_) throw Error(ErrorCode::device, "NCCL: the communicator was aborted");
+  void* comm = comm_.load();
+  if (!comm) throw Error(ErrorCode::device, "NCCL: the communicator was aborted");
   ncclResult_t async = ncclSuccess;
-  check_nccl(ncclCommGetAsyncError(as_comm(comm_), &async), "ncclCommGetAsyncError");
+  check_nccl(ncclCommGetAsyncError(as_comm(comm), &async), "ncclCommGetAsyncError");
   check_nccl(async, "asynchronous error");
 }
 

@@ -12,10 +12,12 @@
 #include "parallel/communicator.hpp"
 #include "parallel/launch_environment.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace latte::detail {
@@ -58,15 +60,22 @@ class NcclCommunicator final : public Communicator {
   void set_stream(void* stream) noexcept { queue_ = stream ? stream : stream_; }
   /// Aborts the communicator (ncclCommAbort): pending collectives end, later calls throw Error(device).
   /// For a rank that failed in the middle of a step, so that no other rank waits for it forever.
+  /// May be called from another thread than the one queuing collectives (a watchdog ending a step
+  /// that waits on a failed peer); it then must not race with a collective being queued.
   void abort() noexcept;
+  /// NCCL's asynchronous error of the communicator (e.g. a peer over the network gone), or "" when
+  /// none (or when aborted). Callable from another thread while a step runs.
+  [[nodiscard]] std::string async_error() const;
+  /// Whether abort() ran.
+  [[nodiscard]] bool aborted() const noexcept { return comm_.load() == nullptr; }
 
  private:
   struct Adopt {};
   NcclCommunicator(Adopt, void* comm, int rank, int world_size, int device);
 
-  void* comm_ = nullptr;    // ncclComm_t
-  void* stream_ = nullptr;  // cudaStream_t, owned
-  void* queue_ = nullptr;   // cudaStream_t the collectives go to: stream_ or set_stream's
+  std::atomic<void*> comm_{nullptr};  // ncclComm_t; nullptr once aborted
+  void* stream_ = nullptr;            // cudaStream_t, owned
+  void* queue_ = nullptr;             // cudaStream_t the collectives go to: stream_ or set_stream's
   int rank_ = 0;
   int world_size_ = 1;
   int device_ = 0;

@@ -4,6 +4,7 @@
 #include <latte/error.hpp>
 
 #include <cstring>
+#include <string>
 
 namespace latte::detail {
 
@@ -54,9 +55,13 @@ TensorView shard_view(const TensorView& full, const TensorShard& shard, int rank
 }
 
 std::shared_ptr<const TensorParallelModel> shard_model(const ModelConfig& config, const ModelWeights& weights,
-                                                       ShardPlan plan) {
+                                                       ShardPlan plan, int only_rank) {
   auto model = std::make_shared<TensorParallelModel>();
   const int w = plan.world_size;
+  if (only_rank >= w) {
+    throw Error(ErrorCode::internal, "shard_model: rank " + std::to_string(only_rank) + " of " + std::to_string(w));
+  }
+  model->only_rank = only_rank < 0 ? -1 : only_rank;
   const bool has_moe = config.n_dense_lead < config.n_layer_main();
   model->ranks.resize(static_cast<size_t>(w));
   const std::vector<TensorSpec> specs = expected_tensors(config);
@@ -73,6 +78,7 @@ std::shared_ptr<const TensorParallelModel> shard_model(const ModelConfig& config
       rank.expert_first = r * plan.experts_per_rank;
       rank.expert_count = plan.experts_per_rank;
     }
+    if (model->only_rank >= 0 && r != model->only_rank) continue;  // another process's shard
     rank.weights.layers.resize(weights.layers.size());
     for (const TensorSpec& spec : specs) {
       if (spec.mtp) continue;

@@ -29,13 +29,17 @@ struct RankWeights {
 struct TensorParallelModel {
   ShardPlan plan{};
   std::vector<RankWeights> ranks{};
+  /// -1: every rank's weights are cut (ranks in this process). Else the one rank this process runs
+  /// (a multi-process launch): only ranks[only_rank] has weights, the others only config and experts.
+  int only_rank = -1;
 };
 
 /// Cuts `weights` (views of the whole model) into plan.world_size ranks. Throws Error(unsupported)
 /// for a plan this build cannot run (MoE tensor-parallel experts) and Error(internal) for a tensor
-/// the plan does not cover.
+/// the plan does not cover. With only_rank >= 0 only that rank's weights are cut, so that a process
+/// running one rank reads (repacks) no other rank's columns.
 std::shared_ptr<const TensorParallelModel> shard_model(const ModelConfig& config, const ModelWeights& weights,
-                                                       ShardPlan plan);
+                                                       ShardPlan plan, int only_rank = -1);
 
 /// The view of rank `rank`'s part of `full` as `shard` says (rows: a view; columns: repacked into a
 /// new buffer appended to `owned`).

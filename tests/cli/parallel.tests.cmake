@@ -14,3 +14,11 @@ latte_cli_test(NAME logits_tp_not_divisible ARGS logits --model ${_tp_model} --t
                EXPECT_STDERR "4 attention heads .* not divisible by 3 ranks")
 latte_cli_test(NAME logits_tp ARGS logits --model ${_tp_model} --tokens "1 2 3" --tp 2 EXPECT_STDOUT "^\\[-?[0-9]")
 set_tests_properties(cli_logits_tp_not_divisible cli_logits_tp PROPERTIES FIXTURES_REQUIRED cli_model)
+# `latte generate --tp-launch`: one rank of a model split over processes; without launch variables
+# or on the CPU it stops before reading the model, saying what is missing.
+latte_cli_test(NAME generate_tp_launch_no_environment ARGS generate --tp-launch --model ${_tp_model} --tokens "1 2"
+               EXPECT_EXIT 1 EXPECT_STDERR "no launch environment: set LATTE_TP_RANK, LATTE_TP_WORLD and LATTE_TP_ID_FILE")
+latte_cli_test(NAME generate_tp_launch_cpu ARGS generate --tp-launch --device cpu --model ${_tp_model} --tokens "1 2"
+               EXPECT_EXIT 1 EXPECT_STDERR "device cpu is not a CUDA device")
+set_tests_properties(cli_generate_tp_launch_no_environment cli_generate_tp_launch_cpu PROPERTIES FIXTURES_REQUIRED
+                     cli_model)

@@ -6,8 +6,16 @@
 // Prints the generated ids, space-separated, on one line. The prompt is evaluated once, then each
 // generated token is fed back as a single-token eval. Sampling uses latte::Sampler (the prompt is
 // part of its penalty history); --greedy is temperature 0: the largest logit, ties to the lowest id.
+//
+// --tp-launch: this process is one rank of a model split over processes (one GPU each, on one host
+// or several), started with LATTE_TP_RANK / LATTE_TP_WORLD / LATTE_TP_ID_FILE (or by mpirun): every
+// rank runs the same command, only rank 0 prints (docs/tensor-parallel.md).
+//
+//   LATTE_TP_RANK=0 LATTE_TP_WORLD=2 LATTE_TP_ID_FILE=/shared/id latte generate --tp-launch -m m.gguf ...
 #include "command.hpp"
 #include "token_list.hpp"
+
+#include "parallel/launch_environment.hpp"
 
 #include <latte/device.hpp>
 #include <latte/error.hpp>
@@ -29,11 +37,13 @@ void print_usage() {
       "usage: latte generate --model FILE.gguf --tokens \"ID ID ...\" -n N\n"
       "                      [--greedy | --temp T --top-k K --top-p P --min-p P --seed S]\n"
       "                      [--attention mla|standard|auto] [--device cpu] [--threads N] [--timing]\n"
-      "                      [--tp N]\n"
+      "                      [--tp N] [--tp-launch]\n"
       "Prints N generated token ids on one line. --greedy: the most likely token each step, ties to\n"
       "the lowest id; otherwise latte::Sampler with the given settings (defaults: its own).\n"
       "--timing prints prompt and generation speeds on stderr. --tp N splits the model over N ranks\n"
-      "(CPU: threads; cuda:K: GPUs K..K+N-1).\n",
+      "(CPU: threads; cuda:K: GPUs K..K+N-1). --tp-launch: this process is one rank of a model split\n"
+      "over processes started with LATTE_TP_RANK, LATTE_TP_WORLD, LATTE_TP_ID_FILE [LATTE_TP_LOCAL_RANK]\n"
+      "(or by mpirun): it runs on GPU cuda:LOCAL_RANK; every rank runs the same command, rank 0 prints.\n",
       stdout);
 }
 
@@ -56,7 +66,8 @@ int run_generate(std::span<const std::string> argv) {
   const auto tokens_text = args.take({"--tokens", "-t"});
   const auto count_text = args.take({"-n", "--n-predict"});
   const std::string attention = args.take({"--attention"}).value_or("auto");
-  const std::string device = args.take({"--device"}).value_or("cpu");
+  const bool tp_launch = args.flag({"--tp-launch"});
+  const std::string device = args.take({"--device"}).value_or(tp_launch ? "cuda" : "cpu");
   const int threads = latte::cli::parse_int_option("--threads", args.take({"--threads"}).value_or("0"));
   const bool greedy = args.flag({"--greedy"});
   const bool timing = args.flag({"--timing"});
@@ -76,7 +87,11 @@ int run_generate(std::span<const std::string> argv) {
   if (n < 0) throw latte::Error(latte::ErrorCode::invalid_argument, "-n must not be negative");
 
   const auto prompt = latte::cli::parse_token_list(*tokens_text);
-  const auto model = latte::Model::load(*model_path, {.device = latte::Device::parse(device), .tensor_parallel = tp});
+  const auto model = latte::Model::load(
+      *model_path,
+      {.device = latte::Device::parse(device), .tensor_parallel = tp, .tensor_parallel_from_launch = tp_launch});
+  // Every rank samples the same tokens from the same logits; rank 0 alone reports them.
+  const bool quiet = tp_launch && latte::detail::read_launch_environment()->rank != 0;
   latte::Session session(
       model, {.n_ctx = static_cast<int>(prompt.size()) + std::max(n, 1), .attention = attention, .n_threads = threads});
   using clock = std::chrono::steady_clock;
@@ -93,6 +108,7 @@ int run_generate(std::span<const std::string> argv) {
     if (i + 1 < n) session.eval(std::span(&next, 1));
   }
   const auto t2 = clock::now();
+  if (quiet) return 0;
   std::printf("%s\n", line.c_str());
   if (timing) {
     const double prompt_s = std::chrono::duration<double>(t1 - t0).count();
