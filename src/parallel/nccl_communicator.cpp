@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -96,6 +97,10 @@ std::unique_ptr<NcclCommunicator> NcclCommunicator::from_environment(const Launc
     throw Error(ErrorCode::device, "local rank " + std::to_string(env.local_rank) + " (" + env.source +
                                        ") has no GPU: this host has " + std::to_string(n_devices));
   }
+  // Every connection at ncclCommInitRank, while all ranks are present, rather than at the first
+  // collective that needs it: a rank whose peer died later then waits in a kernel (which the step
+  // watchdog's abort ends), never inside a host call connecting to the dead peer.
+  ::setenv("NCCL_RUNTIME_CONNECT", "0", 0);
   std::vector<std::byte> id;
   if (env.rank == 0) {
     id = new_unique_id();
@@ -119,6 +124,7 @@ std::vector<std::unique_ptr<NcclCommunicator>> NcclCommunicator::create_in_proce
 }
 
 void NcclCommunicator::abort() noexcept {
+  const std::lock_guard lock(calls_);
   void* comm = comm_.exchange(nullptr);
   if (!comm) return;
   cudaSetDevice(device_);
@@ -126,6 +132,7 @@ void NcclCommunicator::abort() noexcept {
 }
 
 std::string NcclCommunicator::async_error() const {
+  const std::lock_guard lock(calls_);
   void* comm = comm_.load();
   if (!comm) return "";
   ncclResult_t async = ncclSuccess;
@@ -136,6 +143,7 @@ std::string NcclCommunicator::async_error() const {
 }
 
 void NcclCommunicator::all_reduce_sum(void* data, size_t count, CollectiveType type) {
+  const std::lock_guard lock(calls_);
   void* comm = comm_.load();
   if (!comm) throw Error(ErrorCode::device, "NCCL all-reduce: the communicator was aborted");
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
@@ -144,6 +152,7 @@ void NcclCommunicator::all_reduce_sum(void* data, size_t count, CollectiveType t
 }
 
 void NcclCommunicator::all_gather(const void* send, void* recv, size_t count, CollectiveType type) {
+  const std::lock_guard lock(calls_);
   void* comm = comm_.load();
   if (!comm) throw Error(ErrorCode::device, "NCCL all-gather: the communicator was aborted");
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
@@ -155,6 +164,7 @@ void NcclCommunicator::broadcast(void* data, size_t count, CollectiveType type, 
     throw Error(ErrorCode::invalid_argument, "broadcast: root " + std::to_string(root) + " outside the group of " +
                                                  std::to_string(world_size_) + " ranks");
   }
+  const std::lock_guard lock(calls_);
   void* comm = comm_.load();
   if (!comm) throw Error(ErrorCode::device, "NCCL broadcast: the communicator was aborted");
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
@@ -165,6 +175,7 @@ void NcclCommunicator::broadcast(void* data, size_t count, CollectiveType type, 
 void NcclCommunicator::synchronize() {
   check_cuda(cudaSetDevice(device_), "cudaSetDevice");
   check_cuda(cudaStreamSynchronize(as_stream(queue_)), "cudaStreamSynchronize");
+  const std::lock_guard lock(calls_);
   void* comm = comm_.load();
   if (!comm) throw Error(ErrorCode::device, "NCCL: the communicator was aborted");
   ncclResult_t async = ncclSuccess;

@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -74,6 +75,9 @@ class NcclCommunicator final : public Communicator {
   NcclCommunicator(Adopt, void* comm, int rank, int world_size, int device);
 
   std::atomic<void*> comm_{nullptr};  // ncclComm_t; nullptr once aborted
+  // Held by every host-side NCCL call on comm_ and by abort(): another thread's abort (a watchdog)
+  // waits for a call in progress instead of freeing the communicator under it.
+  mutable std::mutex calls_;
   void* stream_ = nullptr;            // cudaStream_t, owned
   void* queue_ = nullptr;             // cudaStream_t the collectives go to: stream_ or set_stream's
   int rank_ = 0;
