@@ -6,13 +6,16 @@
 // every SM several warps). K is walked in steps of 1024 values; warp j of a group takes steps j, j+split,
 // ...; lane l decodes values [32 l, 32 l + 32) of a step. Quantized rows are staged into shared memory
 // with coalesced 16-byte loads and realigned there (row_staging), then decoded into byte codes
-// (quant_decode). x is read as float4 straight from global/L1 and each x load serves both rows. Sums
-// are fp32; the warp reduces, then the group's warps through shared memory.
+// (quant_decode). x: for 1 and 2 tokens the step's values are staged in shared memory by coalesced
+// loads (StageX below); for more tokens each lane reads its values as float4 straight from global/L1.
+// Each x value read serves both rows. Sums are fp32; the warp reduces, then the group's warps through
+// shared memory.
 //
-// Measured on an H200 (BENCHMARKS.md): this kernel is bound by the L1 (x loads and the staging: 97%
-// busy at ~25% of DRAM bandwidth on the output head), not by DRAM. Two variants measured slower and were
-// dropped: issuing the next step's loads before decoding the current one (more registers, less
-// occupancy) and 8 rows per warp with x held in registers (fewer warps, each working serially).
+// Measured on an H200 (BENCHMARKS.md): with direct x loads the kernel was bound by the L1 (97% busy at
+// ~25% of DRAM bandwidth on the output head); staging x made single-sequence decode 13-15% faster. Two
+// variants measured slower and were dropped: issuing the next step's loads before decoding the current
+// one (more registers, less occupancy) and 8 rows per warp with x held in registers (fewer warps, each
+// working serially).
 //
 // Cost per weight value at 1 token: ~1 byte-permute + 1 add (exact code->float) + 1 FMA, so Q4_K
 // needs ~29 values/SM-clock at 4.3 TB/s: close to the issue limit, see BENCHMARKS.md.
