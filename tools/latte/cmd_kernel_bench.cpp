@@ -5,6 +5,7 @@
 // run_kernel_bench_cases is also what `latte bench --kernels` runs, at the loaded model's shapes.
 #ifdef LATTE_WITH_CUDA
 
+#include <latte/device.hpp>
 #include <latte/error.hpp>
 
 #include <algorithm>
@@ -116,6 +117,11 @@ int run_kernel_bench_cases(const KernelBenchShapes& shapes, const KernelBenchRun
   const std::string& filter = run.filter;
   const int batches = run.batches, per_batch = run.per_batch, device = run.device;
   if (batches < 1 || per_batch < 1) throw Error(ErrorCode::invalid_argument, "batches and per-batch must be >= 1");
+  const int n_devices = Device::cuda_device_count();
+  if (device < 0 || device >= n_devices) {
+    throw Error(ErrorCode::device, "kernel-bench: no CUDA device cuda:" + std::to_string(device) + " (" +
+                                       std::to_string(n_devices) + " visible)");
+  }
   LATTE_CUDA_CHECK(cudaSetDevice(device));
   const auto& caps = cuda::device_caps(device);
   std::printf("device %d: %s, sm_%d%d, %d SMs, L2 %.0f MiB, kernel path %s\n", device, caps.name.c_str(), caps.cc_major,
