@@ -158,6 +158,27 @@ bool check_close(const std::string& kernel, const std::string& shape, const Comp
   return ok;
 }
 
+std::vector<float> run_session(const Model& model, const std::string& backend, std::span<const Token> prompt,
+                               std::span<const Token> decode) {
+  Session s(model, {.n_ctx = 512, .attention = backend, .logits_all = true});
+  s.eval(prompt);
+  std::vector<float> out;
+  for (int i = 0; i < static_cast<int>(prompt.size()); ++i) {
+    const auto l = s.logits(i);
+    out.insert(out.end(), l.begin(), l.end());
+  }
+  for (Token t : decode) {
+    s.eval(std::span(&t, 1));
+    const auto l = s.logits();
+    out.insert(out.end(), l.begin(), l.end());
+  }
+  return out;
+}
+
+bool all_finite(std::span<const float> v) {
+  return std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); });
+}
+
 std::vector<Token> greedy(const Model& model, const std::string& backend, const std::vector<Token>& prompt, int n,
                           float* min_margin) {
   Session s(model, {.n_ctx = 128, .attention = backend});

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -76,5 +77,12 @@ float bf16_to_float(uint16_t bits);
 /// min_margin is set, the smallest top-2 logit margin seen over the n steps.
 std::vector<Token> greedy(const Model& model, const std::string& backend, const std::vector<Token>& prompt, int n,
                           float* min_margin);
+
+/// Logits of every prompt position (one eval, n_ctx 512), then of each decoded token (one eval each).
+std::vector<float> run_session(const Model& model, const std::string& backend, std::span<const Token> prompt,
+                               std::span<const Token> decode);
+
+/// Whether every value is finite.
+bool all_finite(std::span<const float> v);
 
 }  // namespace latte::test::gpu

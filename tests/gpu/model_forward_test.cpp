@@ -43,6 +43,9 @@
 
 namespace {
 
+using latte::test::gpu::all_finite;
+using latte::test::gpu::run_session;
+
 constexpr double kBf16LogitsTolerance = 2e-2;  // normalised logits error, bf16 cache and operands
 
 /// A random model of `preset` loaded twice from the same bytes: on the CPU and on CUDA device 0.
@@ -66,27 +69,7 @@ ModelPair& model_pair(const std::string& preset) {
   return *it->second;
 }
 
-/// Logits of every prompt position (one eval), then of each decoded token (one eval each).
-std::vector<float> run_session(const latte::Model& model, const std::string& backend,
-                               std::span<const latte::Token> prompt, std::span<const latte::Token> decode) {
-  latte::Session s(model, {.n_ctx = 512, .attention = backend, .logits_all = true});
-  s.eval(prompt);
-  std::vector<float> out;
-  for (int i = 0; i < static_cast<int>(prompt.size()); ++i) {
-    const auto l = s.logits(i);
-    out.insert(out.end(), l.begin(), l.end());
-  }
-  for (latte::Token t : decode) {
-    s.eval(std::span(&t, 1));
-    const auto l = s.logits();
-    out.insert(out.end(), l.begin(), l.end());
-  }
-  return out;
-}
 
-bool all_finite(std::span<const float> v) {
-  return std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); });
-}
 
 }  // namespace
 

@@ -37,6 +37,9 @@
 
 namespace {
 
+using latte::test::gpu::all_finite;
+using latte::test::gpu::run_session;
+
 constexpr double kBf16LogitsTolerance = 2e-2;  // normalised logits error per position (see above)
 /// Positions of `n` that may fall outside the bound (a flipped near-tie).
 size_t allowed_outside(size_t n) { return std::max<size_t>(1, n / 20); }
@@ -66,23 +69,6 @@ latte::Model load(std::span<const std::byte> bytes, const std::string& name, lat
   return latte::Model::from_file(latte::gguf::File::from_bytes(bytes, name + ".gguf"), std::move(params));
 }
 
-/// Logits of every prompt position (one eval), then of each decoded token (one eval each).
-std::vector<float> run_session(const latte::Model& model, const std::string& backend,
-                               std::span<const latte::Token> prompt, std::span<const latte::Token> decode) {
-  latte::Session s(model, {.n_ctx = 512, .attention = backend, .logits_all = true});
-  s.eval(prompt);
-  std::vector<float> out;
-  for (int i = 0; i < static_cast<int>(prompt.size()); ++i) {
-    const auto l = s.logits(i);
-    out.insert(out.end(), l.begin(), l.end());
-  }
-  for (latte::Token t : decode) {
-    s.eval(std::span(&t, 1));
-    const auto l = s.logits();
-    out.insert(out.end(), l.begin(), l.end());
-  }
-  return out;
-}
 
 /// Fraction of positions (rows of `vocab` logits) whose own normalised error is within `tol`.
 double fraction_within(std::span<const float> a, std::span<const float> b, int vocab, double tol) {
@@ -96,9 +82,6 @@ double fraction_within(std::span<const float> a, std::span<const float> b, int v
   return static_cast<double>(good) / static_cast<double>(n);
 }
 
-bool all_finite(std::span<const float> v) {
-  return std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); });
-}
 
 /// Greedy continuation of `n` tokens, and the smallest top-2 logit margin seen on the way.
 constexpr latte::MoeSplit kMoeSplits[] = {latte::MoeSplit::expert_parallel, latte::MoeSplit::tensor_parallel};
