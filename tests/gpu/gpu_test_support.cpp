@@ -1,5 +1,7 @@
 #include "gpu_test_support.hpp"
 
+#include "support/random_models.hpp"
+
 #include <doctest/doctest.h>
 #include <latte/session.hpp>
 #include <latte/quant_blocks.hpp>
@@ -177,6 +179,37 @@ std::vector<float> run_session(const Model& model, const std::string& backend, s
 
 bool all_finite(std::span<const float> v) {
   return std::all_of(v.begin(), v.end(), [](float x) { return std::isfinite(x); });
+}
+
+void check_truncation(const Model& model, const std::string& backend, std::span<const Token> first, int keep,
+                      std::span<const Token> other, const std::string& label) {
+  constexpr double kBound = 2e-2;  // bf16 logits bound per position
+  const SessionParams params{.n_ctx = 128, .attention = backend, .logits_all = true};
+  Session truncated(model, params), fresh(model, params), kept(model, params);
+  truncated.eval(first);
+  truncated.truncate(keep);
+  truncated.eval(other);
+  fresh.eval(first.first(static_cast<size_t>(keep)));
+  fresh.eval(other);
+  kept.eval(first);
+  kept.eval(other);
+  const int n = static_cast<int>(other.size());
+  std::vector<double> errors;
+  int outside = 0, control_far = 0;
+  for (int i = 0; i < n; ++i) {
+    errors.push_back(relative_error(truncated.logits(i), fresh.logits(i)));
+    outside += errors.back() > kBound ? 1 : 0;
+    control_far += relative_error(kept.logits(i), fresh.logits(i)) > 4 * kBound ? 1 : 0;
+  }
+  std::sort(errors.begin(), errors.end());
+  const double median = errors[errors.size() / 2];
+  std::printf("%s, eval %zu, truncate(%d), eval %d new vs eval %d, eval %d new: median error %.3g, worst %.3g, %d of %d "
+              "over %.0e (without the truncation: %d of %d over %.0e)\n",
+              label.c_str(), first.size(), keep, n, keep, n, median, errors.back(), outside, n, kBound, control_far, n,
+              4 * kBound);
+  CHECK(outside <= 1);
+  CHECK(median <= kBound / 4);
+  CHECK(control_far >= (n + 1) / 2);
 }
 
 std::vector<Token> greedy(const Model& model, const std::string& backend, const std::vector<Token>& prompt, int n,

@@ -261,34 +261,10 @@ TEST_CASE("tensor-parallel CUDA: truncating and continuing, and graphs against e
     CHECK(error <= 1e-6);
 
     // Truncate back into the prompt and continue with other tokens: the rank caches follow the session,
-    // so it equals a fresh session fed the kept tokens and the new ones, as on one GPU
-    // (session_truncate_test.cpp, whose bounds these are: the chunks differ from the reference's, so a
-    // routing or DSA selection near-tie may flip at one position); the untruncated session is the control.
-    const auto other = latte::test::fresh_tokens(18, config.n_vocab);
-    const latte::SessionParams params{.n_ctx = 128, .attention = backend, .logits_all = true};
-    latte::Session s(two, params), fresh(two, params), kept(two, params);
-    s.eval(all.first(30));
-    s.truncate(12);
-    s.eval(other);
-    fresh.eval(all.first(12));
-    fresh.eval(other);
-    kept.eval(all.first(30));
-    kept.eval(other);
-    int outside = 0, control_far = 0;
-    std::vector<double> errors;
-    for (int i = 0; i < static_cast<int>(other.size()); ++i) {
-      errors.push_back(latte::test::relative_error(s.logits(i), fresh.logits(i)));
-      outside += errors.back() > kBf16LogitsTolerance ? 1 : 0;
-      control_far += latte::test::relative_error(kept.logits(i), fresh.logits(i)) > 4 * kBf16LogitsTolerance ? 1 : 0;
-    }
-    std::sort(errors.begin(), errors.end());
-    std::printf("TP2 eval 30, truncate(12), eval 18 new vs eval 12, eval 18 new %-8s: median error %.3g, %d of 18 "
-                "over %.0e (without the truncation: %d of 18 over %.0e)\n",
-                backend, errors[errors.size() / 2], outside, kBf16LogitsTolerance, control_far,
-                4 * kBf16LogitsTolerance);
-    CHECK(outside <= 1);
-    CHECK(errors[errors.size() / 2] <= kBf16LogitsTolerance / 4);
-    CHECK(control_far >= 9);
+    // so it equals a fresh session fed the kept tokens and the new ones, as on one GPU (the bounds and
+    // the control of check_truncation, shared with session_truncate_test.cpp).
+    latte::test::gpu::check_truncation(two, backend, all.first(30), 12,
+                                       latte::test::fresh_tokens(18, config.n_vocab), std::string("TP2 ") + backend);
   }
 }
 
