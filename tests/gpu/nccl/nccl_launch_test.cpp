@@ -7,12 +7,12 @@
 #include "parallel/launch_environment.hpp"
 #include "parallel/nccl_communicator.hpp"
 
+#include "launch_ranks.hpp"
+
 #include <latte/error.hpp>
 #include <latte/quant.hpp>
 
 #include <cuda_runtime.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -23,8 +23,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-extern char** environ;
 
 namespace {
 
@@ -131,33 +129,7 @@ int launch_two_ranks(const char* self) {
   const std::string id_file = (dir / "nccl-id").string();
   const uint32_t seed = static_cast<uint32_t>(std::random_device{}());
   std::printf("launching 2 ranks, id file %s, seed %u\n", id_file.c_str(), seed);
-  std::vector<pid_t> pids;
-  for (int r = 0; r < 2; ++r) {
-    std::vector<std::string> vars;
-    for (char** e = environ; *e; ++e) vars.emplace_back(*e);
-    vars.push_back("LATTE_TP_RANK=" + std::to_string(r));
-    vars.push_back("LATTE_TP_WORLD=2");
-    vars.push_back("LATTE_TP_LOCAL_RANK=" + std::to_string(r));
-    vars.push_back("LATTE_TP_ID_FILE=" + id_file);
-    vars.push_back("LATTE_TP_TEST_SEED=" + std::to_string(seed));
-    std::vector<char*> envp;
-    for (auto& v : vars) envp.push_back(v.data());
-    envp.push_back(nullptr);
-    std::string arg0 = self;
-    char* argv[] = {arg0.data(), nullptr};
-    pid_t pid = 0;
-    if (posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv, envp.data()) != 0) {
-      std::fprintf(stderr, "cannot start rank %d\n", r);
-      return 1;
-    }
-    pids.push_back(pid);
-  }
-  int failed = 0;
-  for (pid_t pid : pids) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failed;
-  }
+  const int failed = latte::test::launch_ranks(self, 2, id_file, {"LATTE_TP_TEST_SEED=" + std::to_string(seed)});
   std::filesystem::remove_all(dir);
   return failed ? 1 : 0;
 }

@@ -19,6 +19,7 @@
 #include "parallel/launch_environment.hpp"
 #include "parallel/tensor_parallel_model.hpp"
 #include "support/random_models.hpp"
+#include "launch_ranks.hpp"
 
 #include <latte/error.hpp>
 #include <latte/gguf.hpp>
@@ -26,8 +27,6 @@
 #include <latte/session.hpp>
 
 #include <cuda_runtime.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -42,8 +41,6 @@
 #include <sstream>
 #include <string>
 #include <vector>
-
-extern char** environ;
 
 namespace {
 
@@ -223,39 +220,9 @@ int run_rank(const latte::detail::LaunchEnvironment& env) {
   return 0;
 }
 
-int launch_two_ranks(const char* self, const std::string& dir, const std::vector<std::string>& extra) {
-  std::vector<pid_t> pids;
-  for (int r = 0; r < 2; ++r) {
-    std::vector<std::string> vars;
-    for (char** e = environ; *e; ++e) vars.emplace_back(*e);
-    vars.push_back("LATTE_TP_RANK=" + std::to_string(r));
-    vars.push_back("LATTE_TP_WORLD=2");
-    vars.push_back("LATTE_TP_LOCAL_RANK=" + std::to_string(r));
-    vars.push_back("LATTE_TP_ID_FILE=" + dir + "/nccl-id");
-    vars.push_back("LATTE_TP_TEST_DIR=" + dir);
-    vars.insert(vars.end(), extra.begin(), extra.end());
-    std::vector<char*> envp;
-    for (auto& v : vars) envp.push_back(v.data());
-    envp.push_back(nullptr);
-    std::string arg0 = self;
-    char* argv[] = {arg0.data(), nullptr};
-    pid_t pid = 0;
-    if (posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv, envp.data()) != 0) {
-      std::fprintf(stderr, "cannot start rank %d\n", r);
-      return 1;
-    }
-    pids.push_back(pid);
-  }
-  int failed = 0;
-  for (size_t r = 0; r < pids.size(); ++r) {
-    int status = 0;
-    waitpid(pids[r], &status, 0);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-      std::fprintf(stderr, "rank %zu failed (status %d)\n", r, status);
-      ++failed;
-    }
-  }
-  return failed;
+int launch_two_ranks(const char* self, const std::string& dir, std::vector<std::string> extra) {
+  extra.push_back("LATTE_TP_TEST_DIR=" + dir);
+  return latte::test::launch_ranks(self, 2, dir + "/nccl-id", extra);
 }
 
 int run_parent(const char* self) {
