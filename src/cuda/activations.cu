@@ -10,11 +10,14 @@
 #include <string>
 
 #include "cuda/check.hpp"
+#include "cuda/launch.cuh"
 
 namespace latte::cuda {
 namespace {
 
 __global__ void silu_gate_kernel(const SiluGateParams p) {
+  wait_for_producers();  // see launch.cuh
+  allow_dependents();
   const int64_t total = static_cast<int64_t>(p.rows) * p.cols;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -31,6 +34,8 @@ __global__ void silu_gate_kernel(const SiluGateParams p) {
 
 __global__ void convert_to_bf16_kernel(const float* x, int64_t x_stride, __nv_bfloat16* out, int64_t out_stride,
                                        int rows, int cols) {
+  wait_for_producers();  // see launch.cuh
+  allow_dependents();
   const int64_t total = static_cast<int64_t>(rows) * cols;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -53,8 +58,7 @@ void silu_gate(const SiluGateParams& p, cudaStream_t stream) {
                                                  std::to_string(p.cols) + " or strides");
   }
   if (p.rows == 0 || p.cols == 0) return;
-  silu_gate_kernel<<<grid_for(static_cast<int64_t>(p.rows) * p.cols), 256, 0, stream>>>(p);
-  LATTE_CUDA_CHECK_LAUNCH();
+  launch_kernel(silu_gate_kernel, grid_for(static_cast<int64_t>(p.rows) * p.cols), 256, 0, stream, p);
 }
 
 void convert_to_bf16(const float* x, int64_t x_stride, void* out, int64_t out_stride, int rows, int cols,
@@ -63,9 +67,8 @@ void convert_to_bf16(const float* x, int64_t x_stride, void* out, int64_t out_st
     throw Error(ErrorCode::invalid_argument, "convert_to_bf16: invalid pointers, shape or strides");
   }
   if (rows == 0 || cols == 0) return;
-  convert_to_bf16_kernel<<<grid_for(static_cast<int64_t>(rows) * cols), 256, 0, stream>>>(
-      x, x_stride, static_cast<__nv_bfloat16*>(out), out_stride, rows, cols);
-  LATTE_CUDA_CHECK_LAUNCH();
+  launch_kernel(convert_to_bf16_kernel, grid_for(static_cast<int64_t>(rows) * cols), 256, 0, stream, x, x_stride,
+                static_cast<__nv_bfloat16*>(out), out_stride, rows, cols);
 }
 
 }  // namespace latte::cuda

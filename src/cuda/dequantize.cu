@@ -12,6 +12,7 @@
 
 #include "cuda/check.hpp"
 #include "cuda/gemv_quant.hpp"
+#include "cuda/launch.cuh"
 #include "cuda/quant_decode.cuh"
 #include "cuda/row_staging.cuh"
 
@@ -31,6 +32,8 @@ struct DequantTraits {
 
 template <GgmlType T, class Out>
 __global__ void __launch_bounds__(32 * kDequantWarps) dequantize_kernel(const DequantizeParams p) {
+  wait_for_producers();  // see launch.cuh
+  allow_dependents();
   using Tr = DequantTraits<T>;
   using Block = quant::BlockTraits<T>;
   constexpr int CPL = Tr::chunks_per_lane;
@@ -94,9 +97,9 @@ template <GgmlType T>
 void launch_dequantize(const DequantizeParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((p.n_rows + kDequantWarps - 1) / kDequantWarps));
   if (p.out_type == DequantOut::bf16) {
-    dequantize_kernel<T, __nv_bfloat16><<<grid, 32 * kDequantWarps, 0, stream>>>(p);
+    launch_kernel(dequantize_kernel<T, __nv_bfloat16>, grid, 32 * kDequantWarps, 0, stream, p);
   } else {
-    dequantize_kernel<T, float><<<grid, 32 * kDequantWarps, 0, stream>>>(p);
+    launch_kernel(dequantize_kernel<T, float>, grid, 32 * kDequantWarps, 0, stream, p);
   }
   LATTE_CUDA_CHECK_LAUNCH();
 }

@@ -10,6 +10,7 @@
 #include "cuda/bf16_mma.cuh"
 #include "cuda/check.hpp"
 #include "cuda/kv_cache_layout.cuh"
+#include "cuda/launch.cuh"
 
 #include <cstdint>
 #include <string>
@@ -32,6 +33,8 @@ constexpr size_t kPartialBytes = size_t{kQueriesPerCta} * 2 * kKeyTile * sizeof(
 constexpr size_t kSmemBytes = kKeyBytes + kQueryBytes + kPartialBytes;
 
 __global__ void __launch_bounds__(kThreads) dsa_index_scores_kernel(const DsaIndexScoresParams p) {
+  wait_for_producers();  // see launch.cuh
+  allow_dependents();
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* k_s = reinterpret_cast<bf16*>(smem);                                  // [kKeyTile][kRowElems]
   bf16* q_s = reinterpret_cast<bf16*>(smem + kKeyBytes);                      // [kQueriesPerCta * 32][kRowElems]
@@ -156,8 +159,7 @@ void run_dsa_index_scores(const DsaIndexScoresParams& p, cudaStream_t stream) {
   const int key_tiles = (p.max_kv_len + kKeyTile - 1) / kKeyTile;
   const dim3 grid((key_tiles + kKeyTilesPerCta - 1) / kKeyTilesPerCta, (p.q_len + kQueriesPerCta - 1) / kQueriesPerCta,
                   p.batch);
-  dsa_index_scores_kernel<<<grid, kThreads, kSmemBytes, stream>>>(p);
-  LATTE_CUDA_CHECK_LAUNCH();
+  launch_kernel(dsa_index_scores_kernel, grid, kThreads, kSmemBytes, stream, p);
 }
 
 }  // namespace latte::cuda

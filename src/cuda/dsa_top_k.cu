@@ -9,6 +9,7 @@
 #include "cuda/dsa_indexer.hpp"
 
 #include "cuda/check.hpp"
+#include "cuda/launch.cuh"
 
 #include <cub/block/block_scan.cuh>
 
@@ -29,6 +30,8 @@ __device__ __forceinline__ uint32_t order_key(float x) {
 }
 
 __global__ void __launch_bounds__(kThreads) dsa_top_k_kernel(const DsaTopKParams p) {
+  wait_for_producers();  // see launch.cuh
+  allow_dependents();
   using BlockScan = cub::BlockScan<int, kThreads>;
   __shared__ typename BlockScan::TempStorage scan_storage;
   __shared__ int histogram[kBins];
@@ -121,8 +124,7 @@ void run_dsa_top_k(const DsaTopKParams& p, cudaStream_t stream) {
           what + ": scores, kv_lens and indices must be set");
   require(p.index_stride >= p.top_k && p.scores_stride >= 1, ErrorCode::invalid_argument,
           what + ": index_stride must be at least top_k");
-  dsa_top_k_kernel<<<p.batch * p.q_len, kThreads, 0, stream>>>(p);
-  LATTE_CUDA_CHECK_LAUNCH();
+  launch_kernel(dsa_top_k_kernel, p.batch * p.q_len, kThreads, 0, stream, p);
 }
 
 }  // namespace latte::cuda

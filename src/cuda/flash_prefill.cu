@@ -14,6 +14,7 @@
 #include "cuda/bf16_mma.cuh"
 #include "cuda/check.hpp"
 #include "cuda/kv_cache_layout.cuh"
+#include "cuda/launch.cuh"
 
 #include <cstdint>
 #include <string>
@@ -65,6 +66,8 @@ __device__ __forceinline__ void load_cache_rows(bf16* dst, const PagedRows<const
 
 template <class Tr>
 __global__ void __launch_bounds__(Tr::kThreads, 2) flash_prefill_kernel(const FlashPrefillParams p) {
+  wait_for_producers();  // see launch.cuh
+  allow_dependents();
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* q_s = reinterpret_cast<bf16*>(smem);                              // [kBlockM][kQkRow]
   bf16* k_s = reinterpret_cast<bf16*>(smem + Tr::kQBytes);                // [kBlockN][kQkRow]
@@ -249,6 +252,8 @@ PrefillKernel kernel_for(int dim_qk, int dim_v) {
 }
 
 __global__ void build_key_mask_kernel(const KeyMaskParams p) {
+  wait_for_producers();  // see launch.cuh
+  allow_dependents();
   extern __shared__ uint32_t row_bits[];  // [ceil(n_keys / 32)]
   const int words = (p.n_keys + 31) / 32;
   const int t = blockIdx.x;
@@ -297,8 +302,7 @@ void run_flash_prefill(const FlashPrefillParams& p, cudaStream_t stream) {
   LATTE_CUDA_CHECK(
       cudaFuncSetAttribute(k.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(k.smem_bytes)));
   const dim3 grid((p.n_queries + 63) / 64, p.n_heads);
-  k.kernel<<<grid, k.threads, k.smem_bytes, stream>>>(p);
-  LATTE_CUDA_CHECK_LAUNCH();
+  launch_kernel(k.kernel, grid, k.threads, k.smem_bytes, stream, p);
 }
 
 void run_build_key_mask(const KeyMaskParams& p, cudaStream_t stream) {
@@ -311,8 +315,7 @@ void run_build_key_mask(const KeyMaskParams& p, cudaStream_t stream) {
   require(p.mask_stride >= words, ErrorCode::invalid_argument, what + ": mask_stride is below ceil(n_keys / 32)");
   require(words * 4 <= 48 * 1024, ErrorCode::invalid_argument, what + ": more than 393216 keys");
   if (p.n_queries == 0) return;
-  build_key_mask_kernel<<<p.n_queries, 256, static_cast<size_t>(words) * 4, stream>>>(p);
-  LATTE_CUDA_CHECK_LAUNCH();
+  launch_kernel(build_key_mask_kernel, p.n_queries, 256, static_cast<size_t>(words) * 4, stream, p);
 }
 
 }  // namespace latte::cuda

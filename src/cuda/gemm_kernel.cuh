@@ -21,6 +21,7 @@
 
 #include "cuda/check.hpp"
 #include "cuda/gemm_quant.hpp"
+#include "cuda/launch.cuh"
 #include "cuda/quant_decode.cuh"
 
 namespace latte::cuda {
@@ -78,6 +79,8 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
 
 template <GgmlType T>
 __global__ void __launch_bounds__(128) gemm_kernel(const QuantGemmParams p) {
+  wait_for_producers();  // see launch.cuh
+  allow_dependents();
   using Tr = GemmTraits<T>;
   using Block = quant::BlockTraits<T>;
   extern __shared__ __align__(16) uint8_t smem[];
@@ -277,8 +280,7 @@ void launch_gemm(const QuantGemmParams& p, cudaStream_t stream) {
   allow_gemm_shared_memory<T>();
   const int m_tiles = p.tiles ? p.max_tiles : (p.m + Tr::bm - 1) / Tr::bm;
   const dim3 grid(static_cast<unsigned>(m_tiles), static_cast<unsigned>((p.n_rows + Tr::bn - 1) / Tr::bn));
-  gemm_kernel<T><<<grid, Tr::threads, Tr::smem_bytes, stream>>>(p);
-  LATTE_CUDA_CHECK_LAUNCH();
+  launch_kernel(gemm_kernel<T>, grid, Tr::threads, Tr::smem_bytes, stream, p);
 }
 
 }  // namespace latte::cuda

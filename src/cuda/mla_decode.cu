@@ -23,6 +23,7 @@
 #include "cuda/mla_decode.hpp"
 
 #include "cuda/check.hpp"
+#include "cuda/launch.cuh"
 #include "cuda/mla_decode_tiles.cuh"
 #include "cuda/split_kv_combine.hpp"
 
@@ -65,6 +66,8 @@ using MlaDecodeSmallSmem = MlaDecodeTraits<1, 32, 2>;  // 16 rows, 2 warps, 95 K
 
 template <class Tr>
 __global__ void __launch_bounds__(Tr::kThreads, 1) mla_decode_kernel(const Launch L) {
+  wait_for_producers();  // see launch.cuh
+  allow_dependents();
   constexpr int T = Tr::kTileTokens;
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* q_s = reinterpret_cast<bf16*>(smem);                                     // [kRows][kSmemRowElems]
@@ -390,8 +393,7 @@ void run_mla_decode(const MlaDecodeParams& p, const MlaDecodePlan& plan, void* w
   LATTE_CUDA_CHECK(cudaFuncSetAttribute(info.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(info.smem_bytes)));
   const dim3 grid(plan.head_groups, plan.splits, p.batch);
-  info.kernel<<<grid, info.threads, info.smem_bytes, stream>>>(launch);
-  LATTE_CUDA_CHECK_LAUNCH();
+  launch_kernel(info.kernel, grid, info.threads, info.smem_bytes, stream, launch);
 
   if (plan.splits > 1) {
     run_split_kv_combine({.partial_out = launch.partial_out,

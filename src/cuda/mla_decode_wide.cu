@@ -13,6 +13,7 @@
 // Per 32-position tile: ~315 KB of shared-memory traffic (36 KB copy-in, Q 74 KB, K 37 KB, partials
 // 64 KB, P 36 KB, V 32 KB) for 4.5 MFLOP; the 16-row layout at 64 rows would move ~460 KB.
 #include <cstdint>
+#include "cuda/launch.cuh"
 #include "cuda/mla_decode_tiles.cuh"
 
 namespace latte::cuda::mla_decode_detail {
@@ -42,6 +43,8 @@ static_assert(kThreads == 4 * kRows, "the softmax step gives each row 4 threads"
 static_assert((kQBytes + kKvBytes + kPartialBytes + kPBytes + kRowStateBytes) % 16 == 0);
 
 __global__ void __launch_bounds__(kThreads, 1) mla_decode_wide_kernel(const Launch L) {
+  wait_for_producers();  // see launch.cuh
+  allow_dependents();
   constexpr int T = kTileTokens;
   extern __shared__ __align__(16) unsigned char smem[];
   unsigned char* cursor = smem;

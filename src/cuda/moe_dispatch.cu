@@ -10,6 +10,7 @@
 #include <string>
 
 #include "cuda/check.hpp"
+#include "cuda/launch.cuh"
 #include "cuda/moe_router.hpp"
 
 namespace latte::cuda {
@@ -18,6 +19,8 @@ namespace {
 constexpr int kSortThreads = 256;
 
 __global__ void __launch_bounds__(kSortThreads) moe_sort_kernel(const MoeSortParams p) {
+  wait_for_producers();  // see launch.cuh
+  allow_dependents();
   __shared__ int counts[moe_max_experts];
   __shared__ int offsets[moe_max_experts + 1];
   __shared__ int warp_totals[kSortThreads / 32];
@@ -108,6 +111,8 @@ __global__ void __launch_bounds__(kSortThreads) moe_sort_kernel(const MoeSortPar
 }
 
 __global__ void moe_combine_kernel(const MoeCombineParams p) {
+  wait_for_producers();  // see launch.cuh
+  allow_dependents();
   const int t = static_cast<int>(blockIdx.y);
   const int c = 4 * (static_cast<int>(blockIdx.x) * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x));
   if (c >= p.hidden) return;
@@ -137,8 +142,7 @@ void moe_sort(const MoeSortParams& p, cudaStream_t stream) {
   require_arg((p.groups == nullptr) == (p.n_groups == nullptr), "moe_sort", "groups and n_groups go together");
   require_arg(p.groups == nullptr || p.n_tokens <= gemv_max_tokens, "moe_sort",
               "GEMV groups need n_tokens <= 8 (got " + std::to_string(p.n_tokens) + ")");
-  moe_sort_kernel<<<p.n_experts, kSortThreads, 0, stream>>>(p);
-  LATTE_CUDA_CHECK_LAUNCH();
+  launch_kernel(moe_sort_kernel, p.n_experts, kSortThreads, 0, stream, p);
 }
 
 void moe_combine(const MoeCombineParams& p, cudaStream_t stream) {
@@ -153,8 +157,7 @@ void moe_combine(const MoeCombineParams& p, cudaStream_t stream) {
   if (p.n_tokens == 0) return;
   const int threads = 128;
   const dim3 grid(static_cast<unsigned>((p.hidden / 4 + threads - 1) / threads), static_cast<unsigned>(p.n_tokens));
-  moe_combine_kernel<<<grid, threads, 0, stream>>>(p);
-  LATTE_CUDA_CHECK_LAUNCH();
+  launch_kernel(moe_combine_kernel, grid, threads, 0, stream, p);
 }
 
 }  // namespace latte::cuda

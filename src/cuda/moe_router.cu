@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cuda/check.hpp"
+#include "cuda/launch.cuh"
 
 namespace latte::cuda {
 namespace {
@@ -30,6 +31,8 @@ __device__ __forceinline__ void warp_best(float& v, int& i) {
 }
 
 __global__ void __launch_bounds__(32 * kRouterWarps) moe_router_kernel(const MoeRouterParams p) {
+  wait_for_producers();  // see launch.cuh
+  allow_dependents();
   __shared__ float select_smem[kRouterWarps][moe_max_experts];
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int t = static_cast<int>(blockIdx.x) * kRouterWarps + warp;
@@ -168,8 +171,7 @@ void moe_route(const MoeRouterParams& p, cudaStream_t stream) {
   require_arg(p.n_tokens >= 0, "n_tokens < 0");
   if (p.n_tokens == 0) return;
   const dim3 grid(static_cast<unsigned>((p.n_tokens + kRouterWarps - 1) / kRouterWarps));
-  moe_router_kernel<<<grid, 32 * kRouterWarps, 0, stream>>>(p);
-  LATTE_CUDA_CHECK_LAUNCH();
+  launch_kernel(moe_router_kernel, grid, 32 * kRouterWarps, 0, stream, p);
 }
 
 }  // namespace latte::cuda

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "cuda/check.hpp"
+#include "cuda/launch.cuh"
 
 namespace latte::cuda {
 namespace {
@@ -29,6 +30,8 @@ __device__ float block_sum(float v, float* scratch) {
 }
 
 __global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const RmsNormParams p) {
+  wait_for_producers();  // see launch.cuh
+  allow_dependents();
   __shared__ float scratch[kNormThreads / 32];
   const int64_t row = blockIdx.x;
   const float* x = p.x + row * p.x_stride;
@@ -54,6 +57,8 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const RmsNormPar
 }
 
 __global__ void __launch_bounds__(kNormThreads) layer_norm_kernel(const LayerNormParams p) {
+  wait_for_producers();  // see launch.cuh
+  allow_dependents();
   __shared__ float scratch[kNormThreads / 32];
   const int64_t row = blockIdx.x;
   const float* x = p.x + row * p.x_stride;
@@ -84,8 +89,7 @@ void rms_norm(const RmsNormParams& p, cudaStream_t stream) {
     throw Error(ErrorCode::invalid_argument, "rms_norm: a bf16 output cannot overwrite the fp32 input");
   }
   if (p.rows == 0) return;
-  rms_norm_kernel<<<p.rows, kNormThreads, 0, stream>>>(p);
-  LATTE_CUDA_CHECK_LAUNCH();
+  launch_kernel(rms_norm_kernel, p.rows, kNormThreads, 0, stream, p);
 }
 
 void layer_norm(const LayerNormParams& p, cudaStream_t stream) {
@@ -95,8 +99,7 @@ void layer_norm(const LayerNormParams& p, cudaStream_t stream) {
                                                  ", rows = " + std::to_string(p.rows) + ", strides or eps");
   }
   if (p.rows == 0) return;
-  layer_norm_kernel<<<p.rows, kNormThreads, 0, stream>>>(p);
-  LATTE_CUDA_CHECK_LAUNCH();
+  launch_kernel(layer_norm_kernel, p.rows, kNormThreads, 0, stream, p);
 }
 
 }  // namespace latte::cuda

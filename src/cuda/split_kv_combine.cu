@@ -3,6 +3,7 @@
 #include "cuda/split_kv_combine.hpp"
 
 #include "cuda/check.hpp"
+#include "cuda/launch.cuh"
 
 #include <cuda_bf16.h>
 
@@ -15,6 +16,8 @@ namespace {
 constexpr int kCombineWarps = 4;
 
 __global__ void __launch_bounds__(32 * kCombineWarps) split_kv_combine_kernel(const SplitKvCombineParams p) {
+  wait_for_producers();  // see launch.cuh
+  allow_dependents();
   const int lane = threadIdx.x % 32;
   const int row = blockIdx.x * kCombineWarps + threadIdx.x / 32;
   if (row >= p.rows) return;
@@ -72,8 +75,7 @@ void run_split_kv_combine(const SplitKvCombineParams& p, cudaStream_t stream) {
           ErrorCode::invalid_argument, shape + ": partial_out must be 16-byte and out 8-byte aligned");
   if (p.rows == 0) return;
   const int blocks = (p.rows + kCombineWarps - 1) / kCombineWarps;
-  split_kv_combine_kernel<<<blocks, 32 * kCombineWarps, 0, stream>>>(p);
-  LATTE_CUDA_CHECK_LAUNCH();
+  launch_kernel(split_kv_combine_kernel, blocks, 32 * kCombineWarps, 0, stream, p);
 }
 
 }  // namespace latte::cuda

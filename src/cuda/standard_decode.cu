@@ -13,6 +13,7 @@
 #include "cuda/bf16_mma.cuh"
 #include "cuda/check.hpp"
 #include "cuda/kv_cache_layout.cuh"
+#include "cuda/launch.cuh"
 #include "cuda/split_kv_combine.hpp"
 
 #include <algorithm>
@@ -58,6 +59,8 @@ __device__ __forceinline__ float warp_sum(float x) {
 
 template <int kDimQk, int kDimV>
 __global__ void __launch_bounds__(kThreads, 8) standard_decode_kernel(const StandardDecodeLaunch L) {
+  wait_for_producers();  // see launch.cuh
+  allow_dependents();
   constexpr int kQkLanes = kDimQk / 8;  // lanes holding 8 q/k values
   constexpr int kVLanes = kDimV / 8;    // lanes holding 8 v/o values
   static_assert(kDimQk % 8 == 0 && kDimV % 8 == 0 && kQkLanes <= 32 && kVLanes <= 32);
@@ -268,8 +271,7 @@ void run_standard_decode(const StandardDecodeParams& p, const StandardDecodePlan
     launch.partial_lse = launch.partial_out + rows * plan.splits * p.head_dim_v;
   }
   const dim3 grid(p.n_heads, plan.splits, p.batch);
-  kernel_for(p.head_dim_qk, p.head_dim_v)<<<grid, kThreads, 0, stream>>>(launch);
-  LATTE_CUDA_CHECK_LAUNCH();
+  launch_kernel(kernel_for(p.head_dim_qk, p.head_dim_v), grid, kThreads, 0, stream, launch);
   if (plan.splits > 1) {
     run_split_kv_combine({.partial_out = launch.partial_out,
                           .partial_lse = launch.partial_lse,
