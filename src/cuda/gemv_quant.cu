@@ -2,12 +2,18 @@
 // are instantiated per type family in gemv_quant_{float,legacy,kquants}.cu (parallel compilation).
 #include "cuda/gemv_quant.hpp"
 
+#include "cuda/check.hpp"
+#include "cuda/gemv_kernel.cuh"
+
 #include "cuda/quant_type_families.hpp"
 
 #include <latte/error.hpp>
 
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <string>
+#include <tuple>
 
 namespace latte::cuda {
 
@@ -25,7 +31,9 @@ void gemv_quant(const GemvParams& p, cudaStream_t stream) {
   const auto& tr = type_traits(p.type);
   const bool is_float = FloatTypes::contains(p.type);
   const int64_t block_values = is_float ? 32 : tr.block_values;
-  require_arg(p.weight != nullptr && p.x != nullptr && p.y != nullptr, "weight, x and y must be set");
+  require_arg(p.weight != nullptr && p.x != nullptr && (p.y != nullptr) != (p.y_bf16 != nullptr),
+              "weight, x and exactly one of y and y_bf16 must be set");
+  require_arg(p.y_bf16 == nullptr || p.residual == nullptr, "a residual needs the fp32 y");
   require_arg(p.n_rows > 0 && p.k > 0,
               "n_rows and k must be positive (got " + std::to_string(p.n_rows) + " x " + std::to_string(p.k) + ")");
   require_arg(p.k % block_values == 0, "k = " + std::to_string(p.k) + " is not a multiple of " +
@@ -56,6 +64,21 @@ void gemv_quant(const GemvParams& p, cudaStream_t stream) {
   }
   if (GemvTypes::dispatch(p.type, [&]<GgmlType T>() { launch_gemv<T>(p, stream); })) return;
   throw Error(ErrorCode::internal, "gemv_quant: dispatch missed type " + type_name);
+}
+
+int gemv_resident_blocks(const void* kernel, int smem) {
+  static std::mutex mutex;
+  static std::map<std::tuple<const void*, int, int>, int> known;  // (kernel, device, smem) -> blocks
+  int device = 0;
+  LATTE_CUDA_CHECK(cudaGetDevice(&device));
+  const std::lock_guard lock(mutex);
+  const auto key = std::make_tuple(kernel, device, smem);
+  if (const auto it = known.find(key); it != known.end()) return it->second;
+  int blocks = 0;
+  LATTE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, 128, static_cast<size_t>(smem)));
+  blocks = std::max(blocks, 1);
+  known.emplace(key, blocks);
+  return blocks;
 }
 
 double gemv_min_bytes(const GemvParams& p) {

@@ -11,6 +11,7 @@
 
 #include <latte/quant.hpp>
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -39,7 +40,8 @@ struct GemvParams {
   int k = 0;                          ///< input features (a multiple of the block size; of 32 for floats)
   const float* x = nullptr;           ///< fp32 [rows, x_stride], 16-byte aligned, x_stride % 4 == 0
   int64_t x_stride = 0;               ///< floats between rows of x
-  float* y = nullptr;                 ///< fp32 [rows, y_stride]
+  float* y = nullptr;                 ///< fp32 [rows, y_stride] (or null when y_bf16 is set)
+  __nv_bfloat16* y_bf16 = nullptr;    ///< optional: y written as bf16 (round to nearest) here instead
   int64_t y_stride = 0;               ///< floats between rows of y
   const float* residual = nullptr;    ///< optional fp32 [rows, y_stride]: y = W x + residual (may be y)
   int n_tokens = 1;                   ///< dense mode: x rows 0..n-1 -> y rows 0..n-1 (1..8)

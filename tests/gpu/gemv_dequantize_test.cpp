@@ -170,6 +170,73 @@ TEST_CASE("gemv_quant matches the fp32 reference for every type and 1, 2, 3, 8 t
   }
 }
 
+TEST_CASE("gemv_quant over a tall matrix: blocks walk several row tiles; bf16 output") {
+  // 24001 rows of 2048: more row tiles than the grid holds resident blocks, so with x staged per block
+  // each block walks several tiles; the odd row count leaves a half-filled last tile.
+  auto rng = make_rng("gemv_quant tall");
+  for (GgmlType type : {GgmlType::q4_k, GgmlType::q6_k, GgmlType::q8_0}) {
+    const int64_t rows = 24001, k = 2048;
+    const auto host = random_rows(type, rows, k, rng);
+    const auto wf = dequantize_reference(type, host, rows, k);
+    const MisalignedWeights w(host, 2);
+    for (int tokens : {1, 2, 8}) {
+      trace("gemv_quant tall " + type_label(type) + " tokens " + std::to_string(tokens));
+      const auto x = random_floats(static_cast<size_t>(tokens * k), rng);
+      const auto dx = upload(x);
+      const auto want = reference_gemv(wf, x, rows, k, tokens);
+      const std::string shape =
+          type_label(type) + " rows " + std::to_string(rows) + " tokens " + std::to_string(tokens);
+      DeviceBuffer<float> y(static_cast<size_t>(tokens * rows));
+      poison(y.data(), y.bytes());
+      cuda::GemvParams p{.type = type,
+                         .weight = w.data,
+                         .weight_bytes = w.bytes,
+                         .n_rows = static_cast<int>(rows),
+                         .k = static_cast<int>(k),
+                         .x = dx.data(),
+                         .x_stride = k,
+                         .y = y.data(),
+                         .y_stride = rows,
+                         .n_tokens = tokens};
+      cuda::gemv_quant(p, nullptr);
+      const auto fp32 = download(y.data(), y.size());
+      check_close("gemv_quant", shape, compare(fp32, want), 1e-5);
+      // the same sums written as bf16: exactly the fp32 results rounded to nearest even
+      DeviceBuffer<__nv_bfloat16> yb(static_cast<size_t>(tokens * rows));
+      poison(yb.data(), yb.bytes());
+      p.y = nullptr;
+      p.y_bf16 = yb.data();
+      cuda::gemv_quant(p, nullptr);
+      const auto got = download(yb.data(), yb.size());
+      size_t bad = 0, first = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        if (!(__bfloat162float(got[i]) == round_bf16(fp32[i])) && bad++ == 0) first = i;
+      }
+      CHECK_MESSAGE(bad == 0, "gemv_quant bf16 " << shape << ": " << bad
+                                                 << " values differ from round_bf16(fp32), first at " << first << ": "
+                                                 << __bfloat162float(got[first]) << " vs " << fp32[first]);
+    }
+  }
+  DeviceBuffer<float> y(16);
+  DeviceBuffer<__nv_bfloat16> yb(16);
+  const auto x = upload(std::vector<float>(256, 1.0f));
+  const std::vector<uint8_t> weights(static_cast<size_t>(row_bytes(GgmlType::q8_0, 256)) * 16);
+  const auto dw = upload(weights);
+  // exactly one of y and y_bf16
+  CHECK_THROWS_AS(cuda::gemv_quant({.type = GgmlType::q8_0,
+                                    .weight = dw.data(),
+                                    .weight_bytes = static_cast<int64_t>(weights.size()),
+                                    .n_rows = 16,
+                                    .k = 256,
+                                    .x = x.data(),
+                                    .x_stride = 256,
+                                    .y = y.data(),
+                                    .y_bf16 = yb.data(),
+                                    .y_stride = 16},
+                                   nullptr),
+                  Error);
+}
+
 TEST_CASE("gemv_quant gated, residual and gathered (per-expert group) modes") {
   auto rng = make_rng("gemv_quant modes");
   for (GgmlType type : {GgmlType::q4_k, GgmlType::q5_0, GgmlType::q6_k, GgmlType::q8_0, GgmlType::bf16}) {
