@@ -189,7 +189,7 @@ class HeadGroups {
 
 /// y[t, h] = M_h x[t, h] for every row t and head h, one launch (M_h: matrix h of `stack`, `rows_per_head` rows).
 void per_head_gemv(const DeviceMatrix& stack, int64_t rows_per_head, HeadGroups::Groups g, const float* x,
-                   int64_t x_stride, float* y, int64_t y_stride, cudaStream_t stream) {
+                   int64_t x_stride, float* y, int64_t y_stride, cudaStream_t stream, __nv_bfloat16* y_bf16 = nullptr) {
   if (g.n > 65535) {
     throw Error(ErrorCode::unsupported, "cuda attention: " + std::to_string(g.n) + " head groups exceed one launch");
   }
@@ -202,6 +202,7 @@ void per_head_gemv(const DeviceMatrix& stack, int64_t rows_per_head, HeadGroups:
               .x = x,
               .x_stride = x_stride,
               .y = y,
+              .y_bf16 = y_bf16,
               .y_stride = y_stride,
               .groups = g.groups,
               .n_groups = g.count,
@@ -238,16 +239,11 @@ class CudaMlaBackend final : public CudaAttentionBackend {
                          .dim = L,
                          .dst = cache,
                          .batch_index = step.rows,
-                         .positions = step.positions},
-                        stream);
-    run_kv_cache_append({.src = in.k_rope,
-                         .src_token_stride = R,
-                         .n_tokens = T,
-                         .dim = R,
-                         .dst = cache,
-                         .dst_offset = L,
-                         .batch_index = step.rows,
-                         .positions = step.positions},
+                         .positions = step.positions,
+                         .tail_src = in.k_rope,
+                         .tail_src_token_stride = R,
+                         .tail_dim = R,
+                         .tail_dst_offset = L},
                         stream);
 
     if (decompressed_prefill(in)) {
@@ -255,14 +251,12 @@ class CudaMlaBackend final : public CudaAttentionBackend {
       return;
     }
 
-    // q_lat[t, h] = W_UK_h^T q_nope[t, h] (all heads, one launch); bf16 copies for the kernel.
-    float* q_lat = grow_scratch(q_lat_, TN * L, "mla q_lat");
+    // q_lat[t, h] = W_UK_h^T q_nope[t, h] (all heads, one launch), written as bf16 for the kernel.
     __nv_bfloat16* q_lat_bf16 = grow_scratch(q_lat_bf16_, TN * L, "mla q_lat bf16");
     __nv_bfloat16* q_rope_bf16 = grow_scratch(q_rope_bf16_, TN * R, "mla q_rope bf16");
     float* o_lat = grow_scratch(o_lat_, TN * L, "mla o_lat");
     const HeadGroups::Groups groups = groups_.get(T, N);
-    per_head_gemv(w.k_b, L, groups, in.q, qk, q_lat, L, stream);
-    convert_to_bf16(q_lat, L, q_lat_bf16, L, static_cast<int>(TN), L, stream);
+    per_head_gemv(w.k_b, L, groups, in.q, qk, nullptr, L, stream, q_lat_bf16);  // bf16 for the kernel
     convert_to_bf16(in.q + P, qk, q_rope_bf16, R, static_cast<int>(TN), R, stream);
 
     MlaDecodeParams p{.q_latent = q_lat_bf16,
@@ -284,7 +278,8 @@ class CudaMlaBackend final : public CudaAttentionBackend {
                       .out_type = AttnOutputType::f32,
                       .out = o_lat};
     const MlaDecodePlan plan = plan_mla_decode(p);
-    void* ws = plan.workspace_bytes ? grow_scratch(workspace_, plan.workspace_bytes, "mla split-KV workspace") : nullptr;
+    void* ws =
+        plan.workspace_bytes ? grow_scratch(workspace_, plan.workspace_bytes, "mla split-KV workspace") : nullptr;
     run_mla_decode(p, plan, ws, plan.workspace_bytes, stream);
 
     // out[t, h] = W_UV_h o_lat[t, h].
@@ -410,7 +405,7 @@ class CudaMlaBackend final : public CudaAttentionBackend {
   DeviceBuffer<__nv_bfloat16> k_, v_, q_bf16_, weight_bf16_;
   DeviceBuffer<int32_t> iota_;
   HeadGroups groups_;
-  DeviceBuffer<float> q_lat_, o_lat_;
+  DeviceBuffer<float> o_lat_;
   DeviceBuffer<__nv_bfloat16> q_lat_bf16_, q_rope_bf16_;
   DeviceBuffer<std::byte> workspace_;
 };
@@ -521,7 +516,8 @@ class CudaStandardBackend final : public CudaAttentionBackend {
                            .out_type = AttnOutputType::f32,
                            .out = in.out};
     const StandardDecodePlan plan = plan_standard_decode(p);
-    void* ws = plan.workspace_bytes ? grow_scratch(workspace_, plan.workspace_bytes, "standard split-KV workspace") : nullptr;
+    void* ws =
+        plan.workspace_bytes ? grow_scratch(workspace_, plan.workspace_bytes, "standard split-KV workspace") : nullptr;
     run_standard_decode(p, plan, ws, plan.workspace_bytes, stream);
   }
 

@@ -373,8 +373,20 @@ class CudaForward final : public CudaRankForward {
              stream());
   }
 
-  void rope(float* data, int64_t token_stride, int n_heads, int64_t head_stride, int rot_offset, int T) {
+  /// Rotates n_heads heads of `data` (in place, or out of place from `src`) and, when `pair_src` is
+  /// set, k_pe from pair_src into k_rope, in one launch.
+  void rope(float* data, int64_t token_stride, int n_heads, int64_t head_stride, int rot_offset, int T,
+            const float* src = nullptr, int64_t src_token_stride = 0, const float* pair_src = nullptr,
+            int64_t pair_src_stride = 0) {
     RopeYarnParams p = rope_;
+    p.src = src;
+    p.src_token_stride = src_token_stride;
+    if (pair_src != nullptr) {
+      p.pair_src = pair_src;
+      p.pair_src_stride = pair_src_stride;
+      p.pair_dst = act_.k_rope.data();
+      p.pair_dst_stride = c_.qk_rope_head_dim;
+    }
     p.data = data;
     p.token_stride = token_stride;
     p.n_heads = n_heads;
@@ -468,23 +480,24 @@ class CudaForward final : public CudaRankForward {
       linear(w.attn_kv_a, a.xn.data(), H, T, a.proj.data() + layout_.latent_offset, width);
     }
     rms(a.proj.data() + layout_.latent_offset, width, w.kv_a_norm, L, T, a.latent.data(), L);
-    LATTE_CUDA_CHECK(cudaMemcpy2DAsync(a.k_rope.data(), R * sizeof(float), a.proj.data() + layout_.latent_offset + L,
-                                       width * sizeof(float), R * sizeof(float), static_cast<size_t>(T),
-                                       cudaMemcpyDeviceToDevice, stream()));
+    const float* k_pe_in = a.proj.data() + layout_.latent_offset + L;
+    const int64_t q_row = static_cast<int64_t>(N) * qk;
     if (c_.q_lora_rank > 0) {
       rms(a.proj.data() + layout_.query_offset, width, w.q_a_norm, c_.q_lora_rank, T, a.qa.data(), c_.q_lora_rank);
-      linear(w.attn_q_b, a.qa.data(), c_.q_lora_rank, T, a.q.data(), static_cast<int64_t>(N) * qk);
+      linear(w.attn_q_b, a.qa.data(), c_.q_lora_rank, T, a.q.data(), q_row);
+      if (tapping(il, "q", tap)) emit_device(tap, il, {T, N, qk}, a.q.data(), T, q_row, q_row);
+      if (tapping(il, "kv_latent", tap)) emit_device(tap, il, {T, L}, a.latent.data(), T, L, L);
+      // q's rope dims in place, k_pe from the projection into k_rope, one launch
+      rope(a.q.data(), q_row, N, qk, P, T, nullptr, 0, k_pe_in, width);
     } else {
-      LATTE_CUDA_CHECK(cudaMemcpy2DAsync(a.q.data(), static_cast<size_t>(N) * qk * sizeof(float),
-                                         a.proj.data() + layout_.query_offset, width * sizeof(float),
-                                         static_cast<size_t>(N) * qk * sizeof(float), static_cast<size_t>(T),
-                                         cudaMemcpyDeviceToDevice, stream()));
+      // q straight from the projection: the copy and both rotations in one launch (the q tap below
+      // shows q before rotation, so it reads the projection)
+      if (tapping(il, "q", tap)) {
+        emit_device(tap, il, {T, N, qk}, a.proj.data() + layout_.query_offset, T, q_row, width);
+      }
+      if (tapping(il, "kv_latent", tap)) emit_device(tap, il, {T, L}, a.latent.data(), T, L, L);
+      rope(a.q.data(), q_row, N, qk, P, T, a.proj.data() + layout_.query_offset, width, k_pe_in, width);
     }
-    const int64_t q_row = static_cast<int64_t>(N) * qk;
-    if (tapping(il, "q", tap)) emit_device(tap, il, {T, N, qk}, a.q.data(), T, q_row, q_row);
-    if (tapping(il, "kv_latent", tap)) emit_device(tap, il, {T, L}, a.latent.data(), T, L, L);
-    rope(a.q.data(), q_row, N, qk, P, T);
-    rope(a.k_rope.data(), R, 1, R, 0, T);
     if (tapping(il, "q_pe", tap)) emit_device(tap, il, {T, N, R}, a.q.data() + P, static_cast<int64_t>(T) * N, R, qk);
     if (tapping(il, "k_pe", tap)) emit_device(tap, il, {T, R}, a.k_rope.data(), T, R, R);
 

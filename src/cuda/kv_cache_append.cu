@@ -3,6 +3,7 @@
 
 #include "cuda/check.hpp"
 #include "cuda/kv_cache_layout.cuh"
+#include "cuda/launch.cuh"
 
 #include <cstdint>
 #include <string>
@@ -13,6 +14,8 @@ namespace {
 
 template <class Src>
 __global__ void kv_cache_append_kernel(const KvCacheAppendParams p) {
+  wait_for_producers();  // see launch.cuh
+  allow_dependents();
   const int i = blockIdx.x;
   const int h = blockIdx.y;
   const int b = p.batch_index != nullptr ? p.batch_index[i] : 0;
@@ -26,6 +29,17 @@ __global__ void kv_cache_append_kernel(const KvCacheAppendParams p) {
       dst[d] = __float2bfloat16_rn(src[d]);
     } else {
       dst[d] = src[d];
+    }
+  }
+  if (p.tail_src != nullptr) {
+    __nv_bfloat16* tail = p.dst.data + paged_rows_offset(p.dst, b, pos) + p.tail_dst_offset;
+    const Src* from = static_cast<const Src*>(p.tail_src) + static_cast<int64_t>(i) * p.tail_src_token_stride;
+    for (int d = threadIdx.x; d < p.tail_dim; d += blockDim.x) {
+      if constexpr (std::is_same_v<Src, float>) {
+        tail[d] = __float2bfloat16_rn(from[d]);
+      } else {
+        tail[d] = from[d];
+      }
     }
   }
 }
@@ -42,6 +56,11 @@ void run_kv_cache_append(const KvCacheAppendParams& p, cudaStream_t stream) {
           what + ": src, positions and dst.data must be set");
   require(p.n_heads > 1 || p.dst.token_stride >= p.dst_offset + p.dim, ErrorCode::invalid_argument,
           what + ": dst_offset + dim exceeds the cache row (token_stride " + std::to_string(p.dst.token_stride) + ")");
+  if (p.tail_src != nullptr) {
+    require(p.n_heads == 1 && p.tail_dim >= 1 && p.tail_dst_offset >= 0 &&
+                p.dst.token_stride >= p.tail_dst_offset + p.tail_dim,
+            ErrorCode::invalid_argument, what + ": the tail segment needs one head and must fit the cache row");
+  }
   if (p.dst.page_table != nullptr) {
     require(p.dst.page_size > 0 && p.dst.page_table_stride >= 0, ErrorCode::invalid_argument,
             what + ": the cache has a page table but no positive page_size");
@@ -50,9 +69,9 @@ void run_kv_cache_append(const KvCacheAppendParams& p, cudaStream_t stream) {
   const dim3 grid(p.n_tokens, p.n_heads);
   const int threads = p.dim >= 256 ? 256 : 64;
   if (p.src_type == AppendSourceType::f32) {
-    kv_cache_append_kernel<float><<<grid, threads, 0, stream>>>(p);
+    launch_kernel(kv_cache_append_kernel<float>, grid, threads, 0, stream, p);
   } else {
-    kv_cache_append_kernel<__nv_bfloat16><<<grid, threads, 0, stream>>>(p);
+    launch_kernel(kv_cache_append_kernel<__nv_bfloat16>, grid, threads, 0, stream, p);
   }
   LATTE_CUDA_CHECK_LAUNCH();
 }

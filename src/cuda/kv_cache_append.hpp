@@ -32,6 +32,12 @@ struct KvCacheAppendParams {
   int32_t dst_offset = 0;                ///< first element inside a (position, head) row, e.g. 512 for k_pe
   const int32_t* batch_index = nullptr;  ///< [n_tokens] batch entry of each token, or nullptr (all 0)
   const int32_t* positions = nullptr;    ///< [n_tokens] position of each token in its sequence
+  /// Optional second segment of the same cache rows in the same launch (n_heads == 1, same source
+  /// type): tail_dim values of tail_src (token stride tail_src_token_stride) at tail_dst_offset.
+  const void* tail_src = nullptr;
+  int64_t tail_src_token_stride = 0;
+  int32_t tail_dim = 0;
+  int32_t tail_dst_offset = 0;
 };
 
 /// Launches the copy on `stream`. The caller guarantees that positions fit the cache (the page table or

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "cuda/check.hpp"
+#include "cuda/launch.cuh"
 
 namespace latte::cuda {
 namespace {
@@ -17,13 +18,21 @@ namespace {
 constexpr int kRopeThreads = 128;
 constexpr int kRopeMaxPairs = 256;  // n_rot up to 512
 
-__global__ void __launch_bounds__(kRopeThreads) rope_yarn_kernel(const RopeYarnParams p, const int heads_per_block) {
+/// base^(-2i / n_rot) per pair, computed on the host in double (a kernel argument: no pow per launch).
+struct InverseFrequencies {
+  double of[kRopeMaxPairs];
+};
+
+__global__ void __launch_bounds__(kRopeThreads)
+    rope_yarn_kernel(const RopeYarnParams p, const int heads_per_block, const InverseFrequencies inv) {
+  wait_for_producers();  // see launch.cuh
+  allow_dependents();
   __shared__ float cos_of[kRopeMaxPairs], sin_of[kRopeMaxPairs];
   const int t = static_cast<int>(blockIdx.x);
   const int pairs = p.n_rot / 2;
   const double pos = static_cast<double>(p.positions[t]);
   for (int i = static_cast<int>(threadIdx.x); i < pairs; i += static_cast<int>(blockDim.x)) {
-    const double theta_extrap = pos * pow(static_cast<double>(p.freq_base), -2.0 * i / p.n_rot);
+    const double theta_extrap = pos * inv.of[i];
     const double theta_interp = static_cast<double>(p.freq_scale) * theta_extrap;
     double theta = theta_interp;
     if (p.ext_factor != 0.0f) {
@@ -39,13 +48,34 @@ __global__ void __launch_bounds__(kRopeThreads) rope_yarn_kernel(const RopeYarnP
     sin_of[i] = static_cast<float>(s);
   }
   __syncthreads();
+  if (p.pair_dst != nullptr && static_cast<int>(blockIdx.y) == static_cast<int>(gridDim.y) - 1) {
+    // the second target: one head of n_rot dims, out of place
+    for (int i = static_cast<int>(threadIdx.x); i < pairs; i += static_cast<int>(blockDim.x)) {
+      const float2 x = *reinterpret_cast<const float2*>(p.pair_src + t * p.pair_src_stride + 2 * i);
+      *reinterpret_cast<float2*>(p.pair_dst + t * p.pair_dst_stride + 2 * i) =
+          make_float2(x.x * cos_of[i] - x.y * sin_of[i], x.x * sin_of[i] + x.y * cos_of[i]);
+    }
+    return;
+  }
   const int h0 = static_cast<int>(blockIdx.y) * heads_per_block;
-  const int n = min(heads_per_block, p.n_heads - h0) * pairs;
+  const int heads = min(heads_per_block, p.n_heads - h0);
+  if (p.src != nullptr) {
+    // out of place: the unrotated dims [0, rot_offset) of the block's heads first
+    const int n_copy = heads * p.rot_offset;
+    for (int e = static_cast<int>(threadIdx.x); e < n_copy; e += static_cast<int>(blockDim.x)) {
+      const int h = h0 + e / p.rot_offset, d = e % p.rot_offset;
+      p.data[t * p.token_stride + h * p.head_stride + d] = p.src[t * p.src_token_stride + h * p.head_stride + d];
+    }
+  }
+  const float* from = p.src != nullptr ? p.src : p.data;
+  const int64_t from_stride = p.src != nullptr ? p.src_token_stride : p.token_stride;
+  const int n = heads * pairs;
   for (int e = static_cast<int>(threadIdx.x); e < n; e += static_cast<int>(blockDim.x)) {
     const int h = h0 + e / pairs, i = e % pairs;
-    float* d = p.data + t * p.token_stride + h * p.head_stride + p.rot_offset + 2 * i;
-    const float2 x = *reinterpret_cast<const float2*>(d);
-    *reinterpret_cast<float2*>(d) = make_float2(x.x * cos_of[i] - x.y * sin_of[i], x.x * sin_of[i] + x.y * cos_of[i]);
+    const int64_t dim = h * p.head_stride + p.rot_offset + 2 * i;
+    const float2 x = *reinterpret_cast<const float2*>(from + t * from_stride + dim);
+    *reinterpret_cast<float2*>(p.data + t * p.token_stride + dim) =
+        make_float2(x.x * cos_of[i] - x.y * sin_of[i], x.x * sin_of[i] + x.y * cos_of[i]);
   }
 }
 
@@ -73,12 +103,28 @@ void rope_yarn(const RopeYarnParams& p, cudaStream_t stream) {
                     ", offset = " + std::to_string(p.rot_offset) + ") or frequency parameters");
   }
   if (p.n_rot / 2 > kRopeMaxPairs) {
-    throw Error(ErrorCode::unsupported, "rope_yarn: n_rot = " + std::to_string(p.n_rot) + " exceeds " +
-                                            std::to_string(2 * kRopeMaxPairs));
+    throw Error(ErrorCode::unsupported,
+                "rope_yarn: n_rot = " + std::to_string(p.n_rot) + " exceeds " + std::to_string(2 * kRopeMaxPairs));
   }
   if (reinterpret_cast<uintptr_t>(p.data) % 8 != 0 || p.rot_offset % 2 != 0 || p.head_stride % 2 != 0 ||
       p.token_stride % 2 != 0) {
     throw Error(ErrorCode::invalid_argument, "rope_yarn: data, offsets and strides must keep pairs 8-byte aligned");
+  }
+  if (p.src != nullptr &&
+      (reinterpret_cast<uintptr_t>(p.src) % 8 != 0 || p.src_token_stride % 2 != 0 ||
+       (p.n_tokens > 1 && p.src_token_stride < (p.n_heads - 1) * p.head_stride + p.rot_offset + p.n_rot) ||
+       (p.n_heads > 1 && p.head_stride != p.rot_offset + p.n_rot))) {
+    throw Error(ErrorCode::invalid_argument,
+                "rope_yarn: an out-of-place source needs 8-byte aligned pairs, heads of exactly rot_offset + n_rot "
+                "dims and a token stride that holds them");
+  }
+  if ((p.pair_dst != nullptr) != (p.pair_src != nullptr) ||
+      (p.pair_dst != nullptr &&
+       (reinterpret_cast<uintptr_t>(p.pair_src) % 8 != 0 || reinterpret_cast<uintptr_t>(p.pair_dst) % 8 != 0 ||
+        p.pair_src_stride % 2 != 0 || p.pair_dst_stride % 2 != 0 ||
+        (p.n_tokens > 1 && (p.pair_src_stride < p.n_rot || p.pair_dst_stride < p.n_rot))))) {
+    throw Error(ErrorCode::invalid_argument,
+                "rope_yarn: the second target needs both pointers, 8-byte aligned, with strides of at least n_rot");
   }
   if (p.n_tokens == 0) return;
   // Enough blocks per token to fill the GPU when there are few tokens (decode); one block per token otherwise.
@@ -86,9 +132,11 @@ void rope_yarn(const RopeYarnParams& p, cudaStream_t stream) {
   const int blocks_per_token = std::max(1, std::min(p.n_heads, 264 / std::max(1, p.n_tokens)));
   int heads_per_block = (p.n_heads + blocks_per_token - 1) / blocks_per_token;
   heads_per_block = std::max(heads_per_block, std::max(1, kRopeThreads / std::max(1, pairs)));
-  const dim3 grid(static_cast<unsigned>(p.n_tokens), static_cast<unsigned>((p.n_heads + heads_per_block - 1) / heads_per_block));
-  rope_yarn_kernel<<<grid, kRopeThreads, 0, stream>>>(p, heads_per_block);
-  LATTE_CUDA_CHECK_LAUNCH();
+  const int head_blocks = (p.n_heads + heads_per_block - 1) / heads_per_block;
+  const dim3 grid(static_cast<unsigned>(p.n_tokens), static_cast<unsigned>(head_blocks + (p.pair_dst ? 1 : 0)));
+  InverseFrequencies inv;
+  for (int i = 0; i < pairs; ++i) inv.of[i] = std::pow(static_cast<double>(p.freq_base), -2.0 * i / p.n_rot);
+  launch_kernel(rope_yarn_kernel, grid, kRopeThreads, 0, stream, p, heads_per_block, inv);
 }
 
 }  // namespace latte::cuda

@@ -31,6 +31,17 @@ YarnCorrDims yarn_corr_dims(int n_rot, int n_ctx_orig, float freq_base, float be
 struct RopeYarnParams {
   float* data = nullptr;  ///< fp32, token t head h dim d at data[t*token_stride + h*head_stride + d]
   int64_t token_stride = 0;
+  /// Optional out-of-place source: the heads are read from here (token stride src_token_stride, the
+  /// same head stride) and written to `data`, the dims before rot_offset copied unrotated. Without it
+  /// the rotation is in place.
+  const float* src = nullptr;
+  int64_t src_token_stride = 0;
+  /// Optional second target in the same launch: one head of n_rot dims (e.g. k_pe) read from
+  /// pair_src[t*pair_src_stride ..] and written rotated to pair_dst[t*pair_dst_stride ..] (may alias).
+  const float* pair_src = nullptr;
+  int64_t pair_src_stride = 0;
+  float* pair_dst = nullptr;
+  int64_t pair_dst_stride = 0;
   int n_heads = 1;
   int64_t head_stride = 0;
   int rot_offset = 0;                  ///< first rotated dim within a head
@@ -43,7 +54,8 @@ struct RopeYarnParams {
   YarnCorrDims corr{};
 };
 
-/// Launches the rotation (one block per token). Throws Error(invalid_argument) on bad shapes.
+/// Launches the rotation (blocks of (token, group of heads); the second target, if any, in one more
+/// block per token). Throws Error(invalid_argument) on bad shapes.
 void rope_yarn(const RopeYarnParams& p, cudaStream_t stream);
 
 }  // namespace latte::cuda

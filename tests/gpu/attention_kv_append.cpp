@@ -18,69 +18,80 @@ constexpr uint16_t kUntouched = 0x1234;  // pattern of cache elements nobody wro
 }  // namespace
 
 TEST_CASE("kv cache append writes the MLA latent rows (c then k_pe) through the page table") {
-  Rng rng;
-  const int B = 3, page_size = 16, pages_per_seq = 4, row = 576;
-  const int n_pages = B * pages_per_seq;
-  std::vector<int64_t> table(static_cast<size_t>(B) * pages_per_seq);
-  std::iota(table.begin(), table.end(), 0);
-  std::shuffle(table.begin(), table.end(), rng.engine);
-  std::vector<uint16_t> pool(static_cast<size_t>(n_pages) * page_size * row, kUntouched);
-  // New tokens: (sequence, position) pairs, fp32 c [n, 520-stride] and k_pe [n, 64].
-  const std::vector<int32_t> batch = {0, 2, 2, 1, 0};
-  const std::vector<int32_t> positions = {0, 17, 63, 31, 40};
-  const int n = static_cast<int>(batch.size());
-  const int c_stride = 520;
-  std::vector<float> c(static_cast<size_t>(n) * c_stride), k_pe(static_cast<size_t>(n) * 64);
-  for (float& x : c) x = rng.uniform(-3.0f, 3.0f);
-  for (float& x : k_pe) x = rng.uniform(-3.0f, 3.0f);
+  for (const bool one_launch : {false, true}) {  // two appends, or c with k_pe as the tail segment
+    CAPTURE(one_launch);
+    Rng rng;
+    const int B = 3, page_size = 16, pages_per_seq = 4, row = 576;
+    const int n_pages = B * pages_per_seq;
+    std::vector<int64_t> table(static_cast<size_t>(B) * pages_per_seq);
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), rng.engine);
+    std::vector<uint16_t> pool(static_cast<size_t>(n_pages) * page_size * row, kUntouched);
+    // New tokens: (sequence, position) pairs, fp32 c [n, 520-stride] and k_pe [n, 64].
+    const std::vector<int32_t> batch = {0, 2, 2, 1, 0};
+    const std::vector<int32_t> positions = {0, 17, 63, 31, 40};
+    const int n = static_cast<int>(batch.size());
+    const int c_stride = 520;
+    std::vector<float> c(static_cast<size_t>(n) * c_stride), k_pe(static_cast<size_t>(n) * 64);
+    for (float& x : c) x = rng.uniform(-3.0f, 3.0f);
+    for (float& x : k_pe) x = rng.uniform(-3.0f, 3.0f);
 
-  auto pool_device = upload(pool);
-  auto table_device = upload(table);
-  auto batch_device = upload(batch);
-  auto positions_device = upload(positions);
-  auto c_device = upload(c);
-  auto k_pe_device = upload(k_pe);
-  const latte::cuda::PagedRows<__nv_bfloat16> cache{.data = reinterpret_cast<__nv_bfloat16*>(pool_device.data()),
-                                                    .page_table = table_device.data(),
-                                                    .page_stride = int64_t{page_size} * row,
-                                                    .token_stride = row,
-                                                    .page_size = page_size,
-                                                    .page_table_stride = pages_per_seq};
-  latte::cuda::run_kv_cache_append({.src = c_device.data(),
-                                    .src_type = AppendSourceType::f32,
-                                    .src_token_stride = c_stride,
-                                    .n_tokens = n,
-                                    .dim = 512,
-                                    .dst = cache,
-                                    .dst_offset = 0,
-                                    .batch_index = batch_device.data(),
-                                    .positions = positions_device.data()},
-                                   nullptr);
-  latte::cuda::run_kv_cache_append({.src = k_pe_device.data(),
-                                    .src_type = AppendSourceType::f32,
-                                    .src_token_stride = 64,
-                                    .n_tokens = n,
-                                    .dim = 64,
-                                    .dst = cache,
-                                    .dst_offset = 512,
-                                    .batch_index = batch_device.data(),
-                                    .positions = positions_device.data()},
-                                   nullptr);
-  const std::vector<uint16_t> got = download(pool_device.data(), pool.size());
-  std::vector<uint16_t> want = pool;
-  for (int i = 0; i < n; ++i) {
-    const int page = table[static_cast<size_t>(batch[i]) * pages_per_seq + positions[i] / page_size];
-    const size_t base = (static_cast<size_t>(page) * page_size + positions[i] % page_size) * row;
-    for (int d = 0; d < 512; ++d) want[base + d] = bf16_bits(c[static_cast<size_t>(i) * c_stride + d]);
-    for (int d = 0; d < 64; ++d) want[base + 512 + d] = bf16_bits(k_pe[static_cast<size_t>(i) * 64 + d]);
+    auto pool_device = upload(pool);
+    auto table_device = upload(table);
+    auto batch_device = upload(batch);
+    auto positions_device = upload(positions);
+    auto c_device = upload(c);
+    auto k_pe_device = upload(k_pe);
+    const latte::cuda::PagedRows<__nv_bfloat16> cache{.data = reinterpret_cast<__nv_bfloat16*>(pool_device.data()),
+                                                      .page_table = table_device.data(),
+                                                      .page_stride = int64_t{page_size} * row,
+                                                      .token_stride = row,
+                                                      .page_size = page_size,
+                                                      .page_table_stride = pages_per_seq};
+    latte::cuda::KvCacheAppendParams c_append{.src = c_device.data(),
+                                              .src_type = AppendSourceType::f32,
+                                              .src_token_stride = c_stride,
+                                              .n_tokens = n,
+                                              .dim = 512,
+                                              .dst = cache,
+                                              .dst_offset = 0,
+                                              .batch_index = batch_device.data(),
+                                              .positions = positions_device.data()};
+    if (one_launch) {
+      c_append.tail_src = k_pe_device.data();
+      c_append.tail_src_token_stride = 64;
+      c_append.tail_dim = 64;
+      c_append.tail_dst_offset = 512;
+      latte::cuda::run_kv_cache_append(c_append, nullptr);
+    } else {
+      latte::cuda::run_kv_cache_append(c_append, nullptr);
+      latte::cuda::run_kv_cache_append({.src = k_pe_device.data(),
+                                        .src_type = AppendSourceType::f32,
+                                        .src_token_stride = 64,
+                                        .n_tokens = n,
+                                        .dim = 64,
+                                        .dst = cache,
+                                        .dst_offset = 512,
+                                        .batch_index = batch_device.data(),
+                                        .positions = positions_device.data()},
+                                       nullptr);
+    }
+    const std::vector<uint16_t> got = download(pool_device.data(), pool.size());
+    std::vector<uint16_t> want = pool;
+    for (int i = 0; i < n; ++i) {
+      const int page = table[static_cast<size_t>(batch[i]) * pages_per_seq + positions[i] / page_size];
+      const size_t base = (static_cast<size_t>(page) * page_size + positions[i] % page_size) * row;
+      for (int d = 0; d < 512; ++d) want[base + d] = bf16_bits(c[static_cast<size_t>(i) * c_stride + d]);
+      for (int d = 0; d < 64; ++d) want[base + 512 + d] = bf16_bits(k_pe[static_cast<size_t>(i) * 64 + d]);
+    }
+    size_t differences = 0, first = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      if (want[i] != got[i] && differences++ == 0) first = i;
+    }
+    CHECK_MESSAGE(differences == 0, "kv_cache_append mla [seed "
+                                        << rng.seed << "]: " << differences << " elements differ, first at " << first
+                                        << " (want 0x" << std::hex << want[first] << ", got 0x" << got[first] << ")");
   }
-  size_t differences = 0, first = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (want[i] != got[i] && differences++ == 0) first = i;
-  }
-  CHECK_MESSAGE(differences == 0, "kv_cache_append mla [seed "
-                                      << rng.seed << "]: " << differences << " elements differ, first at " << first
-                                      << " (want 0x" << std::hex << want[first] << ", got 0x" << got[first] << ")");
 }
 
 TEST_CASE("kv cache append writes per-head bf16 K rows into a contiguous head-major cache") {

@@ -168,6 +168,54 @@ TEST_CASE("rope_yarn rotates adjacent pairs of the last R dims of each head (V2-
   }
 }
 
+TEST_CASE("rope_yarn out of place: q from a wider projection row, k_pe as the second target, one launch") {
+  auto rng = make_rng("rope_yarn out of place");
+  const auto corr = cuda::yarn_corr_dims(64, 4096, 10000.0f, 32.0f, 1.0f);
+  // a projection row as the decode step has it: q (16 heads x 192) | latent (512) | k_pe (64)
+  const int heads = 16, qk = 192, nope = 128, rot = 64, width = heads * qk + 512 + rot, q_row = heads * qk;
+  const std::vector<int32_t> pos = {3, 4096, 163839};
+  const int T = static_cast<int>(pos.size());
+  const auto proj = random_floats(static_cast<size_t>(T) * width, rng);
+  const auto dproj = upload(proj);
+  const auto dpos = upload(pos);
+  DeviceBuffer<float> q(static_cast<size_t>(T) * q_row), k(static_cast<size_t>(T) * rot);
+  poison(q.data(), q.bytes());
+  poison(k.data(), k.bytes());
+  const cuda::RopeYarnParams p{.data = q.data(),
+                               .token_stride = q_row,
+                               .src = dproj.data(),
+                               .src_token_stride = width,
+                               .pair_src = dproj.data() + q_row + 512,
+                               .pair_src_stride = width,
+                               .pair_dst = k.data(),
+                               .pair_dst_stride = rot,
+                               .n_heads = heads,
+                               .head_stride = qk,
+                               .rot_offset = nope,
+                               .n_rot = rot,
+                               .positions = dpos.data(),
+                               .n_tokens = T,
+                               .freq_base = 10000.0f,
+                               .freq_scale = 1.0f / 40.0f,
+                               .ext_factor = 1.0f,
+                               .corr = corr};
+  cuda::rope_yarn(p, nullptr);
+  std::vector<double> want_q(static_cast<size_t>(T) * q_row), want_k(static_cast<size_t>(T) * rot);
+  for (int t = 0; t < T; ++t) {
+    for (int i = 0; i < q_row; ++i)
+      want_q[static_cast<size_t>(t * q_row + i)] = proj[static_cast<size_t>(t * width + i)];
+    for (int i = 0; i < rot; ++i)
+      want_k[static_cast<size_t>(t * rot + i)] = proj[static_cast<size_t>(t * width + q_row + 512 + i)];
+  }
+  reference_rope(want_q, q_row, heads, qk, nope, rot, pos, p);
+  reference_rope(want_k, rot, 1, rot, 0, rot, pos, p);
+  check_close("rope_yarn", "q out of place (16 x 192 from a 3648-wide row)",
+              compare(download(q.data(), q.size()), want_q), 1e-6);
+  check_close("rope_yarn", "k_pe second target", compare(download(k.data(), k.size()), want_k), 1e-6);
+  // the source is left as it was
+  CHECK(download(dproj.data(), dproj.size()) == proj);
+}
+
 TEST_CASE("silu_gate and convert_to_bf16") {
   auto rng = make_rng("silu_gate");
   const int rows = 13, cols = 1408;
