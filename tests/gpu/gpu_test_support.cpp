@@ -3,8 +3,8 @@
 #include "support/random_models.hpp"
 
 #include <doctest/doctest.h>
-#include <latte/session.hpp>
 #include <latte/quant_blocks.hpp>
+#include <latte/session.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -203,11 +203,15 @@ void check_truncation(const Model& model, const std::string& backend, std::span<
   }
   std::sort(errors.begin(), errors.end());
   const double median = errors[errors.size() / 2];
-  std::printf("%s, eval %zu, truncate(%d), eval %d new vs eval %d, eval %d new: median error %.3g, worst %.3g, %d of %d "
-              "over %.0e (without the truncation: %d of %d over %.0e)\n",
-              label.c_str(), first.size(), keep, n, keep, n, median, errors.back(), outside, n, kBound, control_far, n,
-              4 * kBound);
-  CHECK(outside <= 1);
+  std::printf(
+      "%s, eval %zu, truncate(%d), eval %d new vs eval %d, eval %d new: median error %.3g, worst %.3g, %d of %d "
+      "over %.0e (without the truncation: %d of %d over %.0e)\n",
+      label.c_str(), first.size(), keep, n, keep, n, median, errors.back(), outside, n, kBound, control_far, n,
+      4 * kBound);
+  // A near-tie flip (expert routing, or a DSA top-k selection, which every later position makes anew
+  // over the kept rows) may push a few positions over the bound: at most one in six. Rows surviving
+  // the truncation would move the median and most positions, as the control shows.
+  CHECK(outside <= std::max(1, n / 6));
   CHECK(median <= kBound / 4);
   CHECK(control_far >= (n + 1) / 2);
 }
