@@ -9,9 +9,10 @@
 # LATTE_PROFILE_PHASES ("prefill decode"), LATTE_PROFILE_DETAIL=N (decode: the last N launches one by one),
 # LATTE_PROFILE_PREFILL_GROUP=N (prefill: the last N launches grouped by kernel instance and grid).
 # Needs a GPU build in build-gpu/ (scripts/gpu-check.sh makes it) and ncu on the PATH or in
-# /opt/nvidia/nsight-compute/. Output: a table per phase on stdout, raw CSV in $OUT or out/profile/.
+# /opt/nvidia/nsight-compute/. Output: a table per phase on stdout, raw CSV in $OUT or out/profile/; the exit
+# status is 1 when ncu or the bench failed in a phase.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 MODEL=${1:?usage: scripts/profile-gpu.sh MODEL.gguf [P] [N] [ATTENTION]}
 P=${2:-512}
 N=${3:-4}
@@ -32,6 +33,12 @@ profile() {  # profile TAG BENCH-ARGS...
   "$NCU" --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,launch__grid_size,launch__registers_per_thread,sm__warps_active.avg.pct_of_peak_sustained_active --csv --page raw \
     "$LATTE" bench --model "$MODEL" --device cuda:0 --attention "$ATTN" -r 1 "$@" \
     >"$OUT_DIR/$tag.csv" 2>"$OUT_DIR/$tag.log"
+  local rc=$?
+  if [ $rc != 0 ]; then
+    echo "profile-gpu: $tag: ncu or latte bench failed (rc $rc), see $OUT_DIR/$tag.log" >&2
+    tail -n 5 "$OUT_DIR/$tag.log" >&2
+    failed=1
+  fi
   python3 - "$OUT_DIR/$tag.csv" "$tag" <<'EOF'
 import csv, sys, collections
 path, tag = sys.argv[1], sys.argv[2]
@@ -85,8 +92,9 @@ if group:
 EOF
 }
 
+failed=0
 PHASES=" ${LATTE_PROFILE_PHASES:-prefill decode} "
 [[ "$PHASES" == *" prefill "* ]] &&
   LATTE_PROFILE_DETAIL=0 LATTE_PROFILE_GROUP=${LATTE_PROFILE_PREFILL_GROUP:-0} profile prefill -p "$P" -n 0
 [[ "$PHASES" == *" decode "* ]] && LATTE_PROFILE_GROUP=0 profile decode -p 0 -n "$N"
-exit 0
+exit $failed

@@ -21,6 +21,8 @@
 #include <string>
 #include <utility>
 
+#include <unistd.h>  // getpid
+
 namespace latte::diagnostics {
 
 namespace {
@@ -152,8 +154,18 @@ void ensure_selftest(Device device) {
   if (!file.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
-    std::ofstream out(file, std::ios::trunc);
-    if (out) out << nlohmann::json{{"passed", r.passed}, {"table", r.table}}.dump(1) << '\n';
+    // Written to a private file, then renamed over the cache entry: a process reading the entry while
+    // another writes it sees the old verdict or the new one, never half of one.
+    const std::filesystem::path tmp = dir / (file.filename().string() + ".tmp-" + std::to_string(::getpid()));
+    bool written = false;
+    {
+      std::ofstream out(tmp, std::ios::trunc);
+      if (out) out << nlohmann::json{{"passed", r.passed}, {"table", r.table}}.dump(1) << '\n';
+      out.close();
+      written = static_cast<bool>(out);
+    }
+    if (written) std::filesystem::rename(tmp, file, ec);
+    if (!written || ec) std::filesystem::remove(tmp, ec);
   }
   if (!r.passed) throw selftest_failure(identity, "", r.table);
   verified_devices.insert(device.index);
