@@ -136,6 +136,21 @@ std::vector<double> reference_gemv(const std::vector<float>& w, const std::vecto
 
 double silu(double g) { return g / (1.0 + std::exp(-g)); }
 
+/// y[t] = W x[t] for `tokens` dense rows (x and y packed: strides k and rows).
+cuda::GemvParams dense_gemv(GgmlType type, const MisalignedWeights& w, int64_t rows, int64_t k, const float* x,
+                            float* y, int tokens) {
+  return {.type = type,
+          .weight = w.data,
+          .weight_bytes = w.bytes,
+          .n_rows = static_cast<int>(rows),
+          .k = static_cast<int>(k),
+          .x = x,
+          .x_stride = k,
+          .y = y,
+          .y_stride = rows,
+          .n_tokens = tokens};
+}
+
 }  // namespace
 
 TEST_CASE("gemv_quant matches the fp32 reference for every type and 1, 2, 3, 8 tokens") {
@@ -151,17 +166,7 @@ TEST_CASE("gemv_quant matches the fp32 reference for every type and 1, 2, 3, 8 t
       const auto dx = upload(x);
       DeviceBuffer<float> y(static_cast<size_t>(tokens * rows));
       poison(y.data(), y.bytes());
-      cuda::gemv_quant({.type = type,
-                        .weight = w.data,
-                        .weight_bytes = w.bytes,
-                        .n_rows = static_cast<int>(rows),
-                        .k = static_cast<int>(k),
-                        .x = dx.data(),
-                        .x_stride = k,
-                        .y = y.data(),
-                        .y_stride = rows,
-                        .n_tokens = tokens},
-                       nullptr);
+      cuda::gemv_quant(dense_gemv(type, w, rows, k, dx.data(), y.data(), tokens), nullptr);
       const std::string shape = type_label(type) + " rows " + std::to_string(rows) + " k " + std::to_string(k) +
                                 " tokens " + std::to_string(tokens);
       check_close("gemv_quant", shape, compare(download(y.data(), y.size()), reference_gemv(wf, x, rows, k, tokens)),
@@ -188,16 +193,7 @@ TEST_CASE("gemv_quant over a tall matrix: blocks walk several row tiles; bf16 ou
           type_label(type) + " rows " + std::to_string(rows) + " tokens " + std::to_string(tokens);
       DeviceBuffer<float> y(static_cast<size_t>(tokens * rows));
       poison(y.data(), y.bytes());
-      cuda::GemvParams p{.type = type,
-                         .weight = w.data,
-                         .weight_bytes = w.bytes,
-                         .n_rows = static_cast<int>(rows),
-                         .k = static_cast<int>(k),
-                         .x = dx.data(),
-                         .x_stride = k,
-                         .y = y.data(),
-                         .y_stride = rows,
-                         .n_tokens = tokens};
+      cuda::GemvParams p = dense_gemv(type, w, rows, k, dx.data(), y.data(), tokens);
       cuda::gemv_quant(p, nullptr);
       const auto fp32 = download(y.data(), y.size());
       check_close("gemv_quant", shape, compare(fp32, want), 1e-5);
