@@ -3,19 +3,21 @@
 //
 // Work split: a row group is 2 rows (dense: rows 2p and 2p+1; gated: row p of W_gate and of W_up), owned
 // by `split` warps of the block (1, 2 or 4: the launcher picks more when the matrix is too small to give
-// every SM several warps). K is walked in steps of 1024 values; warp j of a group takes steps j, j+split,
-// ...; lane l decodes values [32 l, 32 l + 32) of a step. Quantized rows are staged into shared memory
-// with coalesced 16-byte loads and realigned there (row_staging), then decoded into byte codes
-// (quant_decode). x: for 1 and 2 tokens the step's values are staged in shared memory by coalesced
-// loads (StageX below); for more tokens each lane reads its values as float4 straight from global/L1.
-// Each x value read serves both rows. Sums are fp32; the warp reduces, then the group's warps through
-// shared memory.
+// every SM several warps); a block's warps own a tile of row groups. K is walked in steps of 1024
+// values; warp j of a group takes steps j, j+split, ...; lane l decodes values [32 l, 32 l + 32) of a
+// step. Quantized rows are staged into shared memory with coalesced 16-byte loads and realigned there
+// (row_staging), then decoded into byte codes (quant_decode). x (GemvXMode below): by default each
+// block stages its tokens' whole x rows into shared memory once and walks several tiles (a grid of
+// one wave of resident blocks); per-warp step staging and direct float4 loads remain for comparison and
+// for rows too long for shared memory. Each x value read serves both rows. Sums are fp32; the warp
+// reduces, then the group's warps through shared memory. Launched overlapped with the previous kernel
+// (launch.cuh): dense launches request their first weights before waiting for x.
 //
 // Measured on an H200 (BENCHMARKS.md): with direct x loads the kernel was bound by the L1 (97% busy at
-// ~25% of DRAM bandwidth on the output head); staging x made single-sequence decode 13-15% faster. Two
-// variants measured slower and were dropped: issuing the next step's loads before decoding the current
-// one (more registers, less occupancy) and 8 rows per warp with x held in registers (fewer warps, each
-// working serially).
+// ~25% of DRAM bandwidth on the output head); per-warp x staging made single-sequence decode 13-15%
+// faster, whole rows per block another 9%. Variants measured slower and dropped: issuing the next
+// step's loads before decoding the current one (twice), 8 rows per warp with x held in registers
+// (fewer warps, each working serially), a grid of 2 or 8 waves instead of one.
 //
 // Cost per weight value at 1 token: ~1 byte-permute + 1 add (exact code->float) + 1 FMA, so Q4_K
 // needs ~29 values/SM-clock at 4.3 TB/s: close to the issue limit, see BENCHMARKS.md.
