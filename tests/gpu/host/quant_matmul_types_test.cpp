@@ -60,7 +60,15 @@ TEST_CASE("the quantized matmul launchers name themselves in argument errors and
   latte::cuda::GemvParams gemv{.type = GgmlType::mxfp4};
   const latte::Error gemv_args = error_of([&] { latte::cuda::gemv_quant(gemv, nullptr); });
   CHECK(gemv_args.code() == latte::ErrorCode::invalid_argument);
-  CHECK(std::string(gemv_args.what()) == "gemv_quant: weight, x and y must be set");
+  CHECK(std::string(gemv_args.what()) == "gemv_quant: weight, x and exactly one of y and y_bf16 must be set");
+  {  // both outputs at once is the same error (checked before any CUDA call)
+    float dummy[4] = {};
+    __nv_bfloat16 dummy_bf16[4] = {};
+    latte::cuda::GemvParams both{.type = GgmlType::q8_0, .weight = dummy, .x = dummy, .y = dummy, .y_bf16 = dummy_bf16};
+    const latte::Error both_args = error_of([&] { latte::cuda::gemv_quant(both, nullptr); });
+    CHECK(both_args.code() == latte::ErrorCode::invalid_argument);
+    CHECK(std::string(both_args.what()) == "gemv_quant: weight, x and exactly one of y and y_bf16 must be set");
+  }
   gemv.type = GgmlType::q8_k;
   const latte::Error gemv_type = error_of([&] { latte::cuda::gemv_quant(gemv, nullptr); });
   CHECK(gemv_type.code() == latte::ErrorCode::unsupported);
