@@ -1,6 +1,6 @@
 # shellcheck shell=bash
-# What the GPU-machine scripts (gpu-check.sh, tp-gpu-check.sh, bench-gpu.sh, selftest-gpu.sh,
-# diagnose-gpu-check.sh) share. Each sources it from the repository root, right after its own
+# What the GPU-machine scripts (gpu-check.sh, tp-gpu-check.sh, bench-gpu.sh, bench-ab-gpu.sh,
+# selftest-gpu.sh, diagnose-gpu-check.sh) share. Each sources it from the repository root, right after its own
 # `cd "$(dirname "$0")/.."`:
 #   source scripts/gpu-common.sh
 # Sourcing sets ROOT (the repository root), ARCH (LATTE_GPU_ARCH, default 90a-real: Hopper only, fast
