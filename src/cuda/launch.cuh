@@ -18,6 +18,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdlib>
+#include <string>
 #include <string_view>
 #include <utility>
 
@@ -50,7 +51,7 @@ inline bool overlapped_launches() {
 
 /// kernel<<<grid, block, smem, stream>>>(args...), allowed to overlap the previous kernel of the stream
 /// (see above: the kernel must call wait_for_producers() before touching dependent memory). Throws
-/// latte::Error naming the launch if it fails.
+/// latte::Error naming the kernel and the launch shape if the launch fails.
 template <class... Params, class... Args>
 void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
   cudaLaunchAttribute attribute{};
@@ -63,7 +64,18 @@ void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem
   config.stream = stream;
   config.attrs = &attribute;
   config.numAttrs = overlapped_launches() ? 1 : 0;
-  check(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...), "kernel launch", __FILE__, __LINE__);
+  const cudaError_t status = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  if (status != cudaSuccess) {
+    // name the kernel (its mangled name) and the launch shape, not just this line
+    const char* name = nullptr;
+    if (cudaFuncGetName(&name, reinterpret_cast<const void*>(kernel)) != cudaSuccess || name == nullptr) {
+      name = "?";
+    }
+    const std::string what = std::string("launch of ") + name + " (grid " + std::to_string(grid.x) + "x" +
+                             std::to_string(grid.y) + "x" + std::to_string(grid.z) + ", block " +
+                             std::to_string(block.x) + ", " + std::to_string(smem) + " bytes of dynamic shared memory)";
+    throw_cuda_error(status, what.c_str(), __FILE__, __LINE__);
+  }
 }
 
 }  // namespace latte::cuda
