@@ -57,13 +57,9 @@ void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attribute.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = overlapped_launches() ? 1 : 0;
+  // {gridDim, blockDim, dynamicSmemBytes, stream, attrs, numAttrs}, by position: the CPU emulation of the
+  // kernels (tests/emulation) defines gridDim and blockDim as macros
+  cudaLaunchConfig_t config{grid, block, smem, stream, &attribute, overlapped_launches() ? 1u : 0u};
   const cudaError_t status = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
   if (status != cudaSuccess) {
     // name the kernel (its mangled name) and the launch shape, not just this line

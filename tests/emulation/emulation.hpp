@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <utility>
 
 #undef __shared__
 #define __shared__ static  // function-local statics: CTAs run one after another
@@ -66,6 +67,16 @@ void run_grid(const LaunchConfig& config, const std::function<void()>& body);
 template <class... KernelArgs, class... Args>
 void launch(const LaunchConfig& config, void (*kernel)(KernelArgs...), Args&&... args) {
   run_grid(config, [&] { kernel(args...); });
+}
+
+/// cudaLaunchKernelEx stand-in (src/cuda/launch.cuh launches every kernel with it): the launch
+/// attributes, programmatic dependent launch among them, change nothing here, where grids run one after
+/// another and griddepcontrol compiles to nothing.
+template <class... KernelArgs, class... Args>
+cudaError_t launch_ex(const cudaLaunchConfig_t* config, void (*kernel)(KernelArgs...), Args&&... args) {
+  launch(LaunchConfig{config->gridDim, config->blockDim, config->dynamicSmemBytes, config->stream}, kernel,
+         std::forward<Args>(args)...);
+  return cudaSuccess;
 }
 
 // Asynchronous copies: eager (copy at issue) or lazy (copy when a wait needs it), chosen with
@@ -127,3 +138,5 @@ inline unsigned atomicOr(unsigned* address, unsigned value) {
 #define cudaGetDeviceCount(count) (*(count) = 1, cudaSuccess)
 #define cudaDeviceGetAttribute(value, attr, device) ::emu::get_device_attribute((value), (attr), (device))
 #define cudaFuncSetAttribute(...) cudaSuccess
+#define cudaLaunchKernelEx(config, kernel, ...) ::emu::launch_ex((config), (kernel), __VA_ARGS__)
+#define cudaFuncGetName(name, func) cudaErrorInvalidValue
