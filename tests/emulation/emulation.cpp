@@ -282,6 +282,19 @@ cudaError_t mem_get_info(size_t* free_bytes, size_t* total_bytes) {
   *free_bytes = *total_bytes = size_t{1} << 34;
   return cudaSuccess;
 }
+cudaError_t get_device_properties(cudaDeviceProp* prop, int device) {
+  *prop = cudaDeviceProp{};
+  std::strncpy(prop->name, "emulated H200", sizeof prop->name - 1);
+  prop->major = 9;
+  prop->minor = 0;
+  get_device_attribute(&prop->multiProcessorCount, cudaDevAttrMultiProcessorCount, device);
+  int smem = 0;
+  get_device_attribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+  prop->sharedMemPerBlockOptin = static_cast<size_t>(smem);
+  prop->l2CacheSize = 60 << 20;
+  prop->totalGlobalMem = size_t{1} << 34;
+  return cudaSuccess;
+}
 cudaError_t get_device_attribute(int* value, cudaDeviceAttr attr, int) {
   static const int smem = [] {
     const char* env = std::getenv("LATTE_EMU_SMEM_PER_BLOCK");

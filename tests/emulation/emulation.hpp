@@ -55,6 +55,11 @@ T shfl_xor(T value, int offset) {
   return warp_collective(value, [offset](int lane, auto get) { return get(lane ^ offset); });
 }
 
+template <class T>
+T shfl_down(T value, int delta) {
+  return warp_collective(value, [delta](int lane, auto get) { return lane + delta < 32 ? get(lane + delta) : get(lane); });
+}
+
 struct LaunchConfig {
   dim3 grid;
   dim3 block;
@@ -90,6 +95,7 @@ cudaError_t malloc_device(void** ptr, size_t bytes);
 cudaError_t free_device(void* ptr);
 cudaError_t mem_get_info(size_t* free_bytes, size_t* total_bytes);
 cudaError_t get_device_attribute(int* value, cudaDeviceAttr attr, int device);
+cudaError_t get_device_properties(cudaDeviceProp* prop, int device);  // an H200-like device
 
 }  // namespace emu
 
@@ -99,6 +105,8 @@ cudaError_t get_device_attribute(int* value, cudaDeviceAttr attr, int device);
 #define gridDim (::emu::grid_dim())
 #define __syncthreads() ::emu::syncthreads()
 #define __shfl_xor_sync(mask, value, offset) ::emu::shfl_xor((value), (offset))
+#define __shfl_down_sync(mask, value, delta) ::emu::shfl_down((value), (delta))
+#define __syncwarp(...) ::emu::warp_barrier()
 #define __ldg(ptr) (*(ptr))
 
 inline int max(int a, int b) { return a > b ? a : b; }
@@ -113,6 +121,7 @@ inline float __uint_as_float(uint32_t u) {
   std::memcpy(&x, &u, 4);
   return x;
 }
+inline float __expf(float x) { return std::exp(x); }
 inline int atomicAdd(int* address, int value) {
   const int old = *address;
   *address += value;
@@ -137,6 +146,8 @@ inline unsigned atomicOr(unsigned* address, unsigned value) {
 #define cudaGetDevice(device) (*(device) = 0, cudaSuccess)
 #define cudaGetDeviceCount(count) (*(count) = 1, cudaSuccess)
 #define cudaDeviceGetAttribute(value, attr, device) ::emu::get_device_attribute((value), (attr), (device))
+#define cudaGetDeviceProperties(prop, device) ::emu::get_device_properties((prop), (device))
 #define cudaFuncSetAttribute(...) cudaSuccess
+#define cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, kernel, threads, smem) (*(blocks) = 4, cudaSuccess)
 #define cudaLaunchKernelEx(config, kernel, ...) ::emu::launch_ex((config), (kernel), __VA_ARGS__)
 #define cudaFuncGetName(name, func) cudaErrorInvalidValue
