@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the emulated GPU test binary: the real attention kernels (src/cuda) and their GPU tests
-# (tests/gpu/attention_*.cpp) compiled as C++ against the CPU emulation of CUDA in this folder.
+# Builds the emulated GPU test binary: the real attention and GEMV kernels (src/cuda) and their tests
+# (tests/gpu/attention_*.cpp, gemv_test.cpp here) compiled as C++ against the CPU emulation of CUDA in this folder.
 # No GPU or nvcc needed.
 #   tests/emulation/build.sh [build-dir] [extra compiler flags...]   (objects are rebuilt when stale)
 set -euo pipefail
@@ -10,9 +10,33 @@ out="${1:-$root/build-emu}"
 shift || true
 mkdir -p "$out/src" "$out/obj"
 cuda=${CUDA_HOME:-/usr/local/cuda}
-flags=(-std=c++20 -O2 -g -fno-strict-aliasing -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas -Wno-unused-value
-       -I"$here/include" -I"$root/src" -I"$root/include" -I"$root/tests" -I"$cuda/include"
-       -include "$here/emulation.hpp" "$@")
+common=(-std=c++20 -O2 -g -fno-strict-aliasing -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas -Wno-unused-value
+        -I"$here/include" -I"$root/src" -I"$root/include" -I"$root/tests" -I"$cuda/include" "$@")  # latte's CPU code
+flags=("${common[@]}" -include "$here/emulation.hpp")  # kernels, tests and stand-ins
+
+# translate SRC DST: the emulation's C++ form of a CUDA file, rewritten only when it changed.
+translate() {
+  python3 "$here/translate.py" "$1" "$2.new"
+  if ! cmp -s "$2.new" "$2"; then mv "$2.new" "$2"; else rm "$2.new"; fi
+}
+
+objects=()
+# compile SRC OBJ FLAGS_ARRAY_NAME DEP...: compiles when OBJ is missing or older than SRC or a DEP.
+compile() {
+  local src=$1 obj=$2 stale=0
+  local -n compile_flags=$3
+  shift 3
+  objects+=("$obj")
+  [ -f "$obj" ] || stale=1
+  if [ $stale = 0 ]; then
+    for dep in "$src" "$@"; do [ "$dep" -nt "$obj" ] && stale=1 && break; done
+  fi
+  if [ $stale = 1 ]; then
+    echo "compiling $(basename "$src")"
+    g++ "${compile_flags[@]}" -c "$src" -o "$obj"
+  fi
+}
+
 sources=("$here/emulation.cpp" "$here/main.cpp" "$root/src/cuda/check.cpp" "$root/src/cuda/device_buffer.cpp"
          "$root/src/cuda/device_caps.cpp")
 kernels=(split_kv_combine mla_decode mla_decode_wide standard_decode flash_prefill dsa_index_scores dsa_top_k kv_cache_append
@@ -21,56 +45,21 @@ kernels=(split_kv_combine mla_decode mla_decode_wide standard_decode flash_prefi
 # a quoted include looks in the including file's folder first, so these shadow the originals.
 mkdir -p "$out/src/cuda"
 for cuh in "$root"/src/cuda/*.cuh; do
-  grep -q "extern __shared__" "$cuh" || continue
-  dst="$out/src/cuda/$(basename "$cuh")"
-  python3 "$here/translate.py" "$cuh" "$dst.new"
-  if ! cmp -s "$dst.new" "$dst"; then mv "$dst.new" "$dst"; else rm "$dst.new"; fi
+  grep -q "extern __shared__" "$cuh" && translate "$cuh" "$out/src/cuda/$(basename "$cuh")"
 done
-# latte's CPU quantizer and decoder, plain C++ (no emulation header): the GEMV test's reference.
-plain=("$root"/src/quant/*.cpp)
 for name in "${kernels[@]}"; do
-  cu="$root/src/cuda/$name.cu"
-  cpp="$out/src/$(basename "$cu" .cu).cpp"
-  python3 "$here/translate.py" "$cu" "$cpp.new"
-  if ! cmp -s "$cpp.new" "$cpp"; then mv "$cpp.new" "$cpp"; else rm "$cpp.new"; fi
-  sources+=("$cpp")
+  translate "$root/src/cuda/$name.cu" "$out/src/$name.cpp"
+  sources+=("$out/src/$name.cpp")
 done
 sources+=("$root"/tests/gpu/attention_*.cpp "$here/gemv_test.cpp")
 headers=("$here"/emulation.hpp "$here"/include/*/*.cuh "$here"/include/cub/block/*.cuh "$root"/src/cuda/*.hpp
          "$root"/src/cuda/*.cuh "$root"/tests/gpu/*.hpp "$out"/src/cuda/*.cuh)
-objects=()
 for src in "${sources[@]}"; do
-  obj="$out/obj/$(basename "$src").o"
-  objects+=("$obj")
-  stale=0
-  [ -f "$obj" ] || stale=1
-  if [ $stale = 0 ]; then
-    for dep in "$src" "${headers[@]}"; do [ "$dep" -nt "$obj" ] && stale=1 && break; done
-  fi
-  if [ $stale = 1 ]; then
-    echo "compiling $(basename "$src")"
-    g++ "${flags[@]}" -c "$src" -o "$obj"
-  fi
+  compile "$src" "$out/obj/$(basename "$src").o" flags "${headers[@]}"
 done
-plain_flags=()
-skip=0
-for f in "${flags[@]}"; do
-  if [ $skip = 1 ]; then skip=0; continue; fi
-  if [ "$f" = -include ]; then skip=1; continue; fi
-  plain_flags+=("$f")
-done
-for src in "${plain[@]}"; do
-  obj="$out/obj/plain-$(basename "$src").o"
-  objects+=("$obj")
-  stale=0
-  [ -f "$obj" ] || stale=1
-  if [ $stale = 0 ]; then
-    for dep in "$src" "$root"/src/quant/*.hpp "$root"/include/latte/quant.hpp; do [ "$dep" -nt "$obj" ] && stale=1 && break; done
-  fi
-  if [ $stale = 1 ]; then
-    echo "compiling $(basename "$src")"
-    g++ "${plain_flags[@]}" -c "$src" -o "$obj"
-  fi
+# latte's CPU quantizer and decoder, without the emulation header: the GEMV test's reference.
+for src in "$root"/src/quant/*.cpp; do
+  compile "$src" "$out/obj/plain-$(basename "$src").o" common "$root"/src/quant/*.hpp "$root"/include/latte/quant.hpp
 done
 g++ "${flags[@]}" -o "$out/latte_emulated_gpu_tests" "${objects[@]}" -L"$cuda/lib64" -lcudart -Wl,-rpath,"$cuda/lib64"
 echo "$out/latte_emulated_gpu_tests"
