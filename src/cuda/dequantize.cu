@@ -101,7 +101,6 @@ void launch_dequantize(const DequantizeParams& p, cudaStream_t stream) {
   } else {
     launch_kernel(dequantize_kernel<T, float>, grid, 32 * kDequantWarps, 0, stream, p);
   }
-  LATTE_CUDA_CHECK_LAUNCH();
 }
 
 void dequantize_rows(const DequantizeParams& p, cudaStream_t stream) {

@@ -12,6 +12,18 @@
 namespace latte::cuda {
 namespace {
 
+/// dst[0, n) = bf16(src[0, n)), the CTA's threads along the row.
+template <class Src>
+__device__ __forceinline__ void store_row(__nv_bfloat16* dst, const Src* src, int n) {
+  for (int d = threadIdx.x; d < n; d += blockDim.x) {
+    if constexpr (std::is_same_v<Src, float>) {
+      dst[d] = __float2bfloat16_rn(src[d]);
+    } else {
+      dst[d] = src[d];
+    }
+  }
+}
+
 template <class Src>
 __global__ void kv_cache_append_kernel(const KvCacheAppendParams p) {
   wait_for_producers();  // see launch.cuh
@@ -20,27 +32,14 @@ __global__ void kv_cache_append_kernel(const KvCacheAppendParams p) {
   const int h = blockIdx.y;
   const int b = p.batch_index != nullptr ? p.batch_index[i] : 0;
   const int pos = p.positions[i];
-  __nv_bfloat16* dst =
-      p.dst.data + paged_rows_offset(p.dst, b, pos) + static_cast<int64_t>(h) * p.dst.head_stride + p.dst_offset;
-  const Src* src = static_cast<const Src*>(p.src) + static_cast<int64_t>(i) * p.src_token_stride +
-                   static_cast<int64_t>(h) * p.src_head_stride;
-  for (int d = threadIdx.x; d < p.dim; d += blockDim.x) {
-    if constexpr (std::is_same_v<Src, float>) {
-      dst[d] = __float2bfloat16_rn(src[d]);
-    } else {
-      dst[d] = src[d];
-    }
-  }
+  __nv_bfloat16* row = p.dst.data + paged_rows_offset(p.dst, b, pos);
+  store_row(row + static_cast<int64_t>(h) * p.dst.head_stride + p.dst_offset,
+            static_cast<const Src*>(p.src) + static_cast<int64_t>(i) * p.src_token_stride +
+                static_cast<int64_t>(h) * p.src_head_stride,
+            p.dim);
   if (p.tail_src != nullptr) {
-    __nv_bfloat16* tail = p.dst.data + paged_rows_offset(p.dst, b, pos) + p.tail_dst_offset;
-    const Src* from = static_cast<const Src*>(p.tail_src) + static_cast<int64_t>(i) * p.tail_src_token_stride;
-    for (int d = threadIdx.x; d < p.tail_dim; d += blockDim.x) {
-      if constexpr (std::is_same_v<Src, float>) {
-        tail[d] = __float2bfloat16_rn(from[d]);
-      } else {
-        tail[d] = from[d];
-      }
-    }
+    store_row(row + p.tail_dst_offset,
+              static_cast<const Src*>(p.tail_src) + static_cast<int64_t>(i) * p.tail_src_token_stride, p.tail_dim);
   }
 }
 
@@ -73,7 +72,6 @@ void run_kv_cache_append(const KvCacheAppendParams& p, cudaStream_t stream) {
   } else {
     launch_kernel(kv_cache_append_kernel<__nv_bfloat16>, grid, threads, 0, stream, p);
   }
-  LATTE_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace latte::cuda
