@@ -480,24 +480,21 @@ class CudaForward final : public CudaRankForward {
       linear(w.attn_kv_a, a.xn.data(), H, T, a.proj.data() + layout_.latent_offset, width);
     }
     rms(a.proj.data() + layout_.latent_offset, width, w.kv_a_norm, L, T, a.latent.data(), L);
-    const float* k_pe_in = a.proj.data() + layout_.latent_offset + L;
+    // q before rotation comes from q_b (q_lora_rank > 0) or straight from the projection row (q_src),
+    // which the rope launch copies into a.q while rotating it, k_pe into k_rope too: one launch
     const int64_t q_row = static_cast<int64_t>(N) * qk;
+    const float* q_src = nullptr;
     if (c_.q_lora_rank > 0) {
       rms(a.proj.data() + layout_.query_offset, width, w.q_a_norm, c_.q_lora_rank, T, a.qa.data(), c_.q_lora_rank);
       linear(w.attn_q_b, a.qa.data(), c_.q_lora_rank, T, a.q.data(), q_row);
-      if (tapping(il, "q", tap)) emit_device(tap, il, {T, N, qk}, a.q.data(), T, q_row, q_row);
-      if (tapping(il, "kv_latent", tap)) emit_device(tap, il, {T, L}, a.latent.data(), T, L, L);
-      // q's rope dims in place, k_pe from the projection into k_rope, one launch
-      rope(a.q.data(), q_row, N, qk, P, T, nullptr, 0, k_pe_in, width);
     } else {
-      // q straight from the projection: the copy and both rotations in one launch (the q tap below
-      // shows q before rotation, so it reads the projection)
-      if (tapping(il, "q", tap)) {
-        emit_device(tap, il, {T, N, qk}, a.proj.data() + layout_.query_offset, T, q_row, width);
-      }
-      if (tapping(il, "kv_latent", tap)) emit_device(tap, il, {T, L}, a.latent.data(), T, L, L);
-      rope(a.q.data(), q_row, N, qk, P, T, a.proj.data() + layout_.query_offset, width, k_pe_in, width);
+      q_src = a.proj.data() + layout_.query_offset;
     }
+    if (tapping(il, "q", tap)) {
+      emit_device(tap, il, {T, N, qk}, q_src ? q_src : a.q.data(), T, q_row, q_src ? width : q_row);
+    }
+    if (tapping(il, "kv_latent", tap)) emit_device(tap, il, {T, L}, a.latent.data(), T, L, L);
+    rope(a.q.data(), q_row, N, qk, P, T, q_src, width, a.proj.data() + layout_.latent_offset + L, width);
     if (tapping(il, "q_pe", tap)) emit_device(tap, il, {T, N, R}, a.q.data() + P, static_cast<int64_t>(T) * N, R, qk);
     if (tapping(il, "k_pe", tap)) emit_device(tap, il, {T, R}, a.k_rope.data(), T, R, R);
 
