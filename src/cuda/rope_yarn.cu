@@ -11,6 +11,7 @@
 
 #include "cuda/check.hpp"
 #include "cuda/launch.cuh"
+#include "cuda/rope_angle.cuh"
 
 namespace latte::cuda {
 namespace {
@@ -32,20 +33,7 @@ __global__ void __launch_bounds__(kRopeThreads)
   const int pairs = p.n_rot / 2;
   const double pos = static_cast<double>(p.positions[t]);
   for (int i = static_cast<int>(threadIdx.x); i < pairs; i += static_cast<int>(blockDim.x)) {
-    const double theta_extrap = pos * inv.of[i];
-    const double theta_interp = static_cast<double>(p.freq_scale) * theta_extrap;
-    double theta = theta_interp;
-    if (p.ext_factor != 0.0f) {
-      const double y =
-          (i - static_cast<double>(p.corr.low)) / fmax(0.001, static_cast<double>(p.corr.high - p.corr.low));
-      const double ramp = 1.0 - fmin(1.0, fmax(0.0, y));
-      const double mix = ramp * p.ext_factor;
-      theta = theta_interp * (1.0 - mix) + theta_extrap * mix;
-    }
-    double s, c;
-    sincos(theta, &s, &c);
-    cos_of[i] = static_cast<float>(c);
-    sin_of[i] = static_cast<float>(s);
+    rope_cos_sin(pos, i, inv.of[i], p.freq_scale, p.ext_factor, p.corr, cos_of[i], sin_of[i]);
   }
   __syncthreads();
   if (p.pair_dst != nullptr && static_cast<int>(blockIdx.y) == static_cast<int>(gridDim.y) - 1) {

@@ -172,16 +172,6 @@ Architecture parse_architecture(std::string_view name) {
   throw Error(ErrorCode::unsupported, "unsupported architecture '" + std::string(name) + "' (supported: " + list + ")");
 }
 
-float ModelConfig::yarn_mscale() const noexcept {
-  if (rope_scaling.type != RopeScalingType::yarn || rope_scaling.factor <= 1.0f) return 1.0f;
-  return 1.0f + rope_scaling.yarn_log_multiplier * std::log(rope_scaling.factor);
-}
-
-float ModelConfig::attention_scale() const noexcept {
-  const float m = yarn_mscale();
-  return m * m / std::sqrt(static_cast<float>(qk_head_dim()));
-}
-
 ModelConfig ModelConfig::from_gguf(const gguf::File& file) {
   const gguf::Value* arch_value = file.find("general.architecture");
   if (!arch_value) {

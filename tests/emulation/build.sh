@@ -38,9 +38,9 @@ compile() {
 }
 
 sources=("$here/emulation.cpp" "$here/main.cpp" "$root/src/cuda/check.cpp" "$root/src/cuda/device_buffer.cpp"
-         "$root/src/cuda/device_caps.cpp")
+         "$root/src/cuda/device_caps.cpp" "$root/src/cuda/decode_step.cpp")
 kernels=(split_kv_combine mla_decode mla_decode_wide standard_decode flash_prefill dsa_index_scores dsa_top_k kv_cache_append
-         gemv_quant gemv_quant_float gemv_quant_legacy gemv_quant_kquants)
+         gemv_quant gemv_quant_float gemv_quant_legacy gemv_quant_kquants rope_yarn decode_step_kernel)
 # Kernel headers that declare dynamic shared memory are translated too, next to the translated .cu files:
 # a quoted include looks in the including file's folder first, so these shadow the originals.
 mkdir -p "$out/src/cuda"
@@ -51,14 +51,15 @@ for name in "${kernels[@]}"; do
   translate "$root/src/cuda/$name.cu" "$out/src/$name.cpp"
   sources+=("$out/src/$name.cpp")
 done
-sources+=("$root"/tests/gpu/attention_*.cpp "$here/gemv_test.cpp")
+sources+=("$root"/tests/gpu/attention_*.cpp "$root"/tests/gpu/decode_step_test.cpp "$here/gemv_test.cpp")
 headers=("$here"/emulation.hpp "$here"/include/*/*.cuh "$here"/include/cub/block/*.cuh "$root"/src/cuda/*.hpp
          "$root"/src/cuda/*.cuh "$root"/tests/gpu/*.hpp "$out"/src/cuda/*.cuh)
 for src in "${sources[@]}"; do
   compile "$src" "$out/obj/$(basename "$src").o" flags "${headers[@]}"
 done
-# latte's CPU quantizer and decoder, without the emulation header: the GEMV test's reference.
-for src in "$root"/src/quant/*.cpp; do
+# latte's CPU quantizer and decoder, without the emulation header: the GEMV test's reference; the model's
+# attention scale (the fused decode step's plan).
+for src in "$root"/src/quant/*.cpp "$root"/src/model/attention_scale.cpp; do
   compile "$src" "$out/obj/plain-$(basename "$src").o" common "$root"/src/quant/*.hpp "$root"/include/latte/quant.hpp
 done
 g++ "${flags[@]}" -o "$out/latte_emulated_gpu_tests" "${objects[@]}" -L"$cuda/lib64" -lcudart -Wl,-rpath,"$cuda/lib64"

@@ -76,6 +76,11 @@ struct Warp {
   alignas(16) unsigned char slots[32][64];
 };
 
+struct NamedBarrier {
+  int arrived = 0;
+  uint64_t generation = 0;
+};
+
 struct Cta {
   dim3 grid, block;
   uint3 index{};
@@ -86,8 +91,10 @@ struct Cta {
   int current = -1;
   int barrier_arrived = 0;
   uint64_t barrier_generation = 0;
+  NamedBarrier named[16];
   void* scheduler_sp = nullptr;
   const std::function<void()>* body = nullptr;
+  std::vector<std::unique_ptr<char[]>> own_stacks;  // concurrent grids: this CTA's fiber stacks
 };
 
 Cta* g_cta = nullptr;
@@ -161,8 +168,9 @@ void release_if_complete() {
   }
 }
 
-void run_cta(const LaunchConfig& config, uint3 index, const std::function<void()>& body) {
-  Cta cta;
+/// Prepares `cta` to run `body` as CTA `index`; stacks from `stacks` (at least one per thread).
+void setup_cta(Cta& cta, const LaunchConfig& config, uint3 index, const std::function<void()>& body,
+               std::vector<std::unique_ptr<char[]>>& stacks) {
   cta.grid = config.grid;
   cta.block = config.block;
   cta.index = index;
@@ -173,34 +181,49 @@ void run_cta(const LaunchConfig& config, uint3 index, const std::function<void()
   cta.warps.resize((n + 31) / 32);
   for (int i = 0; i < n; ++i) cta.warps[i / 32].live++;
   cta.live = n;
-  while (g_stacks.size() < static_cast<size_t>(n)) g_stacks.emplace_back(new char[kStackBytes]);
-  g_cta = &cta;
+  while (stacks.size() < static_cast<size_t>(n)) stacks.emplace_back(new char[kStackBytes]);
   for (int i = 0; i < n; ++i) {
     Fiber& f = cta.fibers[i];
     f.tid =
         make_uint3(i % config.block.x, (i / config.block.x) % config.block.y, i / (config.block.x * config.block.y));
-    f.stack = g_stacks[i].get();
+    f.stack = stacks[i].get();
     f.sp = initial_stack(f.stack);
   }
+}
+
+/// One round over the CTA's unfinished threads, in the configured order.
+void run_round(Cta& cta, std::vector<int>& order) {
+  static std::mt19937 rng(12345);
+  if (schedule_order() == Order::random) std::shuffle(order.begin(), order.end(), rng);
+  g_cta = &cta;
+  for (int i : order) {
+    if (cta.fibers[i].done) continue;
+    cta.current = i;
+    emu_switch_context(&cta.scheduler_sp, cta.fibers[i].sp);
+  }
+  g_cta = nullptr;
+}
+
+std::vector<int> thread_order(int n) {
   std::vector<int> order(n);
   for (int i = 0; i < n; ++i) order[i] = i;
   if (schedule_order() == Order::reverse) std::reverse(order.begin(), order.end());
-  static std::mt19937 rng(12345);
+  return order;
+}
+
+void run_cta(const LaunchConfig& config, uint3 index, const std::function<void()>& body) {
+  Cta cta;
+  setup_cta(cta, config, index, body, g_stacks);
+  std::vector<int> order = thread_order(static_cast<int>(cta.fibers.size()));
   while (cta.live > 0) {
-    if (schedule_order() == Order::random) std::shuffle(order.begin(), order.end(), rng);
     const uint64_t events_before = g_events;
-    for (int i : order) {
-      if (cta.fibers[i].done) continue;
-      cta.current = i;
-      emu_switch_context(&cta.scheduler_sp, cta.fibers[i].sp);
-    }
+    run_round(cta, order);
     if (g_events == events_before) {
       std::fprintf(stderr, "emulation: deadlock in CTA (%u,%u,%u): %d threads wait at barriers that cannot complete\n",
                    index.x, index.y, index.z, cta.live);
       std::abort();
     }
   }
-  g_cta = nullptr;
 }
 
 }  // namespace
@@ -220,6 +243,21 @@ void syncthreads() {
   ++g_events;
   release_if_complete();
   while (c.barrier_generation == generation) yield();
+}
+
+void yield_now() { yield(); }
+void progress() { ++g_events; }
+
+void named_barrier(int id, int count) {
+  NamedBarrier& b = g_cta->named[id & 15];
+  const uint64_t generation = b.generation;
+  ++g_events;
+  if (++b.arrived == count) {
+    b.arrived = 0;
+    ++b.generation;
+    return;
+  }
+  while (b.generation == generation) yield();
 }
 
 void warp_barrier() {
@@ -270,6 +308,41 @@ void run_grid(const LaunchConfig& config, const std::function<void()>& body) {
   }
 }
 
+void run_grid_concurrent(const LaunchConfig& config, const std::function<void()>& body) {
+  const std::function<void()> wrapped = [&body] {
+    body();
+    Fiber& f = current_fiber();
+    f.done = true;
+    g_cta->live--;
+    ++g_events;
+    current_warp().live--;
+    release_if_complete();
+  };
+  const unsigned n = config.grid.x * config.grid.y * config.grid.z;
+  std::vector<std::unique_ptr<Cta>> ctas;
+  for (unsigned i = 0; i < n; ++i) {
+    const uint3 index =
+        make_uint3(i % config.grid.x, (i / config.grid.x) % config.grid.y, i / (config.grid.x * config.grid.y));
+    ctas.push_back(std::make_unique<Cta>());
+    setup_cta(*ctas.back(), config, index, wrapped, ctas.back()->own_stacks);
+  }
+  std::vector<int> order = thread_order(static_cast<int>(ctas.front()->fibers.size()));
+  for (;;) {
+    bool live = false;
+    const uint64_t events_before = g_events;
+    for (auto& cta : ctas) {
+      if (cta->live == 0) continue;
+      live = true;
+      run_round(*cta, order);
+    }
+    if (!live) break;
+    if (g_events == events_before) {
+      std::fprintf(stderr, "emulation: deadlock in a cooperative grid of %u CTAs: every live thread waits\n", n);
+      std::abort();
+    }
+  }
+}
+
 cudaError_t malloc_device(void** ptr, size_t bytes) {
   *ptr = std::malloc(std::max<size_t>(bytes, 1));
   return *ptr ? cudaSuccess : cudaErrorMemoryAllocation;
@@ -300,9 +373,13 @@ cudaError_t get_device_attribute(int* value, cudaDeviceAttr attr, int) {
     const char* env = std::getenv("LATTE_EMU_SMEM_PER_BLOCK");
     return env ? std::atoi(env) : 232448;  // H100/H200
   }();
+  static const int sms = [] {
+    const char* env = std::getenv("LATTE_EMU_SMS");
+    return env ? std::atoi(env) : 132;
+  }();
   switch (attr) {
     case cudaDevAttrMultiProcessorCount:
-      *value = 132;
+      *value = sms;
       return cudaSuccess;
     case cudaDevAttrMaxSharedMemoryPerBlockOptin:
       *value = smem;

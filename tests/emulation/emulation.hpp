@@ -56,8 +56,14 @@ T shfl_xor(T value, int offset) {
 }
 
 template <class T>
+T shfl(T value, int src) {
+  return warp_collective(value, [src](int, auto get) { return get(src & 31); });
+}
+
+template <class T>
 T shfl_down(T value, int delta) {
-  return warp_collective(value, [delta](int lane, auto get) { return lane + delta < 32 ? get(lane + delta) : get(lane); });
+  return warp_collective(value,
+                         [delta](int lane, auto get) { return lane + delta < 32 ? get(lane + delta) : get(lane); });
 }
 
 struct LaunchConfig {
@@ -68,6 +74,16 @@ struct LaunchConfig {
 };
 
 void run_grid(const LaunchConfig& config, const std::function<void()>& body);
+/// Runs every CTA of the grid at once (their threads interleaved): a cooperative launch, whose CTAs may
+/// wait for each other (grid barriers).
+void run_grid_concurrent(const LaunchConfig& config, const std::function<void()>& body);
+
+/// Lets the other threads run (a thread spinning on memory another thread will write).
+void yield_now();
+/// Barrier `id` over `count` threads of the current CTA.
+void named_barrier(int id, int count);
+/// Counts an event for the deadlock detector (an arrival somewhere another thread may wait for).
+void progress();
 
 template <class... KernelArgs, class... Args>
 void launch(const LaunchConfig& config, void (*kernel)(KernelArgs...), Args&&... args) {
@@ -79,8 +95,14 @@ void launch(const LaunchConfig& config, void (*kernel)(KernelArgs...), Args&&...
 /// another and griddepcontrol compiles to nothing.
 template <class... KernelArgs, class... Args>
 cudaError_t launch_ex(const cudaLaunchConfig_t* config, void (*kernel)(KernelArgs...), Args&&... args) {
-  launch(LaunchConfig{config->gridDim, config->blockDim, config->dynamicSmemBytes, config->stream}, kernel,
-         std::forward<Args>(args)...);
+  const LaunchConfig c{config->gridDim, config->blockDim, config->dynamicSmemBytes, config->stream};
+  for (unsigned i = 0; i < config->numAttrs; ++i) {
+    if (config->attrs[i].id == cudaLaunchAttributeCooperative && config->attrs[i].val.cooperative) {
+      run_grid_concurrent(c, [&] { kernel(args...); });
+      return cudaSuccess;
+    }
+  }
+  launch(c, kernel, std::forward<Args>(args)...);
   return cudaSuccess;
 }
 
@@ -106,6 +128,8 @@ cudaError_t get_device_properties(cudaDeviceProp* prop, int device);  // an H200
 #define __syncthreads() ::emu::syncthreads()
 #define __shfl_xor_sync(mask, value, offset) ::emu::shfl_xor((value), (offset))
 #define __shfl_down_sync(mask, value, delta) ::emu::shfl_down((value), (delta))
+#define __shfl_sync(mask, value, src) ::emu::shfl((value), (src))
+#define __threadfence() ((void)0)
 #define __syncwarp(...) ::emu::warp_barrier()
 #define __ldg(ptr) (*(ptr))
 
@@ -122,6 +146,11 @@ inline float __uint_as_float(uint32_t u) {
   return x;
 }
 inline float __expf(float x) { return std::exp(x); }
+inline float __int_as_float(int i) {
+  float x;
+  std::memcpy(&x, &i, 4);
+  return x;
+}
 inline int atomicAdd(int* address, int value) {
   const int old = *address;
   *address += value;
@@ -135,6 +164,8 @@ inline unsigned atomicOr(unsigned* address, unsigned value) {
 
 #define cudaMalloc(ptr, bytes) ::emu::malloc_device(reinterpret_cast<void**>(ptr), (bytes))
 #define cudaFree(ptr) ::emu::free_device(ptr)
+#define cudaMallocHost(ptr, bytes) ::emu::malloc_device(reinterpret_cast<void**>(ptr), (bytes))
+#define cudaFreeHost(ptr) ::emu::free_device(ptr)
 #define cudaMemGetInfo(f, t) ::emu::mem_get_info((f), (t))
 #define cudaMemcpy(dst, src, bytes, kind) (std::memcpy((dst), (src), (bytes)), cudaSuccess)
 #define cudaMemcpyAsync(dst, src, bytes, kind, stream) (std::memcpy((dst), (src), (bytes)), cudaSuccess)
