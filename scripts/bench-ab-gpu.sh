@@ -13,7 +13,8 @@
 #   LATTE_AB_ROUNDS   how many times the list of cases runs (default 2)
 #   LATTE_AB_TESTS    doctest filter for latte_gpu_tests run before the benches ("" skips; default '*')
 #   LATTE_AB_LAYERS   convert only this many blocks (default: all 27; a cut converts and builds faster)
-#   LATTE_GPU_ARCH, LATTE_JOBS as in gpu-common.sh; .deps/ from scripts/prepare-gpu-deps.sh.
+#   LATTE_GPU_ARCH, LATTE_JOBS as in gpu-common.sh; .deps/ from scripts/prepare-gpu-deps.sh; binaries
+#   built elsewhere in .carry/bin.tar.xz (scripts/pack-gpu-binaries.sh) are used when they start.
 # Output: the bench lines per case on stdout, logs in $OUT (or out/bench-ab/). Exit status 1 when the
 # build, the tests or a bench failed.
 set -uo pipefail
@@ -30,15 +31,19 @@ TESTS=${LATTE_AB_TESTS-*}
 LAYERS=${LATTE_AB_LAYERS:-}
 failed=0
 
-gpu_configure_command
 start=$SECONDS
-if ! { "${GPU_CONFIGURE[@]}" >"$LOG_DIR/configure.log" 2>&1 &&
-  cmake --build build-gpu --parallel "$JOBS" --target latte_gpu_tests latte-cli >"$LOG_DIR/build.log" 2>&1; }; then
-  echo "bench-ab-gpu: configure or build failed, see $LOG_DIR" >&2
-  tail -n 30 "$LOG_DIR/build.log" >&2
-  exit 1
+if gpu_prebuilt; then
+  echo "prebuilt binaries from .carry/bin.tar.xz"
+else
+  gpu_configure_command
+  if ! { "${GPU_CONFIGURE[@]}" >"$LOG_DIR/configure.log" 2>&1 &&
+    cmake --build build-gpu --parallel "$JOBS" --target latte_gpu_tests latte-cli >"$LOG_DIR/build.log" 2>&1; }; then
+    echo "bench-ab-gpu: configure or build failed, see $LOG_DIR" >&2
+    tail -n 30 "$LOG_DIR/build.log" >&2
+    exit 1
+  fi
+  echo "build: $((SECONDS - start)) s"
 fi
-echo "build: $((SECONDS - start)) s"
 
 LATTE=$ROOT/build-gpu/tools/latte/latte
 MODEL=$ROOT/build-gpu/v2-lite-${LAYERS:-27}L-q4_k_m.gguf

@@ -22,9 +22,11 @@ JOBS=${LATTE_JOBS:-$(nproc)}
 if [ -x /usr/local/cuda/bin/nvcc ]; then export PATH=/usr/local/cuda/bin:$PATH; fi
 
 # The GPU machine has CUDA, cmake and ninja but no Eigen/doctest/nlohmann-json and no network:
-# scripts/prepare-gpu-deps.sh copies them into .deps/ on the build machine, which travels with the tree.
+# scripts/prepare-gpu-deps.sh copies them into .deps/ on the build machine, which travels with the tree
+# (or packed as .carry/deps.tar.xz, which is unpacked here when .deps/ is missing).
 gpu_require_deps() {  # gpu_require_deps SCRIPT: SCRIPT names the caller in the message
   local dep
+  if [ ! -d "$ROOT/.deps" ] && [ -f "$ROOT/.carry/deps.tar.xz" ]; then tar -C "$ROOT" -xJf "$ROOT/.carry/deps.tar.xz"; fi
   for dep in eigen3 doctest nlohmann_json; do
     if [ ! -d "$ROOT/.deps/$dep" ]; then
       echo "$1: .deps/$dep is missing: run scripts/prepare-gpu-deps.sh where the packages are installed" >&2
@@ -52,6 +54,19 @@ gpu_configure_command() {
   fi
   GPU_CONFIGURE+=(-DCMAKE_PREFIX_PATH="$ROOT/.deps/eigen3;$ROOT/.deps/doctest;$ROOT/.deps/nlohmann_json"
     -DEigen3_DIR="$ROOT/.deps/eigen3/share/eigen3/cmake" -Ddoctest_DIR="$ROOT/.deps/doctest/lib/cmake/doctest")
+}
+
+# gpu_prebuilt: when .carry/bin.tar.xz holds a latte CLI and latte_gpu_tests built elsewhere for this
+# GPU (scripts/pack-gpu-binaries.sh) and they start here, puts them where a build would and returns 0.
+gpu_prebuilt() {
+  local pack=$ROOT/.carry/bin.tar.xz
+  [ -f "$pack" ] || return 1
+  export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  mkdir -p "$ROOT/build-gpu/tools/latte" "$ROOT/build-gpu/tests/gpu" "$ROOT/build-gpu/prebuilt"
+  tar -C "$ROOT/build-gpu/prebuilt" -xJf "$pack" || return 1
+  "$ROOT/build-gpu/prebuilt/latte" bench --help >/dev/null 2>&1 || return 1  # it starts (libraries found)
+  cp "$ROOT/build-gpu/prebuilt/latte" "$ROOT/build-gpu/tools/latte/latte"
+  cp "$ROOT/build-gpu/prebuilt/latte_gpu_tests" "$ROOT/build-gpu/tests/gpu/latte_gpu_tests"
 }
 
 skipped() { [[ "$SKIP" == *" $1 "* ]]; }

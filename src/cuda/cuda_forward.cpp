@@ -16,6 +16,7 @@
 #include "cuda/activations.hpp"
 #include "cuda/check.hpp"
 #include "cuda/cuda_attention.hpp"
+#include "cuda/decode_step.hpp"
 #include "cuda/device_buffer.hpp"
 #include "cuda/device_kv_storage.hpp"
 #include "cuda/device_weights.hpp"
@@ -36,6 +37,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
@@ -119,6 +121,11 @@ class CudaForward final : public CudaRankForward {
                                               std::to_string(moe_max_k) + " per token and " +
                                               std::to_string(moe_max_expert_groups) + " groups");
     }
+    make_fused_step(rank);
+  }
+
+  ~CudaForward() override {
+    if (fused_ && fused_->timing_on()) std::fputs(fused_->timing_table().c_str(), stderr);
   }
 
   void prepare(const detail::ForwardBatch& batch) override {
@@ -134,6 +141,11 @@ class CudaForward final : public CudaRankForward {
     ensure_capacity(T, static_cast<int>(batch.logit_rows.size()));
     stage_tokens(batch);
     stage_step(batch);
+    if (fused(batch)) {
+      fused_->stage({.token = tokens_host_.data()[0],
+                     .position = batch.sequences[0].cache->n_tokens(),
+                     .cache = std::span<const std::byte* const>(rows_.data(), static_cast<size_t>(c_.n_layer_main()))});
+    }
   }
 
   void execute(const detail::ForwardBatch& batch) override {
@@ -143,6 +155,7 @@ class CudaForward final : public CudaRankForward {
     // holds a share of the heads and FFN columns, so it emits none (the CPU ranks do the same).
     taps_ = communicator_ ? nullptr : batch.taps;
     if (taps_ != nullptr || !graphs_.run(*this, batch)) enqueue(batch);
+    if (fused_ && fused_->timing_on() && fused(batch)) fused_->collect_timing(stream());
     finish_logits(batch);
     for (const detail::BatchSequence& s : batch.sequences) s.cache->set_n_tokens(s.cache->n_tokens() + s.n_tokens);
   }
@@ -151,6 +164,11 @@ class CudaForward final : public CudaRankForward {
 
   /// Everything a step runs on the stream, from the staged inputs to the logits in pinned memory.
   void enqueue(const detail::ForwardBatch& batch) {
+    if (fused(batch)) {  // one kernel for the whole step (decode_step.hpp)
+      fused_->enqueue(act_.logits.data(), stream());
+      copy_logits_to_host(act_.logits.data(), 1, c_.n_vocab, c_.n_vocab, logits_host_, stream());
+      return;
+    }
     const int T = static_cast<int>(batch.tokens.size());
     LATTE_CUDA_CHECK(cudaMemcpyAsync(tokens_.data(), tokens_host_.data(), static_cast<size_t>(T) * sizeof(int32_t),
                                      cudaMemcpyHostToDevice, stream()));
@@ -178,9 +196,12 @@ class CudaForward final : public CudaRankForward {
   /// What a captured decode graph depends on besides the staged inputs: the shape, every host-side
   /// branch, and every device address the launches bake in.
   [[nodiscard]] std::vector<uint64_t> graph_key(const detail::ForwardBatch& batch) const {
-    std::vector<uint64_t> key{static_cast<uint64_t>(batch.tokens.size()), static_cast<uint64_t>(step_.max_kv_len),
-                              any_sparse(batch) ? 1u : 0u, scratch_generation(),
-                              reinterpret_cast<uintptr_t>(logits_host_.data())};
+    std::vector<uint64_t> key{static_cast<uint64_t>(batch.tokens.size()),
+                              static_cast<uint64_t>(step_.max_kv_len),
+                              any_sparse(batch) ? 1u : 0u,
+                              scratch_generation(),
+                              reinterpret_cast<uintptr_t>(logits_host_.data()),
+                              fused(batch) ? 1u : 0u};
     for (int r : batch.logit_rows) key.push_back(static_cast<uint64_t>(r));
     for (int il = 0; il < step_.n_layer; ++il) {
       key.push_back(reinterpret_cast<uintptr_t>(step_.attn_base[il]));
@@ -220,6 +241,35 @@ class CudaForward final : public CudaRankForward {
 
   friend class DecodeGraphs;
   cudaStream_t stream() const noexcept { return stream_.get(); }
+
+  // ---- the fused decode step ----------------------------------------------------------------------
+
+  /// The fused step for single-sequence decode with the mla backend, unless LATTE_FUSED_DECODE=0, the
+  /// pass is a tensor-parallel rank, or the model has something the fused kernel does not handle (then
+  /// fused_reason_ says what, and every step takes the layered path).
+  void make_fused_step(const CudaRankSetup* rank) {
+    const char* env = std::getenv("LATTE_FUSED_DECODE");
+    if (env && std::string_view(env) == "0") {
+      fused_reason_ = "LATTE_FUSED_DECODE=0";
+    } else if (rank) {
+      fused_reason_ = "tensor-parallel ranks take the layered path";
+    } else if (backend_.name() != "mla") {
+      fused_reason_ = "the fused step is the mla backend's";
+    } else {
+      try {
+        fused_ = std::make_unique<DecodeStep>(c_, weights_);
+      } catch (const Error& e) {
+        fused_reason_ = e.what();
+      }
+    }
+  }
+
+  /// Whether this step runs as the fused kernel: one token of one sequence, its logits wanted, no
+  /// activation taps (they observe the layered path's intermediate tensors).
+  [[nodiscard]] bool fused(const detail::ForwardBatch& batch) const {
+    return fused_ && batch.tokens.size() == 1 && batch.sequences.size() == 1 && batch.taps == nullptr &&
+           batch.logit_rows.size() == 1 && batch.logit_rows[0] == 0;
+  }
 
   // ---- tensor parallelism -----------------------------------------------------------------------
   // At the two reduction points of a block every rank adds its share (its heads' attn_output
@@ -784,6 +834,8 @@ class CudaForward final : public CudaRankForward {
   PinnedBuffer<int32_t> tokens_host_;
   DeviceBuffer<int32_t> tokens_;
   DecodeGraphs graphs_;
+  std::unique_ptr<DecodeStep> fused_;  // single-sequence decode in one kernel, or null
+  std::string fused_reason_;           // why fused_ is null
   DeviceStepTables tables_;
   DeviceStep step_{};
   std::vector<const std::byte*> rows_, index_rows_;

@@ -12,8 +12,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace latte::cuda {
@@ -326,6 +329,93 @@ DecodeStep::DecodeStep(const ModelConfig& config, std::shared_ptr<const DeviceWe
   p.xf_cap = plan.xf_cap;
   p.x_area_bytes = plan.x_area;
   p.smem_bytes = plan.smem;
+  const char* timing = std::getenv("LATTE_STEP_TIMING");
+  if (timing && std::string_view(timing) == "1") set_timing(true);
+}
+
+void DecodeStep::set_timing(bool on) {
+  if (!on) {
+    params_.scratch.timing = nullptr;
+    return;
+  }
+  if (!timing_.data()) {
+    timing_ = DeviceBuffer<long long>(static_cast<size_t>(grid_) * step::kMaxTimedSyncs * 3, "fused step timing");
+    int device = 0, khz = 0;
+    LATTE_CUDA_CHECK(cudaGetDevice(&device));
+    LATTE_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device));
+    clock_ghz_ = khz > 0 ? khz / 1e6 : 1.0;
+    LATTE_CUDA_CHECK(cudaMemset(timing_.data(), 0xff, timing_.bytes()));  // phase -1: unwritten
+  }
+  params_.scratch.timing = timing_.data();
+  timing_sum_.assign(step::kPhaseCount + 1, {});  // the last entry: the whole step
+  timing_steps_ = 0;
+}
+
+void DecodeStep::collect_timing(cudaStream_t stream) {
+  if (!timing_on()) return;
+  LATTE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<long long> t(timing_.size());
+  LATTE_CUDA_CHECK(cudaMemcpy(t.data(), timing_.data(), timing_.bytes(), cudaMemcpyDeviceToHost));
+  const size_t per_block = static_cast<size_t>(step::kMaxTimedSyncs) * 3;
+  auto slot = [&](int b, int k) { return t.data() + b * per_block + static_cast<size_t>(k) * 3; };
+  int n = 1;  // slots used: the start, every barrier, the head's end
+  while (n < step::kMaxTimedSyncs && slot(0, n)[0] >= 0 && slot(0, n)[0] < step::kPhaseCount) {
+    const bool last = slot(0, n)[0] == step::kPhaseHead;
+    ++n;
+    if (last) break;
+  }
+  const double us = 1.0 / (clock_ghz_ * 1e3);
+  double step_us = 0.0;
+  for (int k = 1; k < n; ++k) {
+    const int phase = static_cast<int>(slot(0, k)[0]);
+    double slowest = 0.0, mean = 0.0, wait = 0.0;
+    for (int b = 0; b < grid_; ++b) {
+      const double work = static_cast<double>(slot(b, k)[1] - slot(b, k - 1)[2]) * us;
+      slowest = std::max(slowest, work);
+      mean += work / grid_;
+      wait += static_cast<double>(slot(b, k)[2] - slot(b, k)[1]) * us / grid_;
+    }
+    step::Phase kind = static_cast<step::Phase>(std::clamp(phase, 0, step::kPhaseCount - 1));
+    PhaseTime& pt = timing_sum_[kind];
+    pt.phase = kind;
+    pt.count += 1;
+    pt.slowest_work_us += slowest;
+    pt.mean_work_us += mean;
+    pt.wait_us += wait;
+  }
+  for (int b = 0; b < grid_; ++b)
+    step_us = std::max(step_us, static_cast<double>(slot(b, n - 1)[2] - slot(b, 0)[2]) * us);
+  timing_sum_.back().slowest_work_us += step_us;
+  ++timing_steps_;
+  LATTE_CUDA_CHECK(cudaMemset(timing_.data(), 0xff, timing_.bytes()));  // phase -1: unwritten
+}
+
+std::string DecodeStep::timing_table() const {
+  static const char* names[] = {
+      "attention input", "q_b",        "W_UK + append",           "attention",      "W_UV",  "attn_output",
+      "dense gate|up",   "dense down", "router + shared gate|up", "routed gate|up", "downs", "output head"};
+  static_assert(std::size(names) == step::kPhaseCount);
+  if (timing_steps_ == 0) return "fused step timing: no steps collected\n";
+  const double n = timing_steps_;
+  char line[256];
+  std::string out = "fused step phases (us per step, " + std::to_string(timing_steps_) + " steps; SM clock " +
+                    std::to_string(clock_ghz_).substr(0, 4) + " GHz):\n";
+  std::snprintf(line, sizeof line, "  %-24s %9s %14s %12s %12s\n", "phase", "barriers", "slowest block", "mean block",
+                "barrier wait");
+  out += line;
+  double total = 0.0;
+  for (int k = 0; k < step::kPhaseCount; ++k) {
+    const PhaseTime& pt = timing_sum_[static_cast<size_t>(k)];
+    if (pt.count == 0) continue;
+    std::snprintf(line, sizeof line, "  %-24s %9.0f %14.1f %12.1f %12.1f\n", names[k], pt.count / n,
+                  pt.slowest_work_us / n, pt.mean_work_us / n, pt.wait_us / n);
+    out += line;
+    total += (pt.mean_work_us + pt.wait_us) / n;
+  }
+  std::snprintf(line, sizeof line, "  step (first block start to last release): %.1f us; mean work + wait %.1f us\n",
+                timing_sum_.back().slowest_work_us / n, total);
+  out += line;
+  return out;
 }
 
 void DecodeStep::stage(const StepInput& in) {

@@ -30,6 +30,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace latte::cuda {
 
@@ -46,6 +47,24 @@ inline constexpr int kCacheRowElems = 576;                                 ///< 
 inline constexpr int kTilePositions = kStageBytes / (2 * kCacheRowElems);  ///< 14 positions per attention tile
 inline constexpr int kMaxRopePairs = 64;
 inline constexpr int kMaxLayers = 128;
+inline constexpr int kMaxTimedSyncs = 1024;  ///< timing slots per block (Scratch::timing)
+
+/// What each grid barrier of the step ends (timing records).
+enum Phase : int {
+  kPhaseAttnInput = 0,  ///< 1: RMSNorm, [q | kv_a]
+  kPhaseQb,             ///< q_lora: RMSNorm, q_b
+  kPhaseAbsorb,         ///< 2: W_UK, latent append, rope
+  kPhaseAttention,      ///< 3: attention over the cache
+  kPhaseWuv,            ///< 4: W_UV
+  kPhaseOutput,         ///< 5: attn_output
+  kPhaseDenseGateUp,    ///< dense gate | up
+  kPhaseDenseDown,      ///< dense down
+  kPhaseRouter,         ///< 6: router, shared gate | up
+  kPhaseExperts,        ///< 7: routed gate | up
+  kPhaseDown,           ///< 8: routed and shared downs
+  kPhaseHead,           ///< the output head
+  kPhaseCount
+};
 
 /// One weight matrix (or a stack of equally shaped ones: experts, heads) as the step reads it.
 struct Matrix {
@@ -115,6 +134,9 @@ struct Scratch {
   float* hidden = nullptr;      ///< [K F + F_shared] routed then shared activations; dense: [F_dense]
   unsigned* barrier = nullptr;  ///< grid barrier counter (zeroed before every launch)
   float* layer_out = nullptr;   ///< optional [n_layer, H]: x after each block (diagnostics)
+  /// optional [grid, kMaxTimedSyncs, 3]: per block and barrier {phase, clock at arrival, clock at
+  /// release} (SM clock cycles; slot 0 = the block's start, the last = the head's end)
+  long long* timing = nullptr;
 };
 
 /// Everything the kernel reads.
@@ -165,6 +187,22 @@ class DecodeStep {
   /// Graph-capturable: the upload reads the staging buffer when it runs.
   void enqueue(float* logits, cudaStream_t stream, float* layer_out = nullptr);
 
+  /// Per-phase time of the steps since timing was switched on (set_timing, or LATTE_STEP_TIMING=1 in
+  /// the CUDA forward pass), per phase kind over blocks and layers.
+  struct PhaseTime {
+    int phase = 0;
+    double count = 0;            ///< barriers of this kind per step
+    double slowest_work_us = 0;  ///< per step: the slowest block's work (arrival - previous release), summed
+    double mean_work_us = 0;     ///< per step: the blocks' mean work, summed
+    double wait_us = 0;          ///< per step: release - arrival averaged over blocks, summed
+  };
+  void set_timing(bool on);
+  [[nodiscard]] bool timing_on() const noexcept { return params_.scratch.timing != nullptr; }
+  /// Adds the last step's records (synchronises `stream`) to the running totals.
+  void collect_timing(cudaStream_t stream);
+  /// A table of the totals per step, averaged over the collected steps.
+  [[nodiscard]] std::string timing_table() const;
+
   [[nodiscard]] int grid() const noexcept { return grid_; }
   [[nodiscard]] const step::Params& params() const noexcept { return params_; }
 
@@ -178,6 +216,10 @@ class DecodeStep {
   PinnedBuffer<step::Inputs> inputs_host_;
   DeviceBuffer<float> scratch_;
   DeviceBuffer<unsigned> barrier_;
+  DeviceBuffer<long long> timing_;
+  std::vector<PhaseTime> timing_sum_;
+  int timing_steps_ = 0;
+  double clock_ghz_ = 1.0;
 };
 
 /// Launches the kernel (decode_step_kernel.cu) with `grid` blocks, one per SM, as a cooperative launch

@@ -48,42 +48,6 @@ constexpr int kNamedConsumers = 1;  // named barrier id of the consumer warps
 static_assert(kHeadGroup == kConsumerWarps, "the softmax gives each consumer warp one head of the group");
 static_assert(kTilePositions <= kConsumerWarps && kTilePositions <= 16, "one warp per tile position");
 
-// ---- shared memory --------------------------------------------------------------------------------
-
-/// Fixed-size region after the x area (bytes; the host reserves kMiscBytes).
-struct Misc {  // (decode_step_misc_bytes() reports its size to the host)
-  uint64_t full[32];
-  uint64_t empty[32];
-  float red[64];
-  float scores[kHeadGroup][16];  // [head][position in tile]
-  float probs[16][kHeadGroup];   // [position in tile][head]
-  float alpha[kHeadGroup];
-  float rope_cos[kMaxRopePairs], rope_sin[kMaxRopePairs];
-  int32_t ids[kMaxExpertsUsed];
-  float weights[kMaxExpertsUsed];
-  float route_logits[moe_max_experts];
-  float route_scratch[moe_max_experts];
-  int32_t producer_ids[kMaxExpertsUsed];
-  float producer_weights[kMaxExpertsUsed];
-  float producer_logits[moe_max_experts];
-  float producer_scratch[moe_max_experts];
-};
-
-struct Smem {
-  uint8_t* stages;
-  uint8_t* xq;  // split-int8 units
-  float* xf;    // fp32 x
-  float* q;     // attention: [16][L + R] (overlays the x area)
-  Misc* misc;
-  __device__ Smem(uint8_t* base, const Params& p) {
-    stages = base;
-    xq = base + static_cast<size_t>(p.n_stages) * p.stage_bytes;
-    xf = reinterpret_cast<float*>(xq + static_cast<size_t>(p.xq_cap) * split_int8::kUnitBytes);
-    q = reinterpret_cast<float*>(xq);
-    misc = reinterpret_cast<Misc*>(xq + p.x_area_bytes);
-  }
-};
-
 // ---- row spaces and chunks ---------------------------------------------------------------------
 
 enum Epilogue : int { kStore = 0, kAdd = 1, kGated = 2, kCombo = 3 };
@@ -135,6 +99,46 @@ __device__ __forceinline__ RowSpace gated(const uint8_t* gate, const uint8_t* up
   return rs;
 }
 
+// ---- shared memory --------------------------------------------------------------------------------
+
+/// Fixed-size region after the x area (bytes; the host reserves kMiscBytes).
+struct Misc {  // (decode_step_misc_bytes() reports its size to the host)
+  uint64_t full[32];
+  uint64_t empty[32];
+  float red[64];
+  float scores[kHeadGroup][16];  // [head][position in tile]
+  float probs[16][kHeadGroup];   // [position in tile][head]
+  float alpha[kHeadGroup];
+  float rope_cos[kMaxRopePairs], rope_sin[kMaxRopePairs];
+  int32_t ids[kMaxExpertsUsed];
+  float weights[kMaxExpertsUsed];
+  float route_logits[moe_max_experts];
+  float route_scratch[moe_max_experts];
+  int32_t producer_ids[kMaxExpertsUsed];
+  float producer_weights[kMaxExpertsUsed];
+  float producer_logits[moe_max_experts];
+  float producer_scratch[moe_max_experts];
+  RowSpace rows;  // the consumers' current row space (written by thread 0: one copy, broadcast reads)
+};
+
+struct Smem {
+  uint8_t* stages;
+  uint8_t* xq;  // split-int8 units
+  float* xf;    // fp32 x
+  float* q;     // attention: [16][L + R] (overlays the x area)
+  Misc* misc;
+  // (the chunk and row-space arithmetic below is per thread; every table lives in shared memory so
+  // that 512 threads do not each hold a copy in local memory, which thrashes the L1 next to a
+  // 220 KB shared-memory carve-out)
+  __device__ __forceinline__ Smem(uint8_t* base, const Params& p) {
+    stages = base;
+    xq = base + static_cast<size_t>(p.n_stages) * p.stage_bytes;
+    xf = reinterpret_cast<float*>(xq + static_cast<size_t>(p.xq_cap) * split_int8::kUnitBytes);
+    q = reinterpret_cast<float*>(xq);
+    misc = reinterpret_cast<Misc*>(xq + p.x_area_bytes);
+  }
+};
+
 /// This block's units [lo, hi) of a row space and how many go into one stage.
 struct ChunkPlan {
   int lo = 0, hi = 0, per_chunk = 1;
@@ -152,33 +156,19 @@ __device__ __forceinline__ ChunkPlan chunk_plan(const RowSpace& rs, int stage_by
   return c;
 }
 
-/// Where the rows of units [u0, u1) of each source land in a stage.
-struct ChunkCopies {
-  uint32_t offset[kMaxSources];  // 16-byte aligned start of source s's copy in the stage
-  uint32_t misalign[kMaxSources];
-  uint32_t bytes[kMaxSources];  // copied bytes (a multiple of 16)
-  uint32_t total = 0;
+/// Source s's rows of units [u0, u1) as one 16-byte aligned copy: it lands in a stage after the copies
+/// of sources 0 .. s-1, its rows `misalign` bytes into it.
+struct ChunkPiece {
+  const uint8_t* aligned_src;
+  uint32_t misalign;
+  uint32_t bytes;  // a multiple of 16
 };
 
-__device__ __forceinline__ ChunkCopies chunk_copies(const RowSpace& rs, int u0, int u1) {
-  ChunkCopies c;
-  uint32_t at = 0;
-  for (int s = 0; s < rs.n_src; ++s) {
-    const uintptr_t begin = reinterpret_cast<uintptr_t>(rs.src[s]) + static_cast<uintptr_t>(u0) * rs.row_bytes[s];
-    const uintptr_t end = begin + static_cast<uintptr_t>(u1 - u0) * rs.row_bytes[s];
-    const uintptr_t a0 = begin & ~uintptr_t{15}, a1 = (end + 15) & ~uintptr_t{15};
-    c.offset[s] = at;
-    c.misalign[s] = static_cast<uint32_t>(begin - a0);
-    c.bytes[s] = static_cast<uint32_t>(a1 - a0);
-    at += c.bytes[s];
-  }
-  c.total = at;
-  return c;
-}
-
-__device__ __forceinline__ const uint8_t* copy_source(const RowSpace& rs, const ChunkCopies& c, int s, int u0) {
+__device__ __forceinline__ ChunkPiece chunk_piece(const RowSpace& rs, int s, int u0, int u1) {
   const uintptr_t begin = reinterpret_cast<uintptr_t>(rs.src[s]) + static_cast<uintptr_t>(u0) * rs.row_bytes[s];
-  return reinterpret_cast<const uint8_t*>(begin - c.misalign[s]);
+  const uintptr_t end = begin + static_cast<uintptr_t>(u1 - u0) * rs.row_bytes[s];
+  const uintptr_t a0 = begin & ~uintptr_t{15}, a1 = (end + 15) & ~uintptr_t{15};
+  return {reinterpret_cast<const uint8_t*>(a0), static_cast<uint32_t>(begin - a0), static_cast<uint32_t>(a1 - a0)};
 }
 
 // ---- attention tasks ---------------------------------------------------------------------------
@@ -234,39 +224,39 @@ __device__ __forceinline__ void mark_needs(Input& in, const Matrix& m) {
 }
 
 /// Dot of a row (in a stage) with the x area: this lane's part over units first, first + step, ...
-__device__ float row_dot(int type, const uint8_t* row, int n_units, int x_unit0, int first, int step, const Smem& sm,
-                         int cap) {
+__device__ float row_dot(int type, const uint8_t* row, int n_units, int x_unit0, int first, int step, const uint8_t* xq,
+                         const float* xf, int cap) {
   using split_int8::row_partial;
   using split_int8::row_partial_float;
   switch (static_cast<GgmlType>(type)) {
     case GgmlType::q4_0:
-      return row_partial<GgmlType::q4_0>(row, n_units, sm.xq, cap, x_unit0, first, step);
+      return row_partial<GgmlType::q4_0>(row, n_units, xq, cap, x_unit0, first, step);
     case GgmlType::q4_1:
-      return row_partial<GgmlType::q4_1>(row, n_units, sm.xq, cap, x_unit0, first, step);
+      return row_partial<GgmlType::q4_1>(row, n_units, xq, cap, x_unit0, first, step);
     case GgmlType::q5_0:
-      return row_partial<GgmlType::q5_0>(row, n_units, sm.xq, cap, x_unit0, first, step);
+      return row_partial<GgmlType::q5_0>(row, n_units, xq, cap, x_unit0, first, step);
     case GgmlType::q5_1:
-      return row_partial<GgmlType::q5_1>(row, n_units, sm.xq, cap, x_unit0, first, step);
+      return row_partial<GgmlType::q5_1>(row, n_units, xq, cap, x_unit0, first, step);
     case GgmlType::q8_0:
-      return row_partial<GgmlType::q8_0>(row, n_units, sm.xq, cap, x_unit0, first, step);
+      return row_partial<GgmlType::q8_0>(row, n_units, xq, cap, x_unit0, first, step);
     case GgmlType::mxfp4:
-      return row_partial<GgmlType::mxfp4>(row, n_units, sm.xq, cap, x_unit0, first, step);
+      return row_partial<GgmlType::mxfp4>(row, n_units, xq, cap, x_unit0, first, step);
     case GgmlType::q2_k:
-      return row_partial<GgmlType::q2_k>(row, n_units, sm.xq, cap, x_unit0, first, step);
+      return row_partial<GgmlType::q2_k>(row, n_units, xq, cap, x_unit0, first, step);
     case GgmlType::q3_k:
-      return row_partial<GgmlType::q3_k>(row, n_units, sm.xq, cap, x_unit0, first, step);
+      return row_partial<GgmlType::q3_k>(row, n_units, xq, cap, x_unit0, first, step);
     case GgmlType::q4_k:
-      return row_partial<GgmlType::q4_k>(row, n_units, sm.xq, cap, x_unit0, first, step);
+      return row_partial<GgmlType::q4_k>(row, n_units, xq, cap, x_unit0, first, step);
     case GgmlType::q5_k:
-      return row_partial<GgmlType::q5_k>(row, n_units, sm.xq, cap, x_unit0, first, step);
+      return row_partial<GgmlType::q5_k>(row, n_units, xq, cap, x_unit0, first, step);
     case GgmlType::q6_k:
-      return row_partial<GgmlType::q6_k>(row, n_units, sm.xq, cap, x_unit0, first, step);
+      return row_partial<GgmlType::q6_k>(row, n_units, xq, cap, x_unit0, first, step);
     case GgmlType::f32:
-      return row_partial_float<GgmlType::f32>(row, n_units, sm.xf + 32 * x_unit0, first, step);
+      return row_partial_float<GgmlType::f32>(row, n_units, xf + 32 * x_unit0, first, step);
     case GgmlType::f16:
-      return row_partial_float<GgmlType::f16>(row, n_units, sm.xf + 32 * x_unit0, first, step);
+      return row_partial_float<GgmlType::f16>(row, n_units, xf + 32 * x_unit0, first, step);
     case GgmlType::bf16:
-      return row_partial_float<GgmlType::bf16>(row, n_units, sm.xf + 32 * x_unit0, first, step);
+      return row_partial_float<GgmlType::bf16>(row, n_units, xf + 32 * x_unit0, first, step);
     default:
       return __int_as_float(0x7fc00000);  // the host admits no other type
   }
@@ -306,7 +296,7 @@ __device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
 /// The step's phases in order, for either role. V provides gemv(n, make, input), attention(il, plan),
 /// append_latent(il), route(il, params), routed_id(k), routed_weight(k), sync() and layer_done(il).
 template <class V>
-__device__ void walk(V& v, const Params& p) {
+__device__ __forceinline__ void walk(V& v, const Params& p) {
   const Shape& s = p.s;
   const Scratch& w = p.scratch;
   const int kv_width = s.L + s.R;
@@ -321,14 +311,14 @@ __device__ void walk(V& v, const Params& p) {
       v.gemv(
           L.n_attn_input, [&](int i) { return single(L.attn_input[i], w.proj + (i == 0 ? 0 : first_rows), kStore); },
           in);
-      v.sync();
+      v.sync(kPhaseAttnInput);
     }
     if (s.Lq > 0) {  // q = q_b RMSNorm(q_a)
       Input in{.kind = kNorm, .src = w.proj, .n = s.Lq, .norm = L.q_a_norm, .need_q = 0};
       mark_needs(in, L.q_b);
       v.gemv(
           1, [&](int) { return single(L.q_b, w.q, kStore); }, in);
-      v.sync();
+      v.sync(kPhaseQb);
     }
     // 2. q_lat[h] = W_UK_h^T q_nope[h]; one block appends c | k_pe and rotates q_pe
     v.append_latent(il);
@@ -345,11 +335,11 @@ __device__ void walk(V& v, const Params& p) {
             return rs;
           },
           in);
-      v.sync();
+      v.sync(kPhaseAbsorb);
     }
     // 3. attention over the latent cache
     v.attention(il, kv_width);
-    v.sync();
+    v.sync(kPhaseAttention);
     // 4. o[h] = W_UV_h merge(partials of h)
     {
       Input in{.kind = kHeadsMerge, .n = s.L, .need_q = 0};
@@ -364,7 +354,7 @@ __device__ void walk(V& v, const Params& p) {
             return rs;
           },
           in);
-      v.sync();
+      v.sync(kPhaseWuv);
     }
     // 5. x += W_o o
     {
@@ -372,7 +362,7 @@ __device__ void walk(V& v, const Params& p) {
       mark_needs(in, L.attn_output);
       v.gemv(
           1, [&](int) { return single(L.attn_output, w.x, kAdd); }, in);
-      v.sync();
+      v.sync(kPhaseOutput);
     }
     if (!L.moe) {
       // 6d. h = silu(gate x_n) * up x_n;  7d. x += down h
@@ -381,12 +371,12 @@ __device__ void walk(V& v, const Params& p) {
       mark_needs(in, L.up);
       v.gemv(
           1, [&](int) { return gated(L.gate.data, L.up.data, L.gate, L.up, w.hidden); }, in);
-      v.sync();
+      v.sync(kPhaseDenseGateUp);
       Input down{.kind = kPlain, .src = w.hidden, .n = L.down.k, .need_q = 0};
       mark_needs(down, L.down);
       v.gemv(
           1, [&](int) { return single(L.down, w.x, kAdd); }, down);
-      v.sync();
+      v.sync(kPhaseDenseDown);
     } else {
       const bool shared = L.down.data != nullptr;
       float* h_shared = w.hidden + s.K * s.F;
@@ -405,7 +395,7 @@ __device__ void walk(V& v, const Params& p) {
                             : gated(L.gate.data, L.up.data, L.gate, L.up, h_shared);
             },
             in);
-        v.sync();
+        v.sync(kPhaseRouter);
       }
       // 7. routing (every block, the same experts), routed experts' silu(gate) * up
       const MoeRouterParams route{.logits = w.router,
@@ -430,7 +420,7 @@ __device__ void walk(V& v, const Params& p) {
                            L.exp_up, w.hidden + k * s.F);
             },
             in);
-        v.sync();
+        v.sync(kPhaseExperts);
       }
       // 8. x += sum_k w_k down_k h_k (+ shared down h_shared): one output row per unit
       {
@@ -452,7 +442,7 @@ __device__ void walk(V& v, const Params& p) {
               return rs;
             },
             in);
-        v.sync();
+        v.sync(kPhaseDown);
       }
     }
     v.layer_done(il);
@@ -462,6 +452,7 @@ __device__ void walk(V& v, const Params& p) {
   mark_needs(in, p.output);
   v.gemv(
       1, [&](int) { return single(p.output, p.logits, kStore); }, in);
+  v.finish(kPhaseHead);
 }
 
 // ---- the producer ---------------------------------------------------------------------------------
@@ -470,47 +461,50 @@ struct Producer {
   const Params& p;
   Smem& sm;
   int lane;
-  uint32_t seq = 0;     // chunks issued
+  uint32_t seq = 0;     // chunks issued (lane 0)
   unsigned n_sync = 0;  // grid barriers walked
 
-  __device__ void issue(const void* const* src, const uint32_t* offset, const uint32_t* bytes, int n, uint32_t total) {
-    if (lane == 0) {
-      const uint32_t stage = seq % p.n_stages;
-      const uint32_t parity = (seq / p.n_stages) & 1u;
-      pipeline::mbarrier_wait(&sm.misc->empty[stage], parity ^ 1u);
-      pipeline::mbarrier_expect_tx(&sm.misc->full[stage], total);
-      uint8_t* dst = sm.stages + static_cast<size_t>(stage) * p.stage_bytes;
-      for (int s = 0; s < n; ++s) pipeline::bulk_copy(dst + offset[s], src[s], bytes[s], &sm.misc->full[stage]);
-    }
-    ++seq;
+  /// Lane 0: waits for a free stage, announces `total` bytes on its full barrier and starts the copies.
+  __device__ __forceinline__ uint8_t* begin_chunk(uint32_t total) {
+    const uint32_t stage = seq % p.n_stages;
+    const uint32_t parity = (seq / p.n_stages) & 1u;
+    pipeline::mbarrier_wait(&sm.misc->empty[stage], parity ^ 1u);
+    pipeline::mbarrier_expect_tx(&sm.misc->full[stage], total);
+    return sm.stages + static_cast<size_t>(stage) * p.stage_bytes;
   }
+  __device__ __forceinline__ uint64_t* full_barrier() const { return &sm.misc->full[seq % p.n_stages]; }
 
   template <class Make>
-  __device__ void gemv(int n_spaces, Make make, const Input&) {
+  __device__ __forceinline__ void gemv(int n_spaces, Make make, const Input&) {
+    if (lane != 0) return;  // one thread issues every copy
     for (int i = 0; i < n_spaces; ++i) {
       const RowSpace rs = make(i);
       const ChunkPlan cp = chunk_plan(rs, p.stage_bytes);
       for (int u0 = cp.lo; u0 < cp.hi; u0 += cp.per_chunk) {
         const int u1 = min(cp.hi, u0 + cp.per_chunk);
-        const ChunkCopies cc = chunk_copies(rs, u0, u1);
-        const void* src[kMaxSources];
-        for (int s = 0; s < rs.n_src; ++s) src[s] = copy_source(rs, cc, s, u0);
-        issue(src, cc.offset, cc.bytes, rs.n_src, cc.total);
+        uint32_t total = 0;
+        for (int s = 0; s < rs.n_src; ++s) total += chunk_piece(rs, s, u0, u1).bytes;
+        uint8_t* dst = begin_chunk(total);
+        uint32_t at = 0;
+        for (int s = 0; s < rs.n_src; ++s) {
+          const ChunkPiece c = chunk_piece(rs, s, u0, u1);
+          pipeline::bulk_copy(dst + at, c.aligned_src, c.bytes, full_barrier());
+          at += c.bytes;
+        }
+        ++seq;
       }
     }
   }
 
-  /// Waits (lane 0) until the grid has passed the last barrier walked; then copies may read what
-  /// the phases before it wrote.
-  __device__ void wait_grid() {
-    if (lane == 0) {
-      pipeline::grid_wait(p.scratch.barrier, n_sync * gridDim.x);
-      pipeline::fence_proxy_async_global();
-    }
-    __syncwarp();
+  /// Lane 0: waits until the grid has passed the last barrier walked; then copies may read what the
+  /// phases before it wrote.
+  __device__ __forceinline__ void wait_grid() {
+    pipeline::grid_wait(p.scratch.barrier, n_sync * gridDim.x);
+    pipeline::fence_proxy_async_global();
   }
 
-  __device__ void attention(int il, int kv_width) {
+  __device__ __forceinline__ void attention(int il, int kv_width) {
+    if (lane != 0) return;
     const int pos = p.inputs->position;
     const AttentionPlan a = attention_plan(pos + 1, p.s.N, p.max_tasks);
     const uint8_t* cache = p.inputs->cache[il];
@@ -525,26 +519,29 @@ struct Producer {
           wait_grid();
           waited = true;
         }
-        const void* src = cache + static_cast<size_t>(first) * row_bytes;
-        const uint32_t offset = 0, bytes = count * row_bytes;
-        issue(&src, &offset, &bytes, 1, bytes);
+        const uint32_t bytes = count * row_bytes;
+        uint8_t* dst = begin_chunk(bytes);
+        pipeline::bulk_copy(dst, cache + static_cast<size_t>(first) * row_bytes, bytes, full_barrier());
+        ++seq;
       }
     }
   }
 
-  __device__ void route(const MoeRouterParams& r) {
-    wait_grid();
+  __device__ __forceinline__ void route(const MoeRouterParams& r) {
+    if (lane == 0) wait_grid();
+    __syncwarp();
     for (int e = lane; e < r.n_experts; e += 32) sm.misc->producer_logits[e] = load_l2(r.logits + e);
     __syncwarp();
     moe::route_token(r, sm.misc->producer_logits, sm.misc->producer_scratch, lane, sm.misc->producer_ids,
                      sm.misc->producer_weights);
     __syncwarp();
   }
-  __device__ int routed_id(int k) const { return sm.misc->producer_ids[k]; }
-  __device__ float routed_weight(int k) const { return sm.misc->producer_weights[k]; }
-  __device__ void append_latent(int) {}
-  __device__ void sync() { ++n_sync; }
-  __device__ void layer_done(int) {}
+  __device__ __forceinline__ int routed_id(int k) const { return sm.misc->producer_ids[k]; }
+  __device__ __forceinline__ float routed_weight(int k) const { return sm.misc->producer_weights[k]; }
+  __device__ __forceinline__ void append_latent(int) {}
+  __device__ __forceinline__ void sync(int) { ++n_sync; }
+  __device__ __forceinline__ void finish(int) {}
+  __device__ __forceinline__ void layer_done(int) {}
 };
 
 // ---- the consumers --------------------------------------------------------------------------------
@@ -555,39 +552,49 @@ struct Consumer {
   int tid, warp, lane;
   uint32_t seq = 0;
   unsigned n_sync = 0;
-  float route_weight[kMaxExpertsUsed];
-  int route_id[kMaxExpertsUsed];
 
-  __device__ void bar() { pipeline::named_barrier(kNamedConsumers, kConsumerThreads); }
+  __device__ __forceinline__ void bar() { pipeline::named_barrier(kNamedConsumers, kConsumerThreads); }
 
-  __device__ void sync() {
+  /// The grid barrier after a phase of kind `phase`; with timing on, thread 0 records this block's
+  /// clock when it arrives and when the grid has passed (Scratch::timing).
+  __device__ __forceinline__ void sync(int phase) {
     bar();
     if (tid == 0) {
+      const long long arrived = clock64();
       __threadfence();
       pipeline::grid_arrive(p.scratch.barrier);
       pipeline::grid_wait(p.scratch.barrier, ++n_sync * gridDim.x);
       __threadfence();
+      record(phase, arrived);
     } else {
       ++n_sync;
     }
     bar();
   }
+  /// Thread 0: timing slot n_sync of this block = {phase, arrival, release} (slot 0: the start).
+  __device__ __forceinline__ void record(int phase, long long arrived) const {
+    if (p.scratch.timing == nullptr || static_cast<int>(n_sync) >= kMaxTimedSyncs) return;
+    long long* slot = p.scratch.timing + (static_cast<int64_t>(blockIdx.x) * kMaxTimedSyncs + n_sync) * 3;
+    slot[0] = phase;
+    slot[1] = arrived;
+    slot[2] = clock64();
+  }
 
   /// Waits for the next stage; returns it.
-  __device__ const uint8_t* take() {
+  __device__ __forceinline__ const uint8_t* take() {
     const uint32_t stage = seq % p.n_stages;
     pipeline::mbarrier_wait(&sm.misc->full[stage], (seq / p.n_stages) & 1u);
     return sm.stages + static_cast<size_t>(stage) * p.stage_bytes;
   }
   /// Gives the current stage back to the producer (every warp once).
-  __device__ void release() {
+  __device__ __forceinline__ void release() {
     __syncwarp();
     if (lane == 0) pipeline::mbarrier_arrive(&sm.misc->empty[seq % p.n_stages]);
     ++seq;
   }
 
   /// Sum over the consumer threads (every consumer thread calls it).
-  __device__ float block_sum(float v) {
+  __device__ __forceinline__ float block_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
     if (lane == 0) sm.misc->red[warp] = v;
@@ -600,15 +607,15 @@ struct Consumer {
   }
 
   /// Splits xf[0 .. n) (already in shared memory) into int8 units.
-  __device__ void quantize_from_xf(int n) {
+  __device__ __forceinline__ void quantize_from_xf(int n) {
     for (int u = warp; u < n / 32; u += kConsumerWarps) {
       split_int8::quantize_unit(sm.xq, p.xq_cap, u, sm.xf[32 * u + lane], lane);
     }
   }
 
-  /// Stages the phase's x: see InputKind.
-  template <class Make>
-  __device__ void prepare(const Input& in, Make make) {
+  /// Stages the phase's x (see InputKind); `rs` is the phase's first row space (its rows decide the
+  /// heads of per-head inputs).
+  __device__ __forceinline__ void prepare(const Input& in, const RowSpace& rs) {
     const Shape& s = p.s;
     if (in.kind == kNorm || in.kind == kNormEmbed) {
       if (in.kind == kNormEmbed) {
@@ -642,7 +649,6 @@ struct Consumer {
       }
     } else {
       // per-head inputs of this block's rows
-      const RowSpace rs = make(0);
       const ChunkPlan cp = chunk_plan(rs, p.stage_bytes);
       if (cp.hi > cp.lo) {
         const int h_lo = cp.lo / rs.seg_rows, h_hi = (cp.hi - 1) / rs.seg_rows;
@@ -663,7 +669,7 @@ struct Consumer {
   }
 
   /// kHeadsMerge: o_lat of heads h_lo..h_hi from the attention partials, into the x area.
-  __device__ void merge_heads(const Input& in, int h_lo, int h_hi) {
+  __device__ __forceinline__ void merge_heads(const Input& in, int h_lo, int h_hi) {
     const AttentionPlan a = attention_plan(p.inputs->position + 1, p.s.N, p.max_tasks);
     const int L = p.s.L, units = L / 32;
     for (int j = warp; j < (h_hi - h_lo + 1) * units; j += kConsumerWarps) {
@@ -687,7 +693,7 @@ struct Consumer {
     }
   }
 
-  __device__ void epilogue(const RowSpace& rs, int u, float v0, float v1) {
+  __device__ __forceinline__ void epilogue(const RowSpace& rs, int u, float v0, float v1) {
     float* out = rs.out + u;
     switch (rs.epilogue) {
       case kStore:
@@ -703,10 +709,13 @@ struct Consumer {
   }
 
   template <class Make>
-  __device__ void gemv(int n_spaces, Make make, const Input& in) {
-    prepare(in, make);
+  __device__ __forceinline__ void gemv(int n_spaces, Make make, const Input& in) {
     for (int i = 0; i < n_spaces; ++i) {
-      const RowSpace rs = make(i);
+      bar();  // every thread is done with the previous row space
+      if (tid == 0) sm.misc->rows = make(i);
+      bar();
+      const RowSpace& rs = sm.misc->rows;
+      if (i == 0) prepare(in, rs);
       const ChunkPlan cp = chunk_plan(rs, p.stage_bytes);
       int ku_max = 1;
       for (int s = 0; s < rs.n_src; ++s) ku_max = max(ku_max, rs.k_units[s]);
@@ -714,30 +723,39 @@ struct Consumer {
       const int per_warp = 32 / G, n_slots = kConsumerWarps * per_warp;
       const int slot = warp * per_warp + lane / G, sub = lane % G;
       const int seg_lo = rs.seg_rows > 0 ? cp.lo / rs.seg_rows : 0;
+      const bool combo = rs.epilogue == kCombo;
+      // the loop's state in registers: members of this object live in local memory
+      const uint8_t* const xq = sm.xq;
+      const float* const xf = sm.xf;
+      const int cap = p.xq_cap;
       for (int u0 = cp.lo; u0 < cp.hi; u0 += cp.per_chunk) {
         const int u1 = min(cp.hi, u0 + cp.per_chunk), n = u1 - u0;
-        const ChunkCopies cc = chunk_copies(rs, u0, u1);
         const uint8_t* stage = take();
         for (int j0 = 0; j0 < n; j0 += n_slots) {
           const int j = j0 + slot, u = u0 + j;
           const bool valid = j < n;
-          float v[2] = {0.0f, 0.0f};
+          float v0 = 0.0f, v1 = 0.0f;  // (scalars: a run-time indexed array would live in local memory)
+          uint32_t at = 0;             // where source s's copy starts in the stage
           for (int s = 0; s < rs.n_src; ++s) {
+            const ChunkPiece c = chunk_piece(rs, s, u0, u1);
             float d = 0.0f;
             if (valid) {
-              const uint8_t* row = stage + cc.offset[s] + cc.misalign[s] + static_cast<int64_t>(j) * rs.row_bytes[s];
+              const uint8_t* row = stage + at + c.misalign + static_cast<int64_t>(j) * rs.row_bytes[s];
               const int seg = rs.seg_rows > 0 ? (u / rs.seg_rows - seg_lo) * rs.seg_units : 0;
-              d = row_dot(rs.type[s], row, rs.k_units[s], rs.x_unit0[s] + seg, sub, G, sm, p.xq_cap);
+              d = row_dot(rs.type[s], row, rs.k_units[s], rs.x_unit0[s] + seg, sub, G, xq, xf, cap);
             }
-            if (rs.epilogue == kCombo) {
-              v[0] += rs.weight[s] * d;
+            at += c.bytes;
+            if (combo) {
+              v0 += rs.weight[s] * d;
+            } else if (s == 0) {
+              v0 = d;
             } else {
-              v[s & 1] = d;
+              v1 = d;
             }
           }
-          v[0] = split_int8::group_sum(v[0], G);
-          if (rs.epilogue == kGated) v[1] = split_int8::group_sum(v[1], G);
-          if (valid && sub == 0) epilogue(rs, u, v[0], v[1]);
+          v0 = split_int8::group_sum(v0, G);
+          if (rs.epilogue == kGated) v1 = split_int8::group_sum(v1, G);
+          if (valid && sub == 0) epilogue(rs, u, v0, v1);
         }
         release();
       }
@@ -746,7 +764,7 @@ struct Consumer {
 
   /// Phase 2's single-block work: c = RMSNorm(kv) and k_pe rotated, appended as bf16 at `position`;
   /// q_pe of every head rotated into scratch.
-  __device__ void append_latent(int il) {
+  __device__ __forceinline__ void append_latent(int il) {
     if (static_cast<int>(blockIdx.x) != static_cast<int>(gridDim.x) - 1) return;
     const Shape& s = p.s;
     const int pos = p.inputs->position;
@@ -787,7 +805,7 @@ struct Consumer {
   }
 
   /// Phase 3 (see the file comment).
-  __device__ void attention(int il, int kv_width) {
+  __device__ __forceinline__ void attention(int il, int kv_width) {
     const Shape& s = p.s;
     const int pos = p.inputs->position;
     const AttentionPlan a = attention_plan(pos + 1, s.N, p.max_tasks);
@@ -900,22 +918,26 @@ struct Consumer {
     }
   }
 
-  __device__ void route(const MoeRouterParams& r) {
+  __device__ __forceinline__ void route(const MoeRouterParams& r) {
     if (warp == 0) {
       for (int e = lane; e < r.n_experts; e += 32) sm.misc->route_logits[e] = load_l2(r.logits + e);
       __syncwarp();
       moe::route_token(r, sm.misc->route_logits, sm.misc->route_scratch, lane, sm.misc->ids, sm.misc->weights);
     }
     bar();
-    for (int k = 0; k < r.k; ++k) {
-      route_id[k] = sm.misc->ids[k];
-      route_weight[k] = sm.misc->weights[k];
+  }
+  __device__ __forceinline__ int routed_id(int k) const { return sm.misc->ids[k]; }
+  __device__ __forceinline__ float routed_weight(int k) const { return sm.misc->weights[k]; }
+  /// After the last phase: its end (no barrier follows it).
+  __device__ __forceinline__ void finish(int phase) {
+    bar();
+    if (tid == 0) {
+      ++n_sync;
+      record(phase, clock64());
     }
   }
-  __device__ int routed_id(int k) const { return route_id[k]; }
-  __device__ float routed_weight(int k) const { return route_weight[k]; }
 
-  __device__ void layer_done(int il) {
+  __device__ __forceinline__ void layer_done(int il) {
     if (p.scratch.layer_out != nullptr && blockIdx.x == 0) {
       for (int i = tid; i < p.s.H; i += kConsumerThreads) {
         p.scratch.layer_out[static_cast<int64_t>(il) * p.s.H + i] = load_l2(p.scratch.x + i);
@@ -924,7 +946,7 @@ struct Consumer {
   }
 };
 
-__global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(const Params p) {
+__global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(const __grid_constant__ Params p) {
   extern __shared__ __align__(128) uint8_t smem[];
   Smem sm(smem, p);
   const int tid = static_cast<int>(threadIdx.x);
@@ -941,6 +963,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(const Params p
     walk(v, p);
   } else {
     Consumer v{p, sm, tid, tid / 32, tid % 32};
+    if (tid == 0) v.record(-1, clock64());  // slot 0: the start
     walk(v, p);
   }
 }

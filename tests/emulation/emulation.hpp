@@ -146,6 +146,10 @@ inline float __uint_as_float(uint32_t u) {
   return x;
 }
 inline float __expf(float x) { return std::exp(x); }
+inline long long clock64() {
+  static long long ticks = 0;
+  return ticks += 100;
+}
 inline float __int_as_float(int i) {
   float x;
   std::memcpy(&x, &i, 4);

@@ -20,6 +20,8 @@
 
 #include <doctest/doctest.h>
 
+#include <cstdlib>
+
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -118,10 +120,19 @@ TEST_CASE("CUDA logits are the same with and without a tap observer") {
       }
       return out;
     };
+    // Observed decode steps run the layered kernels (the fused step has no intermediate taps): with the
+    // fused step off, observing changes nothing at all; with it on, the two paths agree to its precision.
+    const auto fused = run(false);
+    ::setenv("LATTE_FUSED_DECODE", "0", 1);
     const auto plain = run(false);
     const auto observed = run(true);
+    ::unsetenv("LATTE_FUSED_DECODE");
     REQUIRE(plain.size() == observed.size());
     CHECK(plain == observed);
+    REQUIRE(fused.size() == plain.size());
+    const double fused_error = latte::test::relative_error(fused, plain);
+    CAPTURE(fused_error);
+    CHECK(fused_error < 1e-3);
   }
 }
 
