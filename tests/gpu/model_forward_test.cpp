@@ -39,6 +39,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace {
@@ -227,7 +228,10 @@ TEST_CASE("batched decode of several sequences equals decoding each alone") {
         const double error = latte::test::relative_error(batched, single);
         std::printf("batched vs single %-13s %-8s step %d: logits error %.3g\n", flavour, backend_name, step, error);
         CHECK(all_finite(batched));
-        CHECK(error <= 1e-3);  // same kernels; only split-KV plans and reduction orders may differ
+        // mla: the lone sequence decodes in the fused step (fp32 queries, split-int8 x), the batch in the
+        // layered kernels (bf16 q_lat and tensor-core attention); standard: the same kernels, only
+        // split-KV plans and reduction orders may differ
+        CHECK(error <= (std::string_view(backend_name) == "mla" ? 5e-3 : 1e-3));
         for (size_t i = 0; i < prompts.size(); ++i) CHECK(together[i]->n_tokens() == lengths[i] + step + 1);
       }
     }

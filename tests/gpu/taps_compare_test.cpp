@@ -132,7 +132,7 @@ TEST_CASE("CUDA logits are the same with and without a tap observer") {
     REQUIRE(fused.size() == plain.size());
     const double fused_error = latte::test::relative_error(fused, plain);
     CAPTURE(fused_error);
-    CHECK(fused_error < 1e-3);
+    CHECK(fused_error < 5e-3);  // the layered mla decode rounds q_lat to bf16 for the tensor cores
   }
 }
 
