@@ -155,6 +155,7 @@ class CudaForward final : public CudaRankForward {
     // holds a share of the heads and FFN columns, so it emits none (the CPU ranks do the same).
     taps_ = communicator_ ? nullptr : batch.taps;
     if (taps_ != nullptr || !graphs_.run(*this, batch)) enqueue(batch);
+    if (taps_ != nullptr && fused(batch)) emit_fused_taps();
     if (fused_ && fused_->timing_on() && fused(batch)) fused_->collect_timing(stream());
     finish_logits(batch);
     for (const detail::BatchSequence& s : batch.sequences) s.cache->set_n_tokens(s.cache->n_tokens() + s.n_tokens);
@@ -165,7 +166,7 @@ class CudaForward final : public CudaRankForward {
   /// Everything a step runs on the stream, from the staged inputs to the logits in pinned memory.
   void enqueue(const detail::ForwardBatch& batch) {
     if (fused(batch)) {  // one kernel for the whole step (decode_step.hpp)
-      fused_->enqueue(act_.logits.data(), stream());
+      fused_->enqueue(act_.logits.data(), stream(), taps_ ? fused_observed() : DecodeStep::Observed{});
       copy_logits_to_host(act_.logits.data(), 1, c_.n_vocab, c_.n_vocab, logits_host_, stream());
       return;
     }
@@ -244,13 +245,14 @@ class CudaForward final : public CudaRankForward {
 
   // ---- the fused decode step ----------------------------------------------------------------------
 
-  /// The fused step for single-sequence decode with the mla backend, unless LATTE_FUSED_DECODE=0, the
-  /// pass is a tensor-parallel rank, or the model has something the fused kernel does not handle (then
+  /// The fused step for single-sequence decode with the mla backend when LATTE_FUSED_DECODE=1 (off by
+  /// default until it is measured faster than the layered path: BENCHMARKS.md), unless the pass is a
+  /// tensor-parallel rank or the model has something the fused kernel does not handle (then
   /// fused_reason_ says what, and every step takes the layered path).
   void make_fused_step(const CudaRankSetup* rank) {
     const char* env = std::getenv("LATTE_FUSED_DECODE");
-    if (env && std::string_view(env) == "0") {
-      fused_reason_ = "LATTE_FUSED_DECODE=0";
+    if (!env || std::string_view(env) != "1") {
+      fused_reason_ = "off (LATTE_FUSED_DECODE=1 turns it on)";
     } else if (rank) {
       fused_reason_ = "tensor-parallel ranks take the layered path";
     } else if (backend_.name() != "mla") {
@@ -264,11 +266,76 @@ class CudaForward final : public CudaRankForward {
     }
   }
 
-  /// Whether this step runs as the fused kernel: one token of one sequence, its logits wanted, no
-  /// activation taps (they observe the layered path's intermediate tensors).
+  /// Whether this step runs as the fused kernel: one token of one sequence, its logits wanted, and no
+  /// observer of a tap the fused kernel does not produce.
   [[nodiscard]] bool fused(const detail::ForwardBatch& batch) const {
-    return fused_ && batch.tokens.size() == 1 && batch.sequences.size() == 1 && batch.taps == nullptr &&
-           batch.logit_rows.size() == 1 && batch.logit_rows[0] == 0;
+    return fused_ && batch.tokens.size() == 1 && batch.sequences.size() == 1 && batch.logit_rows.size() == 1 &&
+           batch.logit_rows[0] == 0 && (batch.taps == nullptr || fused_serves(*batch.taps));
+  }
+
+  /// The fused step emits token_embd, each block's expert_ids, expert_weights and residual, and the
+  /// logits; an observer of any other tap (the layered path's intermediate tensors) gets the layered path.
+  [[nodiscard]] bool fused_serves(const detail::TapSink& taps) const {
+    static constexpr std::string_view kLayeredOnly[] = {
+        "attn_norm",  "q",        "kv_latent", "q_pe",          "k_pe",   "index_selection",
+        "attn_heads", "attn_out", "ffn_norm",  "router_logits", "ffn_out"};
+    if (taps.wants("output_norm")) return false;
+    for (int il = 0; il < c_.n_layer_main(); ++il) {
+      for (std::string_view t : kLayeredOnly) {
+        if (taps.wants(detail::TapSink::block_name(il, t))) return false;
+      }
+    }
+    return true;
+  }
+
+  /// Device buffers for the fused step's observed values, grown on first use.
+  DecodeStep::Observed fused_observed() {
+    const size_t per_layer = static_cast<size_t>(c_.n_layer_main());
+    const size_t k = static_cast<size_t>(std::max(1, c_.n_expert_used));
+    if (!fused_layer_out_.data()) {
+      fused_layer_out_ = DeviceBuffer<float>(per_layer * c_.n_embd, "fused step taps");
+      fused_embed_ = DeviceBuffer<float>(static_cast<size_t>(c_.n_embd), "fused step taps");
+      fused_ids_ = DeviceBuffer<int32_t>(per_layer * k, "fused step taps");
+      fused_weights_ = DeviceBuffer<float>(per_layer * k, "fused step taps");
+    }
+    return {.layer_out = fused_layer_out_.data(),
+            .embed = fused_embed_.data(),
+            .expert_ids = fused_ids_.data(),
+            .expert_weights = fused_weights_.data()};
+  }
+
+  /// After an observed fused step: its taps, in the layered path's order.
+  void emit_fused_taps() {
+    const int H = c_.n_embd, K = c_.n_expert_used, n_layer = c_.n_layer_main();
+    std::string tap;
+    if (tapping(-1, "token_embd", tap)) {
+      copy_to_host(tap_host_, fused_embed_.data(), 1, H, H);
+      taps_->emit(tap, -1, {1, H}, tap_host_.data());
+    }
+    std::vector<float> out;
+    copy_to_host(out, fused_layer_out_.data(), n_layer, H, H);
+    for (int il = 0; il < n_layer; ++il) {
+      if (c_.is_moe_layer(il) && K > 0) {
+        std::string ids_name, weights_name;
+        const bool want_ids = tapping(il, "expert_ids", ids_name);
+        const bool want_weights = tapping(il, "expert_weights", weights_name);
+        if (want_ids || want_weights) {
+          copy_to_host(tap_ids_, fused_ids_.data() + static_cast<size_t>(il) * K, 1, K, K);
+          copy_to_host(tap_host_, fused_weights_.data() + static_cast<size_t>(il) * K, 1, K, K);
+          std::vector<std::pair<int32_t, float>> row(static_cast<size_t>(K));
+          for (int j = 0; j < K; ++j) row[static_cast<size_t>(j)] = {tap_ids_[j], tap_host_[j]};
+          std::sort(row.begin(), row.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+          std::vector<float> ids(static_cast<size_t>(K)), weights(static_cast<size_t>(K));
+          for (int j = 0; j < K; ++j) {
+            ids[static_cast<size_t>(j)] = static_cast<float>(row[static_cast<size_t>(j)].first);
+            weights[static_cast<size_t>(j)] = row[static_cast<size_t>(j)].second;
+          }
+          if (want_ids) taps_->emit(ids_name, il, {1, K}, ids.data());
+          if (want_weights) taps_->emit(weights_name, il, {1, K}, weights.data());
+        }
+      }
+      if (tapping(il, "residual", tap)) taps_->emit(tap, il, {1, H}, out.data() + static_cast<size_t>(il) * H);
+    }
   }
 
   // ---- tensor parallelism -----------------------------------------------------------------------
@@ -834,8 +901,10 @@ class CudaForward final : public CudaRankForward {
   PinnedBuffer<int32_t> tokens_host_;
   DeviceBuffer<int32_t> tokens_;
   DecodeGraphs graphs_;
-  std::unique_ptr<DecodeStep> fused_;  // single-sequence decode in one kernel, or null
-  std::string fused_reason_;           // why fused_ is null
+  std::unique_ptr<DecodeStep> fused_;                                  // single-sequence decode in one kernel, or null
+  std::string fused_reason_;                                           // why fused_ is null
+  DeviceBuffer<float> fused_layer_out_, fused_embed_, fused_weights_;  // its observed values (taps)
+  DeviceBuffer<int32_t> fused_ids_;
   DeviceStepTables tables_;
   DeviceStep step_{};
   std::vector<const std::byte*> rows_, index_rows_;

@@ -126,6 +126,7 @@ Plan make_plan(const ModelConfig& c, const DeviceWeights& w, int grid, int smem_
     if (v % 32 != 0) p.fail(std::string(what) + " " + std::to_string(v) + " is not a multiple of 32");
   }
   if (s.n_layer < 1 || s.n_layer > step::kMaxLayers) p.fail(std::to_string(s.n_layer) + " blocks");
+  if (s.H > 8192 || s.Lq > 8192) p.fail("RMSNorm inputs of more than 8192 values");
   if (s.E > moe_max_experts || s.K > step::kMaxExpertsUsed || s.n_groups > moe_max_expert_groups) {
     p.fail(std::to_string(s.E) + " experts, " + std::to_string(s.K) + " per token");
   }
@@ -321,7 +322,11 @@ DecodeStep::DecodeStep(const ModelConfig& config, std::shared_ptr<const DeviceWe
                .router = piece[8],
                .hidden = piece[9],
                .barrier = barrier_.data(),
-               .layer_out = nullptr};
+               .layer_out = nullptr,
+               .embed_out = nullptr,
+               .expert_ids = nullptr,
+               .expert_weights = nullptr,
+               .timing = nullptr};
   p.max_tasks = plan.max_tasks;
   p.n_stages = plan.n_stages;
   p.stage_bytes = static_cast<int>(plan.stage_bytes);
@@ -431,13 +436,16 @@ void DecodeStep::stage(const StepInput& in) {
   }
 }
 
-void DecodeStep::enqueue(float* logits, cudaStream_t stream, float* layer_out) {
+void DecodeStep::enqueue(float* logits, cudaStream_t stream, const Observed& observed) {
   LATTE_CUDA_CHECK(
       cudaMemcpyAsync(inputs_.data(), inputs_host_.data(), sizeof(step::Inputs), cudaMemcpyHostToDevice, stream));
   LATTE_CUDA_CHECK(cudaMemsetAsync(barrier_.data(), 0, sizeof(unsigned), stream));
   step::Params p = params_;
   p.logits = logits;
-  p.scratch.layer_out = layer_out;
+  p.scratch.layer_out = observed.layer_out;
+  p.scratch.embed_out = observed.embed;
+  p.scratch.expert_ids = observed.expert_ids;
+  p.scratch.expert_weights = observed.expert_weights;
   launch_decode_step(p, grid_, stream);
 }
 

@@ -36,9 +36,11 @@ namespace latte::cuda {
 
 namespace step {
 
-inline constexpr int kConsumerWarps = 16;                     ///< warps that compute
-inline constexpr int kConsumerThreads = 32 * kConsumerWarps;  ///< 512
-inline constexpr int kThreads = kConsumerThreads + 32;        ///< + the producer warp
+/// Warps that compute. With the producer warp a block is 16 warps, 4 per scheduler, which leaves each
+/// thread 128 registers (17 warps: 96, and the inlined walk spills).
+inline constexpr int kConsumerWarps = 15;
+inline constexpr int kConsumerThreads = 32 * kConsumerWarps;  ///< 480
+inline constexpr int kThreads = kConsumerThreads + 32;        ///< + the producer warp: 512
 inline constexpr int kStageBytes = 16 * 1024;                 ///< one ring stage (at least)
 inline constexpr int kMaxSources = 9;                         ///< rows summed into one output: 8 experts + shared
 inline constexpr int kMaxExpertsUsed = 8;
@@ -133,7 +135,11 @@ struct Scratch {
   float* router = nullptr;      ///< [E]
   float* hidden = nullptr;      ///< [K F + F_shared] routed then shared activations; dense: [F_dense]
   unsigned* barrier = nullptr;  ///< grid barrier counter (zeroed before every launch)
-  float* layer_out = nullptr;   ///< optional [n_layer, H]: x after each block (diagnostics)
+  // diagnostics (optional, written by block 0): the taps the fused step can emit
+  float* layer_out = nullptr;       ///< [n_layer, H]: x after each block
+  float* embed_out = nullptr;       ///< [H]: the token's embedding row
+  int32_t* expert_ids = nullptr;    ///< [n_layer, K]: each MoE block's chosen experts, best first
+  float* expert_weights = nullptr;  ///< [n_layer, K]: their weights
   /// optional [grid, kMaxTimedSyncs, 3]: per block and barrier {phase, clock at arrival, clock at
   /// release} (SM clock cycles; slot 0 = the block's start, the last = the head's end)
   long long* timing = nullptr;
@@ -159,6 +165,14 @@ struct Params {
   int smem_bytes = 0;
 };
 
+/// Device buffers for a step's observable values (each optional; see Scratch).
+struct Observed {
+  float* layer_out = nullptr;       ///< [n_layer, H]
+  float* embed = nullptr;           ///< [H]
+  int32_t* expert_ids = nullptr;    ///< [n_layer, K]
+  float* expert_weights = nullptr;  ///< [n_layer, K]
+};
+
 }  // namespace step
 
 /// Host side of the fused decode step: the device tables, the scratch and the launch.
@@ -182,10 +196,11 @@ class DecodeStep {
   /// Writes the step's inputs into the pinned staging buffer (host; the previous step's upload must
   /// have run: the caller synchronises its stream before).
   void stage(const StepInput& in);
+  using Observed = step::Observed;
   /// Enqueues the upload of the staged inputs, the barrier reset and the kernel: the logits land in
-  /// `logits` (device, [vocab] fp32), x after each block in `layer_out` (device [n_layer, H]) when set.
+  /// `logits` (device, [vocab] fp32), the observed values in `observed`'s buffers when given.
   /// Graph-capturable: the upload reads the staging buffer when it runs.
-  void enqueue(float* logits, cudaStream_t stream, float* layer_out = nullptr);
+  void enqueue(float* logits, cudaStream_t stream, const Observed& observed = {});
 
   /// Per-phase time of the steps since timing was switched on (set_timing, or LATTE_STEP_TIMING=1 in
   /// the CUDA forward pass), per phase kind over blocks and layers.

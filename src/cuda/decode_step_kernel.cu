@@ -44,8 +44,9 @@ namespace {
 
 using pipeline::load_l2;
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr int kNamedConsumers = 1;  // named barrier id of the consumer warps
-static_assert(kHeadGroup == kConsumerWarps, "the softmax gives each consumer warp one head of the group");
+constexpr int kNamedConsumers = 1;        // named barrier id of the consumer warps
+constexpr int kMaxNormUnitsPerWarp = 18;  // RMSNorm inputs of at most 18 x 15 x 32 = 8640 values
+constexpr int kMaxChunkItems = 512;       // (unit, source) row dots of one chunk, each with a partial in shared memory
 static_assert(kTilePositions <= kConsumerWarps && kTilePositions <= 16, "one warp per tile position");
 
 // ---- row spaces and chunks ---------------------------------------------------------------------
@@ -109,6 +110,8 @@ struct Misc {  // (decode_step_misc_bytes() reports its size to the host)
   float scores[kHeadGroup][16];  // [head][position in tile]
   float probs[16][kHeadGroup];   // [position in tile][head]
   float alpha[kHeadGroup];
+  float m_run[kHeadGroup];  // attention: each head's running max (log2 domain) and sum over a task's tiles
+  float l_run[kHeadGroup];
   float rope_cos[kMaxRopePairs], rope_sin[kMaxRopePairs];
   int32_t ids[kMaxExpertsUsed];
   float weights[kMaxExpertsUsed];
@@ -119,6 +122,7 @@ struct Misc {  // (decode_step_misc_bytes() reports its size to the host)
   float producer_logits[moe_max_experts];
   float producer_scratch[moe_max_experts];
   RowSpace rows;  // the consumers' current row space (written by thread 0: one copy, broadcast reads)
+  float partials[2][kMaxChunkItems];  // row dots of a chunk, [unit][source]; alternate chunks alternate
 };
 
 struct Smem {
@@ -153,6 +157,7 @@ __device__ __forceinline__ ChunkPlan chunk_plan(const RowSpace& rs, int stage_by
   for (int s = 0; s < rs.n_src; ++s) unit_bytes += rs.row_bytes[s];
   const int64_t room = stage_bytes - 32 * rs.n_src;
   c.per_chunk = static_cast<int>(unit_bytes > 0 && room / unit_bytes > 0 ? room / unit_bytes : 1);
+  c.per_chunk = max(1, min(c.per_chunk, kMaxChunkItems / rs.n_src));  // one partial per (unit, source)
   return c;
 }
 
@@ -224,8 +229,8 @@ __device__ __forceinline__ void mark_needs(Input& in, const Matrix& m) {
 }
 
 /// Dot of a row (in a stage) with the x area: this lane's part over units first, first + step, ...
-__device__ float row_dot(int type, const uint8_t* row, int n_units, int x_unit0, int first, int step, const uint8_t* xq,
-                         const float* xf, int cap) {
+__device__ __forceinline__ float row_dot(int type, const uint8_t* row, int n_units, int x_unit0, int first, int step,
+                                         const uint8_t* xq, const float* xf, int cap) {
   using split_int8::row_partial;
   using split_int8::row_partial_float;
   switch (static_cast<GgmlType>(type)) {
@@ -294,7 +299,8 @@ __device__ __forceinline__ float silu(float g) { return g / (1.0f + expf(-g)); }
 // ---- the walk ------------------------------------------------------------------------------------
 
 /// The step's phases in order, for either role. V provides gemv(n, make, input), attention(il, plan),
-/// append_latent(il), route(il, params), routed_id(k), routed_weight(k), sync() and layer_done(il).
+/// append_latent(il), route(params, il), routed_id(k), routed_weight(k), sync(phase), finish(phase) and
+/// layer_done(il).
 template <class V>
 __device__ __forceinline__ void walk(V& v, const Params& p) {
   const Shape& s = p.s;
@@ -407,7 +413,7 @@ __device__ __forceinline__ void walk(V& v, const Params& p) {
                                   .groups_used = s.groups_used,
                                   .normalize = s.normalize != 0,
                                   .scale = s.expert_scale};
-      v.route(route);
+      v.route(route, il);
       {
         Input in{.kind = kNorm, .src = w.x, .n = s.H, .norm = L.ffn_norm, .need_q = 0};
         mark_needs(in, L.exp_gate);
@@ -527,7 +533,7 @@ struct Producer {
     }
   }
 
-  __device__ __forceinline__ void route(const MoeRouterParams& r) {
+  __device__ __forceinline__ void route(const MoeRouterParams& r, int) {
     if (lane == 0) wait_grid();
     __syncwarp();
     for (int e = lane; e < r.n_experts; e += 32) sm.misc->producer_logits[e] = load_l2(r.logits + e);
@@ -617,23 +623,42 @@ struct Consumer {
   /// heads of per-head inputs).
   __device__ __forceinline__ void prepare(const Input& in, const RowSpace& rs) {
     const Shape& s = p.s;
-    if (in.kind == kNorm || in.kind == kNormEmbed) {
-      if (in.kind == kNormEmbed) {
-        const Matrix& e = p.token_embd;
-        const uint8_t* row = e.data + static_cast<int64_t>(p.inputs->token) * e.row_bytes;
-        for (int u = tid; u < in.n / 32; u += kConsumerThreads) {
-          float v[32];
-          decode_unit(e.type, row, u, v);
+    if (in.kind == kNorm) {
+      // lane l of warp w holds value l of units w, w + 16, ...: x and the norm weight are loaded together
+      // (one latency), normalised and split into int8 planes from registers
+      const int units = in.n / 32;
+      float v[kMaxNormUnitsPerWarp];
+      float ss = 0.0f;
 #pragma unroll
-          for (int i = 0; i < 32; ++i) sm.xf[32 * u + i] = v[i];
+      for (int k = 0; k < kMaxNormUnitsPerWarp; ++k) {
+        const int u = warp + kConsumerWarps * k;
+        v[k] = u < units ? load_l2(in.src + 32 * u + lane) : 0.0f;
+        if (u < units) pipeline::prefetch_l1(in.norm + 32 * u + lane);  // read after the reduction
+        ss += v[k] * v[k];
+      }
+      const float rstd = 1.0f / sqrtf(block_sum(ss) / static_cast<float>(in.n) + s.eps);
+#pragma unroll
+      for (int k = 0; k < kMaxNormUnitsPerWarp; ++k) {
+        const int u = warp + kConsumerWarps * k;
+        if (u < units) {
+          const float x = v[k] * rstd * in.norm[32 * u + lane];
+          if (in.need_q) split_int8::quantize_unit(sm.xq, p.xq_cap, u, x, lane);
+          if (in.need_f32) sm.xf[32 * u + lane] = x;
         }
-        bar();
-        if (blockIdx.x == 0) {
-          for (int i = tid; i < in.n; i += kConsumerThreads) p.scratch.x[i] = sm.xf[i];
+      }
+    } else if (in.kind == kNormEmbed) {
+      // layer 0: x = the token's embedding row (block 0 also writes it to the residual stream)
+      const Matrix& e = p.token_embd;
+      const uint8_t* row = e.data + static_cast<int64_t>(p.inputs->token) * e.row_bytes;
+      for (int u = tid; u < in.n / 32; u += kConsumerThreads) {
+        decode_unit(e.type, row, u, *reinterpret_cast<float(*)[32]>(sm.xf + 32 * u));  // straight into xf
+      }
+      bar();
+      if (blockIdx.x == 0) {
+        for (int i = tid; i < in.n; i += kConsumerThreads) p.scratch.x[i] = sm.xf[i];
+        if (p.scratch.embed_out != nullptr) {
+          for (int i = tid; i < in.n; i += kConsumerThreads) p.scratch.embed_out[i] = sm.xf[i];
         }
-      } else {
-        for (int i = tid; i < in.n; i += kConsumerThreads) sm.xf[i] = load_l2(in.src + i);
-        bar();
       }
       float ss = 0.0f;
       for (int i = tid; i < in.n; i += kConsumerThreads) ss += sm.xf[i] * sm.xf[i];
@@ -693,21 +718,30 @@ struct Consumer {
     }
   }
 
-  __device__ __forceinline__ void epilogue(const RowSpace& rs, int u, float v0, float v1) {
+  /// Output u of a chunk from its sources' dots `d` ([n_src]), in source order (deterministic).
+  __device__ __forceinline__ void epilogue(const RowSpace& rs, int u, const float* d) {
     float* out = rs.out + u;
     switch (rs.epilogue) {
       case kStore:
-        *out = v0;
+        *out = d[0];
         break;
       case kGated:
-        *out = silu(v0) * v1;
+        *out = silu(d[0]) * d[1];
         break;
-      default:  // kAdd, kCombo
-        *out = load_l2(out) + v0;
+      case kAdd:
+        *out = load_l2(out) + d[0];
         break;
+      default: {  // kCombo
+        float sum = 0.0f;
+        for (int s = 0; s < rs.n_src; ++s) sum = fmaf(rs.weight[s], d[s], sum);
+        *out = load_l2(out) + sum;
+      }
     }
   }
 
+  /// Every chunk of the phase's row spaces: each (unit, source) row dot is one work item of a group of
+  /// G lanes (G from the longest row: 32 lanes for rows of >= 1024 values); the dots meet in shared
+  /// memory and one thread per unit combines them.
   template <class Make>
   __device__ __forceinline__ void gemv(int n_spaces, Make make, const Input& in) {
     for (int i = 0; i < n_spaces; ++i) {
@@ -723,40 +757,32 @@ struct Consumer {
       const int per_warp = 32 / G, n_slots = kConsumerWarps * per_warp;
       const int slot = warp * per_warp + lane / G, sub = lane % G;
       const int seg_lo = rs.seg_rows > 0 ? cp.lo / rs.seg_rows : 0;
-      const bool combo = rs.epilogue == kCombo;
+      const int n_src = rs.n_src;
       // the loop's state in registers: members of this object live in local memory
       const uint8_t* const xq = sm.xq;
       const float* const xf = sm.xf;
       const int cap = p.xq_cap;
       for (int u0 = cp.lo; u0 < cp.hi; u0 += cp.per_chunk) {
         const int u1 = min(cp.hi, u0 + cp.per_chunk), n = u1 - u0;
+        float* const partial = sm.misc->partials[seq & 1];
         const uint8_t* stage = take();
-        for (int j0 = 0; j0 < n; j0 += n_slots) {
-          const int j = j0 + slot, u = u0 + j;
-          const bool valid = j < n;
-          float v0 = 0.0f, v1 = 0.0f;  // (scalars: a run-time indexed array would live in local memory)
-          uint32_t at = 0;             // where source s's copy starts in the stage
-          for (int s = 0; s < rs.n_src; ++s) {
-            const ChunkPiece c = chunk_piece(rs, s, u0, u1);
-            float d = 0.0f;
-            if (valid) {
-              const uint8_t* row = stage + at + c.misalign + static_cast<int64_t>(j) * rs.row_bytes[s];
-              const int seg = rs.seg_rows > 0 ? (u / rs.seg_rows - seg_lo) * rs.seg_units : 0;
-              d = row_dot(rs.type[s], row, rs.k_units[s], rs.x_unit0[s] + seg, sub, G, xq, xf, cap);
-            }
-            at += c.bytes;
-            if (combo) {
-              v0 += rs.weight[s] * d;
-            } else if (s == 0) {
-              v0 = d;
-            } else {
-              v1 = d;
-            }
+        for (int i0 = 0; i0 < n * n_src; i0 += n_slots) {
+          const int item = i0 + slot, j = item / n_src, s = item % n_src;
+          const bool valid = item < n * n_src;
+          float d = 0.0f;
+          if (valid) {
+            uint32_t at = 0;  // source s's copy follows those of sources 0 .. s-1
+            for (int t = 0; t < s; ++t) at += chunk_piece(rs, t, u0, u1).bytes;
+            const uint8_t* row =
+                stage + at + chunk_piece(rs, s, u0, u1).misalign + static_cast<int64_t>(j) * rs.row_bytes[s];
+            const int seg = rs.seg_rows > 0 ? ((u0 + j) / rs.seg_rows - seg_lo) * rs.seg_units : 0;
+            d = row_dot(rs.type[s], row, rs.k_units[s], rs.x_unit0[s] + seg, sub, G, xq, xf, cap);
           }
-          v0 = split_int8::group_sum(v0, G);
-          if (rs.epilogue == kGated) v1 = split_int8::group_sum(v1, G);
-          if (valid && sub == 0) epilogue(rs, u, v0, v1);
+          d = split_int8::group_sum(d, G);
+          if (valid && sub == 0) partial[item] = d;
         }
+        bar();  // (the partial buffers alternate: the next chunk's dots do not overwrite these)
+        for (int j = tid; j < n; j += kConsumerThreads) epilogue(rs, u0 + j, partial + j * n_src);
         release();
       }
     }
@@ -810,7 +836,7 @@ struct Consumer {
     const int pos = p.inputs->position;
     const AttentionPlan a = attention_plan(pos + 1, s.N, p.max_tasks);
     const int L = s.L;
-    const int dp = tid % 256, hh = tid / 256;  // o += p c: dims 2dp, 2dp+1 of heads 8hh .. 8hh+7
+    const int dp = tid;  // o += p c: thread dp < L / 2 takes dims 2dp, 2dp + 1 of the group's 16 heads
     const float qscale = s.attn_scale * kLog2e;
     for (int task = blockIdx.x; task < a.n_tasks; task += gridDim.x) {
       const int g = task % a.n_groups, split = task / a.n_groups;
@@ -823,79 +849,95 @@ struct Consumer {
                     : load_l2(p.scratch.q_pe + h * s.R + d - L);
         sm.q[e] = v * qscale;
       }
+      if (tid < kHeadGroup) {
+        sm.misc->m_run[tid] = -INFINITY;
+        sm.misc->l_run[tid] = 0.0f;
+      }
       bar();
-      float m_run = -INFINITY, l_run = 0.0f;  // head `warp`'s running max and sum (warp h owns head h)
-      float acc[8][2];
+      float acc[kHeadGroup][2];
 #pragma unroll
-      for (int h = 0; h < 8; ++h) acc[h][0] = acc[h][1] = 0.0f;
+      for (int h = 0; h < kHeadGroup; ++h) acc[h][0] = acc[h][1] = 0.0f;
       const int t_end = min(a.n_tiles, (split + 1) * a.tiles_per_split);
       for (int t = split * a.tiles_per_split; t < t_end; ++t) {
         const int first = t * kTilePositions, count = min(kTilePositions, a.n_kv - first);
         const __nv_bfloat16* tile = reinterpret_cast<const __nv_bfloat16*>(take());
-        // scores: warp j takes position j of the tile
+        // scores: warp j takes position j of the tile, heads in two passes of 8 (registers: o's
+        // accumulators stay live across the tiles)
         if (warp < count) {
-          float sc[kHeadGroup];
-#pragma unroll
-          for (int h = 0; h < kHeadGroup; ++h) sc[h] = 0.0f;
           const __nv_bfloat16* crow = tile + warp * kv_width;
-          for (int d = 2 * lane; d < kv_width; d += 64) {
-            const float2 c = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(crow + d));
+#pragma unroll 1
+          for (int hg = 0; hg < 2; ++hg) {
+            const float* qg = sm.q + 8 * hg * kv_width;
+            float sc[8];
 #pragma unroll
-            for (int h = 0; h < kHeadGroup; ++h) {
-              const float2 qv = *reinterpret_cast<const float2*>(sm.q + h * kv_width + d);
-              sc[h] = fmaf(qv.x, c.x, fmaf(qv.y, c.y, sc[h]));
+            for (int h = 0; h < 8; ++h) sc[h] = 0.0f;
+#pragma unroll 1
+            for (int d = 2 * lane; d < kv_width; d += 64) {
+              const float2 c = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(crow + d));
+#pragma unroll
+              for (int h = 0; h < 8; ++h) {
+                const float2 qv = *reinterpret_cast<const float2*>(qg + h * kv_width + d);
+                sc[h] = fmaf(qv.x, c.x, fmaf(qv.y, c.y, sc[h]));
+              }
             }
-          }
-          // transpose reduction: lanes 2h, 2h + 1 end with head h's sum
+            // transpose reduction: lanes 4h .. 4h + 3 end with head 8 hg + h's sum
 #pragma unroll
-          for (int o = 16, n = kHeadGroup; o >= 2; o /= 2, n /= 2) {
-            const bool upper = (lane & o) != 0;
+            for (int o = 16, n = 8; o >= 4; o /= 2, n /= 2) {
+              const bool upper = (lane & o) != 0;
 #pragma unroll
-            for (int i = 0; i < n / 2; ++i) {
-              const float send = upper ? sc[i] : sc[i + n / 2];
-              const float keep = upper ? sc[i + n / 2] : sc[i];
-              sc[i] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+              for (int i = 0; i < n / 2; ++i) {
+                const float send = upper ? sc[i] : sc[i + n / 2];
+                const float keep = upper ? sc[i + n / 2] : sc[i];
+                sc[i] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+              }
             }
+            sc[0] += __shfl_xor_sync(0xffffffffu, sc[0], 2);
+            sc[0] += __shfl_xor_sync(0xffffffffu, sc[0], 1);
+            if ((lane & 3) == 0) sm.misc->scores[8 * hg + lane / 4][warp] = sc[0];
           }
-          sc[0] += __shfl_xor_sync(0xffffffffu, sc[0], 1);
-          if ((lane & 1) == 0) sm.misc->scores[lane / 2][warp] = sc[0];
         }
         bar();
-        // online softmax: warp h takes head h
-        {
-          const float x = lane < count ? sm.misc->scores[warp][lane] : -INFINITY;
+        // online softmax: warp w takes heads w, w + 15, ... (lane j: position j)
+        for (int h = warp; h < kHeadGroup; h += kConsumerWarps) {
+          const float x = lane < count ? sm.misc->scores[h][lane] : -INFINITY;
           float mx = x;
 #pragma unroll
           for (int o = 16; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-          const float m_new = fmaxf(m_run, mx);
+          const float m_old = sm.misc->m_run[h];
+          const float m_new = fmaxf(m_old, mx);
           const float pr = lane < count ? exp2f(x - m_new) : 0.0f;
           float ps = pr;
 #pragma unroll
           for (int o = 16; o > 0; o /= 2) ps += __shfl_xor_sync(0xffffffffu, ps, o);
-          const float alpha = m_run == -INFINITY ? 0.0f : exp2f(m_run - m_new);
-          l_run = l_run * alpha + ps;
-          m_run = m_new;
-          if (lane < count) sm.misc->probs[lane][warp] = pr;
-          if (lane == 0) sm.misc->alpha[warp] = alpha;
+          const float alpha = m_old == -INFINITY ? 0.0f : exp2f(m_old - m_new);
+          if (lane < count) sm.misc->probs[lane][h] = pr;
+          __syncwarp();
+          if (lane == 0) {
+            sm.misc->alpha[h] = alpha;
+            sm.misc->l_run[h] = sm.misc->l_run[h] * alpha + ps;
+            sm.misc->m_run[h] = m_new;
+          }
         }
         bar();
-        // o += p c for dims 2dp, 2dp+1 (< L) of heads 8hh..8hh+7
+        // o += p c for dims 2dp, 2dp + 1 (< L) of the 16 heads
         if (2 * dp < L) {
 #pragma unroll
-          for (int h = 0; h < 8; ++h) {
-            const float al = sm.misc->alpha[8 * hh + h];
+          for (int h = 0; h < kHeadGroup; ++h) {
+            const float al = sm.misc->alpha[h];
             acc[h][0] *= al;
             acc[h][1] *= al;
           }
           for (int j = 0; j < count; ++j) {
             const float2 c = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(tile + j * kv_width + 2 * dp));
-            const float4 p0 = *reinterpret_cast<const float4*>(&sm.misc->probs[j][8 * hh]);
-            const float4 p1 = *reinterpret_cast<const float4*>(&sm.misc->probs[j][8 * hh + 4]);
-            const float pj[8] = {p0.x, p0.y, p0.z, p0.w, p1.x, p1.y, p1.z, p1.w};
 #pragma unroll
-            for (int h = 0; h < 8; ++h) {
-              acc[h][0] = fmaf(pj[h], c.x, acc[h][0]);
-              acc[h][1] = fmaf(pj[h], c.y, acc[h][1]);
+            for (int q4 = 0; q4 < kHeadGroup / 4; ++q4) {
+              const float4 pq = *reinterpret_cast<const float4*>(&sm.misc->probs[j][4 * q4]);
+              const float pj[4] = {pq.x, pq.y, pq.z, pq.w};
+#pragma unroll
+              for (int i = 0; i < 4; ++i) {
+                acc[4 * q4 + i][0] = fmaf(pj[i], c.x, acc[4 * q4 + i][0]);
+                acc[4 * q4 + i][1] = fmaf(pj[i], c.y, acc[4 * q4 + i][1]);
+              }
             }
           }
         }
@@ -904,27 +946,31 @@ struct Consumer {
       // the task's partial: unnormalised o, running max and sum per head
       if (2 * dp < L) {
 #pragma unroll
-        for (int h = 0; h < 8; ++h) {
-          float* o = p.scratch.partial_o + (static_cast<int64_t>(task) * kHeadGroup + 8 * hh + h) * L + 2 * dp;
+        for (int h = 0; h < kHeadGroup; ++h) {
+          float* o = p.scratch.partial_o + (static_cast<int64_t>(task) * kHeadGroup + h) * L + 2 * dp;
           *reinterpret_cast<float2*>(o) = make_float2(acc[h][0], acc[h][1]);
         }
       }
-      if (lane == 0) {
-        float* ml = p.scratch.partial_ml + (static_cast<int64_t>(task) * kHeadGroup + warp) * 2;
-        ml[0] = m_run;
-        ml[1] = l_run;
+      if (tid < kHeadGroup) {
+        float* ml = p.scratch.partial_ml + (static_cast<int64_t>(task) * kHeadGroup + tid) * 2;
+        ml[0] = sm.misc->m_run[tid];
+        ml[1] = sm.misc->l_run[tid];
       }
-      bar();  // sm.q is rewritten by the next task
+      bar();  // sm.q, m_run and l_run are rewritten by the next task
     }
   }
 
-  __device__ __forceinline__ void route(const MoeRouterParams& r) {
+  __device__ __forceinline__ void route(const MoeRouterParams& r, int il) {
     if (warp == 0) {
       for (int e = lane; e < r.n_experts; e += 32) sm.misc->route_logits[e] = load_l2(r.logits + e);
       __syncwarp();
       moe::route_token(r, sm.misc->route_logits, sm.misc->route_scratch, lane, sm.misc->ids, sm.misc->weights);
     }
     bar();
+    if (p.scratch.expert_ids != nullptr && blockIdx.x == 0 && tid < r.k) {
+      p.scratch.expert_ids[il * r.k + tid] = sm.misc->ids[tid];
+      p.scratch.expert_weights[il * r.k + tid] = sm.misc->weights[tid];
+    }
   }
   __device__ __forceinline__ int routed_id(int k) const { return sm.misc->ids[k]; }
   __device__ __forceinline__ float routed_weight(int k) const { return sm.misc->weights[k]; }

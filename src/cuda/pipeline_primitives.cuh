@@ -97,6 +97,9 @@ __device__ __forceinline__ float load_l2(const float* p) { return __ldcg(p); }
 __device__ __forceinline__ float4 load_l2(const float4* p) { return __ldcg(p); }
 __device__ __forceinline__ int load_l2(const int* p) { return __ldcg(p); }
 
+/// Starts moving the line holding `p` into L1 (a later ordinary load of it then hits there).
+__device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
+
 // ---- integer dot products ------------------------------------------------------------------------
 
 /// c + sum of the 4 products of unsigned bytes of `a` and signed bytes of `b`.

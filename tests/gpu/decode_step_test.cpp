@@ -451,7 +451,7 @@ void check_step(bool glm_like, int n_past) {
       poison(device_caches[static_cast<size_t>(il)].data() + static_cast<size_t>(n_past) * row, 2u * row);
     }
     step.stage({.token = token, .position = n_past, .cache = cache_rows});
-    step.enqueue(logits.data(), nullptr, layer_out.data());
+    step.enqueue(logits.data(), nullptr, {.layer_out = layer_out.data()});
     LATTE_CUDA_CHECK(cudaDeviceSynchronize());
 
     std::vector<std::vector<float>> appended;

@@ -95,16 +95,19 @@ TEST_CASE("CUDA logits match the CPU reference on every test flavour, both backe
       const auto tokens = latte::test::fresh_tokens(c.prompt + c.decode, vocab, &seed);
       const std::span<const latte::Token> prompt(tokens.data(), static_cast<size_t>(c.prompt));
       const std::span<const latte::Token> decode(tokens.data() + c.prompt, static_cast<size_t>(c.decode));
-      for (const std::string variant : {"mla", "mla-absorbed", "standard"}) {
+      for (const std::string variant : {"mla", "mla-absorbed", "mla-fused", "standard"}) {
         CAPTURE(flavour);
         CAPTURE(c.name);
         CAPTURE(variant);
         CAPTURE(seed);
-        // mla-absorbed: the mla backend with its absorbed kernel for prefill chunks too.
-        const bool absorbed = variant == "mla-absorbed";
+        // mla-absorbed: the mla backend with its absorbed kernel for prefill chunks too; mla-fused: decode
+        // steps in the fused kernel (it emits the expert choices the CPU replays), where it runs.
+        const bool absorbed = variant == "mla-absorbed", fused = variant == "mla-fused";
         if (absorbed) ::setenv("LATTE_MLA_PREFILL", "absorbed", 1);
-        auto run = latte::test::gpu::run_recording(m.gpu, absorbed ? "mla" : variant, prompt, decode);
-        if (absorbed) ::unsetenv("LATTE_MLA_PREFILL");
+        if (fused) ::setenv("LATTE_FUSED_DECODE", "1", 1);
+        auto run = latte::test::gpu::run_recording(m.gpu, variant == "standard" ? "standard" : "mla", prompt, decode);
+        ::unsetenv("LATTE_MLA_PREFILL");
+        ::unsetenv("LATTE_FUSED_DECODE");
         const auto reference = latte::test::gpu::forced_reference(m.cpu, prompt, decode, run);
         char label[96];
         std::snprintf(label, sizeof label, "cuda vs cpu  %-15s %-6s %-12s prompt %3d + decode %d",
@@ -228,10 +231,7 @@ TEST_CASE("batched decode of several sequences equals decoding each alone") {
         const double error = latte::test::relative_error(batched, single);
         std::printf("batched vs single %-13s %-8s step %d: logits error %.3g\n", flavour, backend_name, step, error);
         CHECK(all_finite(batched));
-        // mla: the lone sequence decodes in the fused step (fp32 queries, split-int8 x), the batch in the
-        // layered kernels (bf16 q_lat and tensor-core attention); standard: the same kernels, only
-        // split-KV plans and reduction orders may differ
-        CHECK(error <= (std::string_view(backend_name) == "mla" ? 5e-3 : 1e-3));
+        CHECK(error <= 1e-3);  // same kernels; only split-KV plans and reduction orders may differ
         for (size_t i = 0; i < prompts.size(); ++i) CHECK(together[i]->n_tokens() == lengths[i] + step + 1);
       }
     }

@@ -107,10 +107,16 @@ TEST_CASE("CUDA logits are the same with and without a tap observer") {
   CAPTURE(seed);
   for (const std::string backend : {"mla", "standard"}) {
     CAPTURE(backend);
-    auto run = [&](bool observe) {
+    // observe: 0 none, 1 every tap, 2 only the taps the fused step emits (residual, expert choices)
+    auto run = [&](int observe) {
       latte::Session s(m.gpu, {.n_ctx = 64, .attention = backend, .logits_all = true});
       diag::TapRecorder rec;
-      if (observe) s.set_tap_observer(rec.observer());
+      if (observe == 1) s.set_tap_observer(rec.observer());
+      int residuals = 0;
+      if (observe == 2) {
+        s.set_tap_observer({.wants = [](std::string_view name) { return name.ends_with(".residual"); },
+                            .on_tap = [&](const latte::Tap&) { ++residuals; }});
+      }
       std::vector<float> out;
       s.eval(std::span(tokens.data(), 6));
       for (size_t i = 6; i < tokens.size(); ++i) {  // decode steps: graphs without an observer
@@ -118,18 +124,21 @@ TEST_CASE("CUDA logits are the same with and without a tap observer") {
         const auto l = s.logits();
         out.insert(out.end(), l.begin(), l.end());
       }
+      if (observe == 2) CHECK(residuals == 4 * m.cpu.config().n_layer_main());  // 4 steps, every block
       return out;
     };
-    // Observed decode steps run the layered kernels (the fused step has no intermediate taps): with the
-    // fused step off, observing changes nothing at all; with it on, the two paths agree to its precision.
-    const auto fused = run(false);
-    ::setenv("LATTE_FUSED_DECODE", "0", 1);
-    const auto plain = run(false);
-    const auto observed = run(true);
-    ::unsetenv("LATTE_FUSED_DECODE");
+    const auto plain = run(0);
+    const auto observed = run(1);
     REQUIRE(plain.size() == observed.size());
     CHECK(plain == observed);
+    // The fused decode step (where it runs: mla) agrees with the layered path to its precision, and an
+    // observer of the taps it emits changes nothing in it.
+    ::setenv("LATTE_FUSED_DECODE", "1", 1);
+    const auto fused = run(0);
+    const auto fused_observed = run(2);
+    ::unsetenv("LATTE_FUSED_DECODE");
     REQUIRE(fused.size() == plain.size());
+    CHECK(fused == fused_observed);
     const double fused_error = latte::test::relative_error(fused, plain);
     CAPTURE(fused_error);
     CHECK(fused_error < 5e-3);  // the layered mla decode rounds q_lat to bf16 for the tensor cores

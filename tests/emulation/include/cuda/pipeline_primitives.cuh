@@ -93,6 +93,8 @@ inline float load_l2(const float* p) { return *p; }
 inline float4 load_l2(const float4* p) { return *p; }
 inline int load_l2(const int* p) { return *p; }
 
+inline void prefetch_l1(const void*) {}
+
 inline int dot4_us(uint32_t a, uint32_t b, int c) {
   for (int i = 0; i < 4; ++i) {
     c += static_cast<int>((a >> (8 * i)) & 0xFFu) * static_cast<int>(static_cast<int8_t>((b >> (8 * i)) & 0xFFu));
