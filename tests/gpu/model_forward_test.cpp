@@ -399,4 +399,17 @@ TEST_CASE("decode steps replayed from CUDA graphs equal eager launches") {
     std::printf("graphs vs eager %-8s: logits error %.3g\n", backend, error);
     CHECK(error <= 1e-6);
   }
+  // The fused decode step (one cooperative launch per step) replayed from graphs.
+  ModelPair& v3 = model_pair("test-v3");
+  const auto v3_tokens = latte::test::fresh_tokens(40, v3.gpu.config().n_vocab);
+  const std::span<const latte::Token> v3_all(v3_tokens);
+  ::setenv("LATTE_FUSED_DECODE", "1", 1);
+  ::setenv("LATTE_CUDA_GRAPHS", "0", 1);
+  const auto eager = run_session(v3.gpu, "mla", v3_all.first(10), v3_all.subspan(10));
+  ::unsetenv("LATTE_CUDA_GRAPHS");
+  const auto graphs = run_session(v3.gpu, "mla", v3_all.first(10), v3_all.subspan(10));
+  ::unsetenv("LATTE_FUSED_DECODE");
+  const double error = latte::test::relative_error(graphs, eager);
+  std::printf("graphs vs eager fused   : logits error %.3g\n", error);
+  CHECK(error <= 1e-6);
 }
