@@ -38,7 +38,7 @@ struct Plan {
   Matrix token_embd, output;
   const float* output_norm = nullptr;
   int xq_cap = 0, xf_cap = 0;  // split-int8 units, fp32 values
-  int x_area = 0, n_stages = 0, smem = 0, max_tasks = 0;
+  int x_area = 0, n_stages = 0, smem = 0, max_tasks = 0, own_cap = 0;
   int64_t stage_bytes = step::kStageBytes;
 
   bool fail(const std::string& why) {
@@ -231,7 +231,10 @@ Plan make_plan(const ModelConfig& c, const DeviceWeights& w, int grid, int smem_
   const int q_rows = step::kHeadGroup * step::kCacheRowElems * 4;  // attention's query rows overlay the x area
   p.x_area = std::max(p.xq_cap * kSplitInt8UnitBytes + p.xf_cap * 4, q_rows);
   p.x_area = (p.x_area + 127) / 128 * 128;
-  const int misc = decode_step_misc_bytes();
+  // then this block's rows of the residual stream (it owns the same rows in every phase that adds to x)
+  p.own_cap = (s.H + grid - 1) / grid + 1;
+  p.own_cap = (p.own_cap + 31) / 32 * 32;
+  const int misc = decode_step_misc_bytes() + p.own_cap * 4;
   const int room = smem_optin - p.x_area - misc;
   p.n_stages = std::min<int>(32, static_cast<int>(room / p.stage_bytes));
   if (p.n_stages < 3) {
@@ -333,6 +336,7 @@ DecodeStep::DecodeStep(const ModelConfig& config, std::shared_ptr<const DeviceWe
   p.xq_cap = plan.xq_cap;
   p.xf_cap = plan.xf_cap;
   p.x_area_bytes = plan.x_area;
+  p.own_cap = plan.own_cap;
   p.smem_bytes = plan.smem;
   const char* timing = std::getenv("LATTE_STEP_TIMING");
   if (timing && std::string_view(timing) == "1") set_timing(true);

@@ -162,6 +162,7 @@ struct Params {
   int xq_cap = 0;       ///< split-int8 units the x area holds
   int xf_cap = 0;       ///< fp32 values the x area holds
   int x_area_bytes = 0;
+  int own_cap = 0;  ///< floats after the fixed region: the block's rows of x (ceil(H / grid) + 1)
   int smem_bytes = 0;
 };
 

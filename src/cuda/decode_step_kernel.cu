@@ -131,6 +131,7 @@ struct Smem {
   float* xf;    // fp32 x
   float* q;     // attention: [16][L + R] (overlays the x area)
   Misc* misc;
+  float* x_own;  // this block's rows [lo, hi) of the residual stream x (rows of H split over the grid)
   // (the chunk and row-space arithmetic below is per thread; every table lives in shared memory so
   // that 512 threads do not each hold a copy in local memory, which thrashes the L1 next to a
   // 220 KB shared-memory carve-out)
@@ -140,6 +141,7 @@ struct Smem {
     xf = reinterpret_cast<float*>(xq + static_cast<size_t>(p.xq_cap) * split_int8::kUnitBytes);
     q = reinterpret_cast<float*>(xq);
     misc = reinterpret_cast<Misc*>(xq + p.x_area_bytes);
+    x_own = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(misc) + ((sizeof(Misc) + 127) / 128 * 128));
   }
 };
 
@@ -660,6 +662,11 @@ struct Consumer {
           for (int i = tid; i < in.n; i += kConsumerThreads) p.scratch.embed_out[i] = sm.xf[i];
         }
       }
+      {  // this block's rows of x, the ones it adds to in every later phase (see epilogue)
+        const int64_t g = gridDim.x, b = blockIdx.x;
+        const int lo = static_cast<int>(in.n * b / g), hi = static_cast<int>(in.n * (b + 1) / g);
+        for (int i = tid; i < hi - lo; i += kConsumerThreads) sm.x_own[i] = sm.xf[lo + i];
+      }
       float ss = 0.0f;
       for (int i = tid; i < in.n; i += kConsumerThreads) ss += sm.xf[i] * sm.xf[i];
       const float rstd = 1.0f / sqrtf(block_sum(ss) / static_cast<float>(in.n) + s.eps);
@@ -718,8 +725,10 @@ struct Consumer {
     }
   }
 
-  /// Output u of a chunk from its sources' dots `d` ([n_src]), in source order (deterministic).
-  __device__ __forceinline__ void epilogue(const RowSpace& rs, int u, const float* d) {
+  /// Output u of a chunk from its sources' dots `d` ([n_src]), in source order (deterministic). The
+  /// adding kinds write the residual stream x: the block owns rows [lo, hi) of it in every such phase
+  /// (the same equal split of H rows), keeps them in shared memory, and never reads x back.
+  __device__ __forceinline__ void epilogue(const RowSpace& rs, int u, const float* d, int lo) {
     float* out = rs.out + u;
     switch (rs.epilogue) {
       case kStore:
@@ -729,12 +738,12 @@ struct Consumer {
         *out = silu(d[0]) * d[1];
         break;
       case kAdd:
-        *out = load_l2(out) + d[0];
+        *out = sm.x_own[u - lo] += d[0];
         break;
       default: {  // kCombo
         float sum = 0.0f;
         for (int s = 0; s < rs.n_src; ++s) sum = fmaf(rs.weight[s], d[s], sum);
-        *out = load_l2(out) + sum;
+        *out = sm.x_own[u - lo] += sum;
       }
     }
   }
@@ -782,7 +791,7 @@ struct Consumer {
           if (valid && sub == 0) partial[item] = d;
         }
         bar();  // (the partial buffers alternate: the next chunk's dots do not overwrite these)
-        for (int j = tid; j < n; j += kConsumerThreads) epilogue(rs, u0 + j, partial + j * n_src);
+        for (int j = tid; j < n; j += kConsumerThreads) epilogue(rs, u0 + j, partial + j * n_src, cp.lo);
         release();
       }
     }
