@@ -707,18 +707,32 @@ struct Consumer {
     for (int j = warp; j < (h_hi - h_lo + 1) * units; j += kConsumerWarps) {
       const int h = h_lo + j / units, u = j % units;
       const int g = h / kHeadGroup, hl = h % kHeadGroup;
+      auto ml = [&](int sp) {
+        return p.scratch.partial_ml + ((static_cast<int64_t>(sp) * a.n_groups + g) * kHeadGroup + hl) * 2;
+      };
+      // the splits' maxima and sums: lanes over splits (one load latency per 32 splits)
       float m = -INFINITY;
-      for (int sp = 0; sp < a.splits; ++sp) {
-        m = fmaxf(m, load_l2(p.scratch.partial_ml + (static_cast<int64_t>(sp * a.n_groups + g) * kHeadGroup + hl) * 2));
+      for (int base = 0; base < a.splits; base += 32) {
+        if (base + lane < a.splits) m = fmaxf(m, load_l2(ml(base + lane)));
       }
+#pragma unroll
+      for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
       float num = 0.0f, den = 0.0f;
-      for (int sp = 0; sp < a.splits; ++sp) {
-        const int64_t task = sp * a.n_groups + g;
-        const float* ml = p.scratch.partial_ml + (task * kHeadGroup + hl) * 2;
-        const float wgt = exp2f(load_l2(ml) - m);
-        den += wgt * load_l2(ml + 1);
-        num += wgt * load_l2(p.scratch.partial_o + (task * kHeadGroup + hl) * L + 32 * u + lane);
+      for (int base = 0; base < a.splits; base += 32) {
+        const int sp = base + lane;
+        const float wl = sp < a.splits ? exp2f(load_l2(ml(sp)) - m) : 0.0f;  // split sp's weight, on lane sp % 32
+        if (sp < a.splits) den += wl * load_l2(ml(sp) + 1);
+        const int n = min(32, a.splits - base);
+        // lane l's value of o: every split's partial at dim 32 u + l, 8 loads in flight
+#pragma unroll 8
+        for (int t = 0; t < n; ++t) {
+          const float wgt = __shfl_sync(0xffffffffu, wl, t);
+          const int64_t task = static_cast<int64_t>(base + t) * a.n_groups + g;
+          num = fmaf(wgt, load_l2(p.scratch.partial_o + (task * kHeadGroup + hl) * L + 32 * u + lane), num);
+        }
       }
+#pragma unroll
+      for (int o = 16; o > 0; o /= 2) den += __shfl_xor_sync(0xffffffffu, den, o);
       const float v = num / den;
       if (in.need_q) split_int8::quantize_unit(sm.xq, p.xq_cap, j, v, lane);
       if (in.need_f32) sm.xf[32 * j + lane] = v;
