@@ -46,6 +46,7 @@ using pipeline::load_l2;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kNamedConsumers = 1;        // named barrier id of the consumer warps
 constexpr int kMaxNormUnitsPerWarp = 18;  // RMSNorm inputs of at most 18 x 15 x 32 = 8640 values
+constexpr int kSplitBatch = 8;            // x units a warp loads before splitting them (loads in flight together)
 constexpr int kMaxChunkItems = 512;       // (unit, source) row dots of one chunk, each with a partial in shared memory
 static_assert(kTilePositions <= kConsumerWarps && kTilePositions <= 16, "one warp per tile position");
 
@@ -674,11 +675,7 @@ struct Consumer {
       bar();
       if (in.need_q) quantize_from_xf(in.n);
     } else if (in.kind == kPlain) {
-      for (int u = warp; u < in.n / 32; u += kConsumerWarps) {
-        const float v = load_l2(in.src + 32 * u + lane);
-        if (in.need_q) split_int8::quantize_unit(sm.xq, p.xq_cap, u, v, lane);
-        if (in.need_f32) sm.xf[32 * u + lane] = v;
-      }
+      split_units(in, in.n / 32, [&](int u) { return in.src + 32 * u; });
     } else {
       // per-head inputs of this block's rows
       const ChunkPlan cp = chunk_plan(rs, p.stage_bytes);
@@ -686,18 +683,38 @@ struct Consumer {
         const int h_lo = cp.lo / rs.seg_rows, h_hi = (cp.hi - 1) / rs.seg_rows;
         const int units = in.n / 32;
         if (in.kind == kHeadsQuery) {
-          for (int j = warp; j < (h_hi - h_lo + 1) * units; j += kConsumerWarps) {
-            const int h = h_lo + j / units, u = j % units;
-            const float v = load_l2(in.src + static_cast<int64_t>(h) * in.head_stride + 32 * u + lane);
-            if (in.need_q) split_int8::quantize_unit(sm.xq, p.xq_cap, j, v, lane);
-            if (in.need_f32) sm.xf[32 * j + lane] = v;
-          }
+          split_units(in, (h_hi - h_lo + 1) * units, [&](int j) {
+            return in.src + static_cast<int64_t>(h_lo + j / units) * in.head_stride + 32 * (j % units);
+          });
         } else {
           merge_heads(in, h_lo, h_hi);
         }
       }
     }
     bar();
+  }
+
+  /// x units 0 .. n-1 from global memory (unit j's 32 values at unit_src(j), written by other blocks)
+  /// into the x area: each warp loads a batch of kSplitBatch units (the loads in flight together), then
+  /// splits them.
+  template <class UnitSource>
+  __device__ __forceinline__ void split_units(const Input& in, int n, UnitSource unit_src) {
+    for (int j0 = warp; j0 < n; j0 += kConsumerWarps * kSplitBatch) {
+      float v[kSplitBatch];
+#pragma unroll
+      for (int k = 0; k < kSplitBatch; ++k) {
+        const int j = j0 + kConsumerWarps * k;
+        v[k] = j < n ? load_l2(unit_src(j) + lane) : 0.0f;
+      }
+#pragma unroll
+      for (int k = 0; k < kSplitBatch; ++k) {
+        const int j = j0 + kConsumerWarps * k;
+        if (j < n) {
+          if (in.need_q) split_int8::quantize_unit(sm.xq, p.xq_cap, j, v[k], lane);
+          if (in.need_f32) sm.xf[32 * j + lane] = v[k];
+        }
+      }
+    }
   }
 
   /// kHeadsMerge: o_lat of heads h_lo..h_hi from the attention partials, into the x area.
