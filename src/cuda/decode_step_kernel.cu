@@ -46,8 +46,9 @@ using pipeline::load_l2;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kNamedConsumers = 1;        // named barrier id of the consumer warps
 constexpr int kMaxNormUnitsPerWarp = 18;  // RMSNorm inputs of at most 18 x 15 x 32 = 8640 values
-constexpr int kSplitBatch = 8;            // x units a warp loads before splitting them (loads in flight together)
-constexpr int kMaxChunkItems = 512;       // (unit, source) row dots of one chunk, each with a partial in shared memory
+constexpr int kQueryLoads = (kHeadGroup * kCacheRowElems + kConsumerThreads - 1) / kConsumerThreads;  // 20
+constexpr int kSplitBatch = 8;       // x units a warp loads before splitting them (loads in flight together)
+constexpr int kMaxChunkItems = 512;  // (unit, source) row dots of one chunk, each with a partial in shared memory
 static_assert(kTilePositions <= kConsumerWarps && kTilePositions <= 16, "one warp per tile position");
 
 // ---- row spaces and chunks ---------------------------------------------------------------------
@@ -464,6 +465,21 @@ __device__ __forceinline__ void walk(V& v, const Params& p) {
   v.finish(kPhaseHead);
 }
 
+/// The router's logits into shared memory by one warp, its loads in flight together.
+__device__ __forceinline__ void load_logits(const MoeRouterParams& r, float* dst, int lane) {
+  float v[moe_max_experts / 32];
+#pragma unroll
+  for (int k = 0; k < moe_max_experts / 32; ++k) {
+    const int e = lane + 32 * k;
+    v[k] = e < r.n_experts ? load_l2(r.logits + e) : 0.0f;
+  }
+#pragma unroll
+  for (int k = 0; k < moe_max_experts / 32; ++k) {
+    if (lane + 32 * k < r.n_experts) dst[lane + 32 * k] = v[k];
+  }
+  __syncwarp();
+}
+
 // ---- the producer ---------------------------------------------------------------------------------
 
 struct Producer {
@@ -539,8 +555,7 @@ struct Producer {
   __device__ __forceinline__ void route(const MoeRouterParams& r, int) {
     if (lane == 0) wait_grid();
     __syncwarp();
-    for (int e = lane; e < r.n_experts; e += 32) sm.misc->producer_logits[e] = load_l2(r.logits + e);
-    __syncwarp();
+    load_logits(r, sm.misc->producer_logits, lane);
     moe::route_token(r, sm.misc->producer_logits, sm.misc->producer_scratch, lane, sm.misc->producer_ids,
                      sm.misc->producer_weights);
     __syncwarp();
@@ -880,14 +895,25 @@ struct Consumer {
     const float qscale = s.attn_scale * kLog2e;
     for (int task = blockIdx.x; task < a.n_tasks; task += gridDim.x) {
       const int g = task % a.n_groups, split = task / a.n_groups;
-      // the group's 16 query rows [q_lat | q_pe], scaled into the log2 domain
-      for (int e = tid; e < kHeadGroup * kv_width; e += kConsumerThreads) {
-        const int hl = e / kv_width, d = e % kv_width, h = g * kHeadGroup + hl;
-        float v = 0.0f;
-        if (h < s.N)
-          v = d < L ? load_l2(p.scratch.q_lat + static_cast<int64_t>(h) * L + d)
-                    : load_l2(p.scratch.q_pe + h * s.R + d - L);
-        sm.q[e] = v * qscale;
+      // the group's 16 query rows [q_lat | q_pe], scaled into the log2 domain: every thread's loads
+      // in flight together (kQueryLoads per thread)
+      {
+        float v[kQueryLoads];
+#pragma unroll
+        for (int k = 0; k < kQueryLoads; ++k) {
+          const int e = tid + kConsumerThreads * k;
+          const int hl = e / kv_width, d = e % kv_width, h = g * kHeadGroup + hl;
+          v[k] = 0.0f;
+          if (e < kHeadGroup * kv_width && h < s.N) {
+            v[k] = d < L ? load_l2(p.scratch.q_lat + static_cast<int64_t>(h) * L + d)
+                         : load_l2(p.scratch.q_pe + h * s.R + d - L);
+          }
+        }
+#pragma unroll
+        for (int k = 0; k < kQueryLoads; ++k) {
+          const int e = tid + kConsumerThreads * k;
+          if (e < kHeadGroup * kv_width) sm.q[e] = v[k] * qscale;
+        }
       }
       if (tid < kHeadGroup) {
         sm.misc->m_run[tid] = -INFINITY;
@@ -1002,8 +1028,7 @@ struct Consumer {
 
   __device__ __forceinline__ void route(const MoeRouterParams& r, int il) {
     if (warp == 0) {
-      for (int e = lane; e < r.n_experts; e += 32) sm.misc->route_logits[e] = load_l2(r.logits + e);
-      __syncwarp();
+      load_logits(r, sm.misc->route_logits, lane);
       moe::route_token(r, sm.misc->route_logits, sm.misc->route_scratch, lane, sm.misc->ids, sm.misc->weights);
     }
     bar();
