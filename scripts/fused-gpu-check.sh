@@ -3,7 +3,8 @@
 #   1. binaries: prebuilt from .carry/bin.tar.xz (scripts/pack-gpu-binaries.sh) when they start, else built
 #   2. its GPU tests and the model tests that run it (CPU replay, taps, graphs), while the 27-block random
 #      DeepSeek-V2-Lite Q4_K_M model converts
-#   3. latte bench: tg128 and tg32 @ d4096, layered against fused (LATTE_FUSED_DECODE=1), alternated
+#   3. latte bench: tg128 and tg32 @ d4096, layered against fused (LATTE_FUSED_DECODE=1), alternated, and
+#      fused with 32 KB ring stages (LATTE_STEP_STAGE_KB=32)
 #   4. the fused step's per-phase timing table (LATTE_STEP_TIMING=1)
 #   5. the kernel's resource use and local-memory instructions (cuobjdump), when cuobjdump is there
 # Every step has its own timeout; the whole call stays under ~6 minutes after the machine starts.
@@ -61,7 +62,7 @@ echo "model converted at $((SECONDS - start)) s"
 bench() {  # bench NAME FUSED ARGS...
   local name=$1 fused=$2
   shift 2
-  env LATTE_FUSED_DECODE="$fused" timeout 120 "$LATTE" bench --model "$MODEL" --device cuda:0 --attention mla "$@" \
+  env LATTE_FUSED_DECODE="$fused" LATTE_STEP_STAGE_KB="${LATTE_STEP_STAGE_KB:-16}" timeout 120 "$LATTE" bench --model "$MODEL" --device cuda:0 --attention mla "$@" \
     >"$LOG_DIR/bench-$name.log" 2>&1 || failed=1
   grep -E '\| (pp|tg)[0-9]' "$LOG_DIR/bench-$name.log" | sed "s/^/$name /"
 }
@@ -69,6 +70,7 @@ for round in $(seq 1 "$ROUNDS"); do
   bench "layered-$round" 0 -p 0 -n 128 -r 2
   bench "fused-$round" 1 -p 0 -n 128 -r 2
 done
+LATTE_STEP_STAGE_KB=32 bench fused-stage32 1 -p 0 -n 128 -r 2
 bench layered-d4096 0 -p 0 -n 32 -d 4096 -r 1
 bench fused-d4096 1 -p 0 -n 32 -d 4096 -r 1
 

@@ -225,7 +225,12 @@ Plan make_plan(const ModelConfig& c, const DeviceWeights& w, int grid, int smem_
   p.input(s.H, {&p.output}, true);
   if (!p.problem.empty()) return p;
 
-  // shared memory: [stages][x area][misc]
+  // shared memory: [stages][x area][misc]; LATTE_STEP_STAGE_KB asks for larger stages (more rows per
+  // chunk, fewer chunks in the ring), to compare
+  if (const char* kb = std::getenv("LATTE_STEP_STAGE_KB")) {
+    const int64_t want = int64_t{std::max(16, std::min(64, std::atoi(kb)))} / 16 * 16 * 1024;
+    p.stage_bytes = std::max(p.stage_bytes, want);
+  }
   p.xq_cap = (p.xq_cap + 7) / 8 * 8;
   p.xf_cap = (p.xf_cap + 31) / 32 * 32;
   const int q_rows = step::kHeadGroup * step::kCacheRowElems * 4;  // attention's query rows overlay the x area

@@ -80,6 +80,7 @@ __device__ __forceinline__ float row_partial(const uint8_t* row, int n_units, co
                                              int first, int step) {
   constexpr int kOff = kIntegerOffset<T>;
   float acc = 0.0f;
+#pragma unroll 2
   for (int u = first; u < n_units; u += step) {
     const quant::Unit32 c = quant::decode_codes<T>(row, u);
     const int xu = x_unit0 + u;
