@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds latte and runs its test suite, as CI does:
 #   1. the main build (CUDA kernels compiled for sm_90a/sm_100/sm_120 when nvcc is present), warnings
-#      as errors, and every CPU test (each once per attention backend), CLI and package tests;
+#      as errors, and every CPU test (each once per attention backend), CLI and package tests; then the
+#      fused decode step's kernel on the CPU emulation of CUDA (when the CUDA headers are there);
 #   2. an AddressSanitizer + UndefinedBehaviorSanitizer build of the CPU suite (LeakSanitizer on);
 #   3. a ThreadSanitizer build of the library and latte_thread_tests (sessions on several threads);
 #   4. the libFuzzer harnesses (scripts/fuzz.sh), each for LATTE_FUZZ_SECONDS (default 10), when
@@ -16,6 +17,13 @@ source scripts/env.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DLATTE_WARNINGS_AS_ERRORS=ON "${LATTE_CMAKE_LAUNCHER[@]}"
 cmake --build build --parallel "$LATTE_JOBS"
 ctest --test-dir build --output-on-failure --label-exclude gpu --parallel "$LATTE_JOBS"
+
+# The fused decode step's kernel itself on the CPU emulation of CUDA (tests/emulation), against its
+# float64 reference: the one check of that kernel's logic that needs no GPU. Needs the CUDA headers.
+if [ -f "${CUDA_HOME:-/usr/local/cuda}/include/cuda_runtime.h" ]; then
+  LATTE_EMU_ONLY=fused tests/emulation/build.sh build-emu-fused >/dev/null
+  LATTE_EMU_ORDER=random LATTE_EMU_SMS=5 build-emu-fused/latte_emulated_gpu_tests
+fi
 
 if [ "${LATTE_SKIP_SANITIZERS:-0}" != 1 ]; then
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLATTE_CUDA=OFF -DLATTE_SANITIZE=ON \

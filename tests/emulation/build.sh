@@ -3,6 +3,7 @@
 # (tests/gpu/attention_*.cpp, gemv_test.cpp here) compiled as C++ against the CPU emulation of CUDA in this folder.
 # No GPU or nvcc needed.
 #   tests/emulation/build.sh [build-dir] [extra compiler flags...]   (objects are rebuilt when stale)
+#   LATTE_EMU_ONLY=fused tests/emulation/build.sh DIR                  (only the fused decode step)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -41,6 +42,12 @@ sources=("$here/emulation.cpp" "$here/main.cpp" "$root/src/cuda/check.cpp" "$roo
          "$root/src/cuda/device_caps.cpp" "$root/src/cuda/decode_step.cpp")
 kernels=(split_kv_combine mla_decode mla_decode_wide standard_decode flash_prefill dsa_index_scores dsa_top_k kv_cache_append
          gemv_quant gemv_quant_float gemv_quant_legacy gemv_quant_kquants rope_yarn decode_step_kernel)
+tests=("$root"/tests/gpu/attention_*.cpp "$root"/tests/gpu/decode_step_test.cpp "$here/gemv_test.cpp")
+# LATTE_EMU_ONLY=fused: only the fused decode step and its test (what CI runs: a few minutes)
+if [ "${LATTE_EMU_ONLY:-}" = fused ]; then
+  kernels=(rope_yarn decode_step_kernel)
+  tests=("$root"/tests/gpu/decode_step_test.cpp)
+fi
 # Kernel headers that declare dynamic shared memory are translated too, next to the translated .cu files:
 # a quoted include looks in the including file's folder first, so these shadow the originals.
 mkdir -p "$out/src/cuda"
@@ -51,7 +58,7 @@ for name in "${kernels[@]}"; do
   translate "$root/src/cuda/$name.cu" "$out/src/$name.cpp"
   sources+=("$out/src/$name.cpp")
 done
-sources+=("$root"/tests/gpu/attention_*.cpp "$root"/tests/gpu/decode_step_test.cpp "$here/gemv_test.cpp")
+sources+=("${tests[@]}")
 headers=("$here"/emulation.hpp "$here"/include/*/*.cuh "$here"/include/cub/block/*.cuh "$root"/src/cuda/*.hpp
          "$root"/src/cuda/*.cuh "$root"/tests/gpu/*.hpp "$out"/src/cuda/*.cuh)
 for src in "${sources[@]}"; do
