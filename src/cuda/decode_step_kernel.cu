@@ -484,7 +484,7 @@ __device__ __forceinline__ void load_logits(const MoeRouterParams& r, float* dst
 
 struct Producer {
   const Params& p;
-  Smem& sm;
+  Smem sm;  // (by value: a copy of the visitor keeps it in registers)
   int lane;
   uint32_t seq = 0;     // chunks issued (lane 0)
   unsigned n_sync = 0;  // grid barriers walked
@@ -572,7 +572,7 @@ struct Producer {
 
 struct Consumer {
   const Params& p;
-  Smem& sm;
+  Smem sm;  // (by value: a copy of the visitor keeps it in registers)
   int tid, warp, lane;
   uint32_t seq = 0;
   unsigned n_sync = 0;
@@ -604,18 +604,19 @@ struct Consumer {
     slot[2] = clock64();
   }
 
-  /// Waits for the next stage; returns it.
-  __device__ __forceinline__ const uint8_t* take() {
-    const uint32_t stage = seq % p.n_stages;
-    pipeline::mbarrier_wait(&sm.misc->full[stage], (seq / p.n_stages) & 1u);
+  /// Waits for chunk `chunk`'s stage; returns it.
+  __device__ __forceinline__ const uint8_t* take(uint32_t chunk) const {
+    const uint32_t stage = chunk % p.n_stages;
+    pipeline::mbarrier_wait(&sm.misc->full[stage], (chunk / p.n_stages) & 1u);
     return sm.stages + static_cast<size_t>(stage) * p.stage_bytes;
   }
-  /// Gives the current stage back to the producer (every warp once).
-  __device__ __forceinline__ void release() {
+  /// Gives chunk `chunk`'s stage back to the producer (every warp once).
+  __device__ __forceinline__ void release(uint32_t chunk) const {
     __syncwarp();
-    if (lane == 0) pipeline::mbarrier_arrive(&sm.misc->empty[seq % p.n_stages]);
-    ++seq;
+    if (lane == 0) pipeline::mbarrier_arrive(&sm.misc->empty[chunk % p.n_stages]);
   }
+  __device__ __forceinline__ const uint8_t* take() const { return take(seq); }
+  __device__ __forceinline__ void release() { release(seq++); }
 
   /// Sum over the consumer threads (every consumer thread calls it).
   __device__ __forceinline__ float block_sum(float v) {
@@ -638,8 +639,14 @@ struct Consumer {
   }
 
   /// Stages the phase's x (see InputKind); `rs` is the phase's first row space (its rows decide the
-  /// heads of per-head inputs).
-  __device__ __forceinline__ void prepare(const Input& in, const RowSpace& rs) {
+  /// heads of per-head inputs). Not inlined (one copy for every phase); it works on a copy of this
+  /// visitor and of the input, which then live in registers rather than in local memory.
+  __device__ __noinline__ void prepare(const Input& in_ref, const RowSpace& rs) {
+    Consumer self = *this;
+    const Input in = in_ref;
+    self.prepare_here(in, rs);
+  }
+  __device__ __forceinline__ void prepare_here(const Input& in, const RowSpace& rs) {
     const Shape& s = p.s;
     if (in.kind == kNorm) {
       // lane l of warp w holds value l of units w, w + 16, ...: x and the norm weight are loaded together
@@ -794,53 +801,67 @@ struct Consumer {
     }
   }
 
-  /// Every chunk of the phase's row spaces: each (unit, source) row dot is one work item of a group of
-  /// G lanes (G from the longest row: 32 lanes for rows of >= 1024 values); the dots meet in shared
-  /// memory and one thread per unit combines them.
+  /// Every chunk of the phase's row spaces (see consume_rows). The row spaces pass through shared
+  /// memory, so that one copy of the chunk loop serves every phase.
   template <class Make>
   __device__ __forceinline__ void gemv(int n_spaces, Make make, const Input& in) {
     for (int i = 0; i < n_spaces; ++i) {
       bar();  // every thread is done with the previous row space
       if (tid == 0) sm.misc->rows = make(i);
       bar();
-      const RowSpace& rs = sm.misc->rows;
-      if (i == 0) prepare(in, rs);
-      const ChunkPlan cp = chunk_plan(rs, p.stage_bytes);
-      int ku_max = 1;
-      for (int s = 0; s < rs.n_src; ++s) ku_max = max(ku_max, rs.k_units[s]);
-      const int G = ku_max >= 32 ? 32 : ku_max >= 16 ? 16 : ku_max >= 8 ? 8 : ku_max >= 4 ? 4 : ku_max >= 2 ? 2 : 1;
-      const int per_warp = 32 / G, n_slots = kConsumerWarps * per_warp;
-      const int slot = warp * per_warp + lane / G, sub = lane % G;
-      const int seg_lo = rs.seg_rows > 0 ? cp.lo / rs.seg_rows : 0;
-      const int n_src = rs.n_src;
-      // the loop's state in registers: members of this object live in local memory
-      const uint8_t* const xq = sm.xq;
-      const float* const xf = sm.xf;
-      const int cap = p.xq_cap;
-      for (int u0 = cp.lo; u0 < cp.hi; u0 += cp.per_chunk) {
-        const int u1 = min(cp.hi, u0 + cp.per_chunk), n = u1 - u0;
-        float* const partial = sm.misc->partials[seq & 1];
-        const uint8_t* stage = take();
-        for (int i0 = 0; i0 < n * n_src; i0 += n_slots) {
-          const int item = i0 + slot, j = item / n_src, s = item % n_src;
-          const bool valid = item < n * n_src;
-          float d = 0.0f;
-          if (valid) {
-            uint32_t at = 0;  // source s's copy follows those of sources 0 .. s-1
-            for (int t = 0; t < s; ++t) at += chunk_piece(rs, t, u0, u1).bytes;
-            const uint8_t* row =
-                stage + at + chunk_piece(rs, s, u0, u1).misalign + static_cast<int64_t>(j) * rs.row_bytes[s];
-            const int seg = rs.seg_rows > 0 ? ((u0 + j) / rs.seg_rows - seg_lo) * rs.seg_units : 0;
-            d = row_dot(rs.type[s], row, rs.k_units[s], rs.x_unit0[s] + seg, sub, G, xq, xf, cap);
-          }
-          d = split_int8::group_sum(d, G);
-          if (valid && sub == 0) partial[item] = d;
-        }
-        bar();  // (the partial buffers alternate: the next chunk's dots do not overwrite these)
-        for (int j = tid; j < n; j += kConsumerThreads) epilogue(rs, u0 + j, partial + j * n_src, cp.lo);
-        release();
-      }
+      if (i == 0) prepare(in, sm.misc->rows);
+      consume_rows();
     }
+  }
+
+  /// The chunks of the row space in sm.misc->rows: each (unit, source) row dot is one work item of a
+  /// group of G lanes (G from the longest row: 32 lanes for rows of >= 1024 values); the dots meet in
+  /// shared memory and one thread per unit combines them. Not inlined: one copy of the hot loop for
+  /// every phase (instruction cache, compile time), run on a copy of this visitor (registers).
+  __device__ __noinline__ void consume_rows() {
+    Consumer self = *this;
+    self.consume_rows_here();
+    seq = self.seq;
+  }
+  __device__ __forceinline__ void consume_rows_here() {
+    const RowSpace& rs = sm.misc->rows;
+    const ChunkPlan cp = chunk_plan(rs, p.stage_bytes);
+    int ku_max = 1;
+    for (int s = 0; s < rs.n_src; ++s) ku_max = max(ku_max, rs.k_units[s]);
+    const int G = ku_max >= 32 ? 32 : ku_max >= 16 ? 16 : ku_max >= 8 ? 8 : ku_max >= 4 ? 4 : ku_max >= 2 ? 2 : 1;
+    const int per_warp = 32 / G, n_slots = kConsumerWarps * per_warp;
+    const int slot = warp * per_warp + lane / G, sub = lane % G;
+    const int seg_lo = rs.seg_rows > 0 ? cp.lo / rs.seg_rows : 0;
+    const int n_src = rs.n_src;
+    // the loop's state in registers: members of this object live in local memory
+    const uint8_t* const xq = sm.xq;
+    const float* const xf = sm.xf;
+    const int cap = p.xq_cap;
+    uint32_t chunk = seq;
+    for (int u0 = cp.lo; u0 < cp.hi; u0 += cp.per_chunk, ++chunk) {
+      const int u1 = min(cp.hi, u0 + cp.per_chunk), n = u1 - u0;
+      float* const partial = sm.misc->partials[chunk & 1];
+      const uint8_t* stage = take(chunk);
+      for (int i0 = 0; i0 < n * n_src; i0 += n_slots) {
+        const int item = i0 + slot, j = item / n_src, s = item % n_src;
+        const bool valid = item < n * n_src;
+        float d = 0.0f;
+        if (valid) {
+          uint32_t at = 0;  // source s's copy follows those of sources 0 .. s-1
+          for (int t = 0; t < s; ++t) at += chunk_piece(rs, t, u0, u1).bytes;
+          const uint8_t* row =
+              stage + at + chunk_piece(rs, s, u0, u1).misalign + static_cast<int64_t>(j) * rs.row_bytes[s];
+          const int seg = rs.seg_rows > 0 ? ((u0 + j) / rs.seg_rows - seg_lo) * rs.seg_units : 0;
+          d = row_dot(rs.type[s], row, rs.k_units[s], rs.x_unit0[s] + seg, sub, G, xq, xf, cap);
+        }
+        d = split_int8::group_sum(d, G);
+        if (valid && sub == 0) partial[item] = d;
+      }
+      bar();  // (the partial buffers alternate: the next chunk's dots do not overwrite these)
+      for (int j = tid; j < n; j += kConsumerThreads) epilogue(rs, u0 + j, partial + j * n_src, cp.lo);
+      release(chunk);
+    }
+    seq = chunk;
   }
 
   /// Phase 2's single-block work: c = RMSNorm(kv) and k_pe rotated, appended as bf16 at `position`;
@@ -885,8 +906,13 @@ struct Consumer {
     pipeline::fence_proxy_async_global();  // the cache row is read by bulk copies after the barrier
   }
 
-  /// Phase 3 (see the file comment).
-  __device__ __forceinline__ void attention(int il, int kv_width) {
+  /// Phase 3 (see the file comment); not inlined, on a copy of this visitor (as consume_rows).
+  __device__ __noinline__ void attention(int il, int kv_width) {
+    Consumer self = *this;
+    self.attention_here(il, kv_width);
+    seq = self.seq;
+  }
+  __device__ __forceinline__ void attention_here(int il, int kv_width) {
     const Shape& s = p.s;
     const int pos = p.inputs->position;
     const AttentionPlan a = attention_plan(pos + 1, s.N, p.max_tasks);

@@ -19,6 +19,9 @@
 #ifndef __launch_bounds__
 #define __launch_bounds__(...)
 #endif
+#ifndef __noinline__
+#define __noinline__  // an optimisation hint on the GPU; empty keeps `__attribute__((__noinline__))` valid
+#endif
 
 namespace emu {
 
