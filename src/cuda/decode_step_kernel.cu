@@ -47,8 +47,7 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kNamedConsumers = 1;        // named barrier id of the consumer warps
 constexpr int kMaxNormUnitsPerWarp = 18;  // RMSNorm inputs of at most 18 x 15 x 32 = 8640 values
 constexpr int kQueryLoads = (kHeadGroup * kCacheRowElems + kConsumerThreads - 1) / kConsumerThreads;  // 20
-constexpr int kSplitBatch = 8;       // x units a warp loads before splitting them (loads in flight together)
-constexpr int kMaxChunkItems = 512;  // (unit, source) row dots of one chunk, each with a partial in shared memory
+constexpr int kSplitBatch = 8;  // x units a warp loads before splitting them (loads in flight together)
 static_assert(kTilePositions <= kConsumerWarps && kTilePositions <= 16, "one warp per tile position");
 
 // ---- row spaces and chunks ---------------------------------------------------------------------
@@ -124,7 +123,6 @@ struct Misc {  // (decode_step_misc_bytes() reports its size to the host)
   float producer_logits[moe_max_experts];
   float producer_scratch[moe_max_experts];
   RowSpace rows;  // the consumers' current row space (written by thread 0: one copy, broadcast reads)
-  float partials[2][kMaxChunkItems];  // row dots of a chunk, [unit][source]; alternate chunks alternate
 };
 
 struct Smem {
@@ -161,7 +159,6 @@ __device__ __forceinline__ ChunkPlan chunk_plan(const RowSpace& rs, int stage_by
   for (int s = 0; s < rs.n_src; ++s) unit_bytes += rs.row_bytes[s];
   const int64_t room = stage_bytes - 32 * rs.n_src;
   c.per_chunk = static_cast<int>(unit_bytes > 0 && room / unit_bytes > 0 ? room / unit_bytes : 1);
-  c.per_chunk = max(1, min(c.per_chunk, kMaxChunkItems / rs.n_src));  // one partial per (unit, source)
   return c;
 }
 
@@ -778,26 +775,21 @@ struct Consumer {
     }
   }
 
-  /// Output u of a chunk from its sources' dots `d` ([n_src]), in source order (deterministic). The
-  /// adding kinds write the residual stream x: the block owns rows [lo, hi) of it in every such phase
-  /// (the same equal split of H rows), keeps them in shared memory, and never reads x back.
-  __device__ __forceinline__ void epilogue(const RowSpace& rs, int u, const float* d, int lo) {
+  /// Output u of a row space from its lane-group sums: `a` = the dot of source 0 (kStore, kAdd), of the
+  /// gate (kGated, `b` the up's) or the weighted sum over the sources (kCombo). The adding kinds write the
+  /// residual stream x: the block owns rows [lo, hi) of it in every such phase (the same equal split of H
+  /// rows), keeps them in shared memory, and never reads x back.
+  __device__ __forceinline__ void epilogue(const RowSpace& rs, int u, float a, float b, int lo) {
     float* out = rs.out + u;
     switch (rs.epilogue) {
       case kStore:
-        *out = d[0];
+        *out = a;
         break;
       case kGated:
-        *out = silu(d[0]) * d[1];
+        *out = silu(a) * b;
         break;
-      case kAdd:
-        *out = sm.x_own[u - lo] += d[0];
-        break;
-      default: {  // kCombo
-        float sum = 0.0f;
-        for (int s = 0; s < rs.n_src; ++s) sum = fmaf(rs.weight[s], d[s], sum);
-        *out = sm.x_own[u - lo] += sum;
-      }
+      default:  // kAdd, kCombo
+        *out = sm.x_own[u - lo] += a;
     }
   }
 
@@ -814,10 +806,13 @@ struct Consumer {
     }
   }
 
-  /// The chunks of the row space in sm.misc->rows: each (unit, source) row dot is one work item of a
-  /// group of G lanes (G from the longest row: 32 lanes for rows of >= 1024 values); the dots meet in
-  /// shared memory and one thread per unit combines them. Not inlined: one copy of the hot loop for
-  /// every phase (instruction cache, compile time), run on a copy of this visitor (registers).
+  /// The chunks of the row space in sm.misc->rows. Each output unit (every source of its row) is one
+  /// work item of a group of G lanes (G from the longest row: 32 lanes for rows of >= 1024 values); the
+  /// items are dealt round-robin to the groups over the whole row space, and the group that computes a
+  /// unit writes it. No barrier between the warps: each takes and releases every chunk on its own (the
+  /// ring's empty barriers count the warps), so the warps drift apart by up to the ring's depth and
+  /// their latencies overlap. Not inlined: one copy of the hot loop for every phase (instruction
+  /// cache, compile time), run on a copy of this visitor (registers).
   __device__ __noinline__ void consume_rows() {
     Consumer self = *this;
     self.consume_rows_here();
@@ -830,35 +825,46 @@ struct Consumer {
     for (int s = 0; s < rs.n_src; ++s) ku_max = max(ku_max, rs.k_units[s]);
     const int G = ku_max >= 32 ? 32 : ku_max >= 16 ? 16 : ku_max >= 8 ? 8 : ku_max >= 4 ? 4 : ku_max >= 2 ? 2 : 1;
     const int per_warp = 32 / G, n_slots = kConsumerWarps * per_warp;
-    const int slot = warp * per_warp + lane / G, sub = lane % G;
+    const int sub = lane % G;
     const int seg_lo = rs.seg_rows > 0 ? cp.lo / rs.seg_rows : 0;
-    const int n_src = rs.n_src;
+    const int n_src = rs.n_src, kind = rs.epilogue;
     // the loop's state in registers: members of this object live in local memory
     const uint8_t* const xq = sm.xq;
     const float* const xf = sm.xf;
     const int cap = p.xq_cap;
+    int mine = warp * per_warp + lane / G;  // this group's next item (counted from cp.lo)
     uint32_t chunk = seq;
     for (int u0 = cp.lo; u0 < cp.hi; u0 += cp.per_chunk, ++chunk) {
-      const int u1 = min(cp.hi, u0 + cp.per_chunk), n = u1 - u0;
-      float* const partial = sm.misc->partials[chunk & 1];
-      const uint8_t* stage = take(chunk);
-      for (int i0 = 0; i0 < n * n_src; i0 += n_slots) {
-        const int item = i0 + slot, j = item / n_src, s = item % n_src;
-        const bool valid = item < n * n_src;
-        float d = 0.0f;
+      const int u1 = min(cp.hi, u0 + cp.per_chunk), lim = u1 - cp.lo;
+      const uint8_t* stage = take(chunk);            // (also when no item is this warp's: see release)
+      while (__any_sync(0xffffffffu, mine < lim)) {  // (the lanes of a warp shuffle together)
+        const bool valid = mine < lim;
+        const int j = mine - (u0 - cp.lo);  // this group's unit in the chunk
+        float a = 0.0f, b = 0.0f;
         if (valid) {
-          uint32_t at = 0;  // source s's copy follows those of sources 0 .. s-1
-          for (int t = 0; t < s; ++t) at += chunk_piece(rs, t, u0, u1).bytes;
-          const uint8_t* row =
-              stage + at + chunk_piece(rs, s, u0, u1).misalign + static_cast<int64_t>(j) * rs.row_bytes[s];
           const int seg = rs.seg_rows > 0 ? ((u0 + j) / rs.seg_rows - seg_lo) * rs.seg_units : 0;
-          d = row_dot(rs.type[s], row, rs.k_units[s], rs.x_unit0[s] + seg, sub, G, xq, xf, cap);
+          uint32_t at = 0;  // source s's copy follows those of sources 0 .. s-1
+          for (int s = 0; s < n_src; ++s) {
+            const ChunkPiece c = chunk_piece(rs, s, u0, u1);
+            const uint8_t* row = stage + at + c.misalign + static_cast<int64_t>(j) * rs.row_bytes[s];
+            at += c.bytes;
+            const float d = row_dot(rs.type[s], row, rs.k_units[s], rs.x_unit0[s] + seg, sub, G, xq, xf, cap);
+            if (kind == kCombo) {
+              a = fmaf(rs.weight[s], d, a);
+            } else if (s == 0) {
+              a = d;
+            } else {
+              b = d;
+            }
+          }
         }
-        d = split_int8::group_sum(d, G);
-        if (valid && sub == 0) partial[item] = d;
+        a = split_int8::group_sum(a, G);
+        if (kind == kGated) b = split_int8::group_sum(b, G);
+        if (valid) {
+          if (sub == 0) epilogue(rs, u0 + j, a, b, cp.lo);
+          mine += n_slots;
+        }
       }
-      bar();  // (the partial buffers alternate: the next chunk's dots do not overwrite these)
-      for (int j = tid; j < n; j += kConsumerThreads) epilogue(rs, u0 + j, partial + j * n_src, cp.lo);
       release(chunk);
     }
     seq = chunk;

@@ -78,17 +78,16 @@ __device__ __forceinline__ void grid_arrive(unsigned* counter) {
   asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
 }
 
-/// Acquire load at GPU scope.
-__device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
-/// Spins until *counter >= target (one thread; the caller publishes the result to its block).
+/// Spins until *counter >= target (one thread; the caller publishes the result to its block). The spin
+/// reads are relaxed (an acquire load also invalidates the L1 on every iteration); one acquire fence
+/// after the last orders what follows.
 __device__ __forceinline__ void grid_wait(const unsigned* counter, unsigned target) {
-  while (load_acquire(counter) < target) {
+  for (;;) {
+    unsigned v;
+    asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(counter) : "memory");
+    if (v >= target) break;
   }
+  asm volatile("fence.acq_rel.gpu;" ::: "memory");
 }
 
 // ---- loads of values written by other blocks of the same launch (bypass the incoherent L1) -----

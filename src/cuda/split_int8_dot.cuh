@@ -142,8 +142,12 @@ __device__ __forceinline__ float row_partial_float(const uint8_t* row, int n_uni
 }
 
 /// Sum over the `group` lanes (a power of two, <= 32) that share a row: lanes l with equal l / group.
+/// Every lane of the warp calls it with the same `group`.
 __device__ __forceinline__ float group_sum(float v, int group) {
-  for (int o = group / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) {
+    if (o < group) v += __shfl_xor_sync(0xffffffffu, v, o);
+  }
   return v;
 }
 

@@ -69,6 +69,15 @@ T shfl_down(T value, int delta) {
                          [delta](int lane, auto get) { return lane + delta < 32 ? get(lane + delta) : get(lane); });
 }
 
+inline int any(int predicate) {
+  return warp_collective(predicate != 0, [](int, auto get) {
+    for (int l = 0; l < 32; ++l) {
+      if (get(l)) return 1;
+    }
+    return 0;
+  });
+}
+
 struct LaunchConfig {
   dim3 grid;
   dim3 block;
@@ -132,6 +141,7 @@ cudaError_t get_device_properties(cudaDeviceProp* prop, int device);  // an H200
 #define __shfl_xor_sync(mask, value, offset) ::emu::shfl_xor((value), (offset))
 #define __shfl_down_sync(mask, value, delta) ::emu::shfl_down((value), (delta))
 #define __shfl_sync(mask, value, src) ::emu::shfl((value), (src))
+#define __any_sync(mask, predicate) ::emu::any((predicate))
 #define __threadfence() ((void)0)
 #define __syncwarp(...) ::emu::warp_barrier()
 #define __ldg(ptr) (*(ptr))

@@ -84,7 +84,6 @@ inline void grid_arrive(unsigned* counter) {
   ++*counter;
   ::emu::progress();
 }
-inline unsigned load_acquire(const unsigned* p) { return *p; }
 inline void grid_wait(const unsigned* counter, unsigned target) {
   while (*counter < target) ::emu::yield_now();
 }
