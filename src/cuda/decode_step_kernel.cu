@@ -205,7 +205,10 @@ __device__ __forceinline__ AttentionPlan attention_plan(int n_kv, int n_heads, i
 
 // ---- phase inputs ------------------------------------------------------------------------------
 
-enum InputKind : int { kNorm = 0, kNormEmbed = 1, kPlain = 2, kHeadsQuery = 3, kHeadsMerge = 4 };
+/// kNorm: RMSNorm(src); kNormEmbed: RMSNorm(the token's embedding row); kPlain: src; kHeadsQuery: the
+/// per-head query rows of the block's heads; kHeadsMerge: the attention partials of the block's heads,
+/// merged; kKeep: the x area as the previous phase left it.
+enum InputKind : int { kNorm = 0, kNormEmbed = 1, kPlain = 2, kHeadsQuery = 3, kHeadsMerge = 4, kKeep = 5 };
 
 struct Input {
   int kind = kPlain;
@@ -391,6 +394,8 @@ __device__ __forceinline__ void walk(V& v, const Params& p) {
       {
         Input in{.kind = kNorm, .src = w.x, .n = s.H, .norm = L.ffn_norm, .need_q = 0};
         mark_needs(in, L.router);
+        mark_needs(in, L.exp_gate);  // (the routed experts' phase reads the same x area)
+        mark_needs(in, L.exp_up);
         if (shared) {
           mark_needs(in, L.gate);
           mark_needs(in, L.up);
@@ -416,9 +421,7 @@ __device__ __forceinline__ void walk(V& v, const Params& p) {
                                   .scale = s.expert_scale};
       v.route(route, il);
       {
-        Input in{.kind = kNorm, .src = w.x, .n = s.H, .norm = L.ffn_norm, .need_q = 0};
-        mark_needs(in, L.exp_gate);
-        mark_needs(in, L.exp_up);
+        const Input in{.kind = kKeep};  // x area: the router phase's RMSNorm(x), unchanged since
         v.gemv(
             s.K,
             [&](int k) {
@@ -645,7 +648,9 @@ struct Consumer {
   }
   __device__ __forceinline__ void prepare_here(const Input& in, const RowSpace& rs) {
     const Shape& s = p.s;
-    if (in.kind == kNorm) {
+    if (in.kind == kKeep) {
+      // the previous phase's x area
+    } else if (in.kind == kNorm) {
       // lane l of warp w holds value l of units w, w + 16, ...: x and the norm weight are loaded together
       // (one latency), normalised and split into int8 planes from registers
       const int units = in.n / 32;
