@@ -131,12 +131,16 @@ struct Smem {
   float* xf;    // fp32 x
   float* q;     // attention: [16][L + R] (overlays the x area)
   Misc* misc;
-  float* x_own;  // this block's rows [lo, hi) of the residual stream x (rows of H split over the grid)
+  float* x_own;       // this block's rows [lo, hi) of the residual stream x (rows of H split over the grid)
+  uint32_t n_stages;  // the ring's shape (copies of Params': registers, not loads through a generic pointer)
+  int stage_bytes;
   // (the chunk and row-space arithmetic below is per thread; every table lives in shared memory so
   // that 512 threads do not each hold a copy in local memory, which thrashes the L1 next to a
   // 220 KB shared-memory carve-out)
   __device__ __forceinline__ Smem(uint8_t* base, const Params& p) {
     stages = base;
+    n_stages = static_cast<uint32_t>(p.n_stages);
+    stage_bytes = p.stage_bytes;
     xq = base + static_cast<size_t>(p.n_stages) * p.stage_bytes;
     xf = reinterpret_cast<float*>(xq + static_cast<size_t>(p.xq_cap) * split_int8::kUnitBytes);
     q = reinterpret_cast<float*>(xq);
@@ -491,20 +495,20 @@ struct Producer {
 
   /// Lane 0: waits for a free stage, announces `total` bytes on its full barrier and starts the copies.
   __device__ __forceinline__ uint8_t* begin_chunk(uint32_t total) {
-    const uint32_t stage = seq % p.n_stages;
-    const uint32_t parity = (seq / p.n_stages) & 1u;
+    const uint32_t stage = seq % sm.n_stages;
+    const uint32_t parity = (seq / sm.n_stages) & 1u;
     pipeline::mbarrier_wait(&sm.misc->empty[stage], parity ^ 1u);
     pipeline::mbarrier_expect_tx(&sm.misc->full[stage], total);
-    return sm.stages + static_cast<size_t>(stage) * p.stage_bytes;
+    return sm.stages + static_cast<size_t>(stage) * sm.stage_bytes;
   }
-  __device__ __forceinline__ uint64_t* full_barrier() const { return &sm.misc->full[seq % p.n_stages]; }
+  __device__ __forceinline__ uint64_t* full_barrier() const { return &sm.misc->full[seq % sm.n_stages]; }
 
   template <class Make>
   __device__ __forceinline__ void gemv(int n_spaces, Make make, const Input&) {
     if (lane != 0) return;  // one thread issues every copy
     for (int i = 0; i < n_spaces; ++i) {
       const RowSpace rs = make(i);
-      const ChunkPlan cp = chunk_plan(rs, p.stage_bytes);
+      const ChunkPlan cp = chunk_plan(rs, sm.stage_bytes);
       for (int u0 = cp.lo; u0 < cp.hi; u0 += cp.per_chunk) {
         const int u1 = min(cp.hi, u0 + cp.per_chunk);
         uint32_t total = 0;
@@ -606,14 +610,14 @@ struct Consumer {
 
   /// Waits for chunk `chunk`'s stage; returns it.
   __device__ __forceinline__ const uint8_t* take(uint32_t chunk) const {
-    const uint32_t stage = chunk % p.n_stages;
-    pipeline::mbarrier_wait(&sm.misc->full[stage], (chunk / p.n_stages) & 1u);
-    return sm.stages + static_cast<size_t>(stage) * p.stage_bytes;
+    const uint32_t stage = chunk % sm.n_stages;
+    pipeline::mbarrier_wait(&sm.misc->full[stage], (chunk / sm.n_stages) & 1u);
+    return sm.stages + static_cast<size_t>(stage) * sm.stage_bytes;
   }
   /// Gives chunk `chunk`'s stage back to the producer (every warp once).
   __device__ __forceinline__ void release(uint32_t chunk) const {
     __syncwarp();
-    if (lane == 0) pipeline::mbarrier_arrive(&sm.misc->empty[chunk % p.n_stages]);
+    if (lane == 0) pipeline::mbarrier_arrive(&sm.misc->empty[chunk % sm.n_stages]);
   }
   __device__ __forceinline__ const uint8_t* take() const { return take(seq); }
   __device__ __forceinline__ void release() { release(seq++); }
@@ -702,7 +706,7 @@ struct Consumer {
       split_units(in, in.n / 32, [&](int u) { return in.src + 32 * u; });
     } else {
       // per-head inputs of this block's rows
-      const ChunkPlan cp = chunk_plan(rs, p.stage_bytes);
+      const ChunkPlan cp = chunk_plan(rs, sm.stage_bytes);
       if (cp.hi > cp.lo) {
         const int h_lo = cp.lo / rs.seg_rows, h_hi = (cp.hi - 1) / rs.seg_rows;
         const int units = in.n / 32;
@@ -825,7 +829,7 @@ struct Consumer {
   }
   __device__ __forceinline__ void consume_rows_here() {
     const RowSpace& rs = sm.misc->rows;
-    const ChunkPlan cp = chunk_plan(rs, p.stage_bytes);
+    const ChunkPlan cp = chunk_plan(rs, sm.stage_bytes);
     int ku_max = 1;
     for (int s = 0; s < rs.n_src; ++s) ku_max = max(ku_max, rs.k_units[s]);
     const int G = ku_max >= 32 ? 32 : ku_max >= 16 ? 16 : ku_max >= 8 ? 8 : ku_max >= 4 ? 4 : ku_max >= 2 ? 2 : 1;
