@@ -755,9 +755,12 @@ struct Consumer {
       auto ml = [&](int sp) {
         return p.scratch.partial_ml + ((static_cast<int64_t>(sp) * a.n_groups + g) * kHeadGroup + hl) * 2;
       };
-      // the splits' maxima and sums: lanes over splits (one load latency per 32 splits)
-      float m = -INFINITY;
-      for (int base = 0; base < a.splits; base += 32) {
+      // the splits' maxima and sums: lanes over splits, each lane's pairs loaded once (kept for the weights
+      // when there are at most 32 splits, the usual case: one load latency for them all)
+      float2 ml_lane = make_float2(-INFINITY, 0.0f);
+      if (lane < a.splits) ml_lane = load_l2(reinterpret_cast<const float2*>(ml(lane)));
+      float m = ml_lane.x;
+      for (int base = 32; base < a.splits; base += 32) {
         if (base + lane < a.splits) m = fmaxf(m, load_l2(ml(base + lane)));
       }
 #pragma unroll
@@ -765,8 +768,11 @@ struct Consumer {
       float num = 0.0f, den = 0.0f;
       for (int base = 0; base < a.splits; base += 32) {
         const int sp = base + lane;
-        const float wl = sp < a.splits ? exp2f(load_l2(ml(sp)) - m) : 0.0f;  // split sp's weight, on lane sp % 32
-        if (sp < a.splits) den += wl * load_l2(ml(sp) + 1);
+        const float2 v = base == 0       ? ml_lane
+                         : sp < a.splits ? load_l2(reinterpret_cast<const float2*>(ml(sp)))
+                                         : make_float2(-INFINITY, 0.0f);
+        const float wl = sp < a.splits ? exp2f(v.x - m) : 0.0f;  // split sp's weight, on lane sp % 32
+        if (sp < a.splits) den += wl * v.y;
         const int n = min(32, a.splits - base);
         // lane l's value of o: every split's partial at dim 32 u + l, 8 loads in flight
 #pragma unroll 8

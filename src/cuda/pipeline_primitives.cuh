@@ -93,6 +93,7 @@ __device__ __forceinline__ void grid_wait(const unsigned* counter, unsigned targ
 // ---- loads of values written by other blocks of the same launch (bypass the incoherent L1) -----
 
 __device__ __forceinline__ float load_l2(const float* p) { return __ldcg(p); }
+__device__ __forceinline__ float2 load_l2(const float2* p) { return __ldcg(p); }
 __device__ __forceinline__ float4 load_l2(const float4* p) { return __ldcg(p); }
 __device__ __forceinline__ int load_l2(const int* p) { return __ldcg(p); }
 

@@ -89,6 +89,7 @@ inline void grid_wait(const unsigned* counter, unsigned target) {
 }
 
 inline float load_l2(const float* p) { return *p; }
+inline float2 load_l2(const float2* p) { return *p; }
 inline float4 load_l2(const float4* p) { return *p; }
 inline int load_l2(const int* p) { return *p; }
 
