@@ -353,7 +353,8 @@ void DecodeStep::set_timing(bool on) {
     return;
   }
   if (!timing_.data()) {
-    timing_ = DeviceBuffer<long long>(static_cast<size_t>(grid_) * step::kMaxTimedSyncs * 3, "fused step timing");
+    timing_ = DeviceBuffer<long long>(static_cast<size_t>(grid_) * step::kMaxTimedSyncs * step::kTimingFields,
+                                      "fused step timing");
     int device = 0, khz = 0;
     LATTE_CUDA_CHECK(cudaGetDevice(&device));
     LATTE_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device));
@@ -370,8 +371,8 @@ void DecodeStep::collect_timing(cudaStream_t stream) {
   LATTE_CUDA_CHECK(cudaStreamSynchronize(stream));
   std::vector<long long> t(timing_.size());
   LATTE_CUDA_CHECK(cudaMemcpy(t.data(), timing_.data(), timing_.bytes(), cudaMemcpyDeviceToHost));
-  const size_t per_block = static_cast<size_t>(step::kMaxTimedSyncs) * 3;
-  auto slot = [&](int b, int k) { return t.data() + b * per_block + static_cast<size_t>(k) * 3; };
+  const size_t per_block = static_cast<size_t>(step::kMaxTimedSyncs) * step::kTimingFields;
+  auto slot = [&](int b, int k) { return t.data() + b * per_block + static_cast<size_t>(k) * step::kTimingFields; };
   int n = 1;  // slots used: the start, every barrier, the head's end
   while (n < step::kMaxTimedSyncs && slot(0, n)[0] >= 0 && slot(0, n)[0] < step::kPhaseCount) {
     const bool last = slot(0, n)[0] == step::kPhaseHead;
@@ -382,12 +383,14 @@ void DecodeStep::collect_timing(cudaStream_t stream) {
   double step_us = 0.0;
   for (int k = 1; k < n; ++k) {
     const int phase = static_cast<int>(slot(0, k)[0]);
-    double slowest = 0.0, mean = 0.0, wait = 0.0;
+    double slowest = 0.0, mean = 0.0, wait = 0.0, prep = 0.0, data_wait = 0.0;
     for (int b = 0; b < grid_; ++b) {
       const double work = static_cast<double>(slot(b, k)[1] - slot(b, k - 1)[2]) * us;
       slowest = std::max(slowest, work);
       mean += work / grid_;
       wait += static_cast<double>(slot(b, k)[2] - slot(b, k)[1]) * us / grid_;
+      prep += static_cast<double>(slot(b, k)[3]) * us / grid_;
+      data_wait += static_cast<double>(slot(b, k)[4]) * us / grid_;
     }
     step::Phase kind = static_cast<step::Phase>(std::clamp(phase, 0, step::kPhaseCount - 1));
     PhaseTime& pt = timing_sum_[kind];
@@ -396,6 +399,8 @@ void DecodeStep::collect_timing(cudaStream_t stream) {
     pt.slowest_work_us += slowest;
     pt.mean_work_us += mean;
     pt.wait_us += wait;
+    pt.prep_us += prep;
+    pt.data_wait_us += data_wait;
   }
   for (int b = 0; b < grid_; ++b)
     step_us = std::max(step_us, static_cast<double>(slot(b, n - 1)[2] - slot(b, 0)[2]) * us);
@@ -414,15 +419,15 @@ std::string DecodeStep::timing_table() const {
   char line[256];
   std::string out = "fused step phases (us per step, " + std::to_string(timing_steps_) + " steps; SM clock " +
                     std::to_string(clock_ghz_).substr(0, 4) + " GHz):\n";
-  std::snprintf(line, sizeof line, "  %-24s %9s %14s %12s %12s\n", "phase", "barriers", "slowest block", "mean block",
-                "barrier wait");
+  std::snprintf(line, sizeof line, "  %-24s %9s %14s %12s %12s %12s %12s\n", "phase", "barriers", "slowest block",
+                "mean block", "x prepare", "chunk wait", "barrier wait");
   out += line;
   double total = 0.0;
   for (int k = 0; k < step::kPhaseCount; ++k) {
     const PhaseTime& pt = timing_sum_[static_cast<size_t>(k)];
     if (pt.count == 0) continue;
-    std::snprintf(line, sizeof line, "  %-24s %9.0f %14.1f %12.1f %12.1f\n", names[k], pt.count / n,
-                  pt.slowest_work_us / n, pt.mean_work_us / n, pt.wait_us / n);
+    std::snprintf(line, sizeof line, "  %-24s %9.0f %14.1f %12.1f %12.1f %12.1f %12.1f\n", names[k], pt.count / n,
+                  pt.slowest_work_us / n, pt.mean_work_us / n, pt.prep_us / n, pt.data_wait_us / n, pt.wait_us / n);
     out += line;
     total += (pt.mean_work_us + pt.wait_us) / n;
   }

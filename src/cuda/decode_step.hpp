@@ -50,6 +50,7 @@ inline constexpr int kTilePositions = kStageBytes / (2 * kCacheRowElems);  ///< 
 inline constexpr int kMaxRopePairs = 64;
 inline constexpr int kMaxLayers = 128;
 inline constexpr int kMaxTimedSyncs = 1024;  ///< timing slots per block (Scratch::timing)
+inline constexpr int kTimingFields = 5;      ///< long longs per timing slot
 
 /// What each grid barrier of the step ends (timing records).
 enum Phase : int {
@@ -140,8 +141,9 @@ struct Scratch {
   float* embed_out = nullptr;       ///< [H]: the token's embedding row
   int32_t* expert_ids = nullptr;    ///< [n_layer, K]: each MoE block's chosen experts, best first
   float* expert_weights = nullptr;  ///< [n_layer, K]: their weights
-  /// optional [grid, kMaxTimedSyncs, 3]: per block and barrier {phase, clock at arrival, clock at
-  /// release} (SM clock cycles; slot 0 = the block's start, the last = the head's end)
+  /// optional [grid, kMaxTimedSyncs, kTimingFields]: per block and barrier {phase, clock at arrival,
+  /// clock at release, thread 0's cycles in the phase's x preparation, and waiting for chunks} (SM
+  /// clock cycles; slot 0 = the block's start, the last = the head's end)
   long long* timing = nullptr;
 };
 
@@ -204,13 +206,16 @@ class DecodeStep {
   void enqueue(float* logits, cudaStream_t stream, const Observed& observed = {});
 
   /// Per-phase time of the steps since timing was switched on (set_timing, or LATTE_STEP_TIMING=1 in
-  /// the CUDA forward pass), per phase kind over blocks and layers.
+  /// the CUDA forward pass), per phase kind over blocks and layers. A block's work (previous release to
+  /// arrival) holds thread 0's x preparation and its waits for chunks (the data not there yet).
   struct PhaseTime {
     int phase = 0;
     double count = 0;            ///< barriers of this kind per step
     double slowest_work_us = 0;  ///< per step: the slowest block's work (arrival - previous release), summed
     double mean_work_us = 0;     ///< per step: the blocks' mean work, summed
     double wait_us = 0;          ///< per step: release - arrival averaged over blocks, summed
+    double prep_us = 0;          ///< per step: thread 0's x preparation, averaged over blocks, summed
+    double data_wait_us = 0;     ///< per step: thread 0's waits for chunks, averaged over blocks, summed
   };
   void set_timing(bool on);
   [[nodiscard]] bool timing_on() const noexcept { return params_.scratch.timing != nullptr; }

@@ -578,8 +578,10 @@ struct Consumer {
   const Params& p;
   Smem sm;  // (by value: a copy of the visitor keeps it in registers)
   int tid, warp, lane;
+  bool timed = false;  // timing on: thread 0 also counts its cycles in prepare and waiting for chunks
   uint32_t seq = 0;
   unsigned n_sync = 0;
+  long long prep_cycles = 0, wait_cycles = 0;  // (thread 0, since the last barrier)
 
   __device__ __forceinline__ void bar() { pipeline::named_barrier(kNamedConsumers, kConsumerThreads); }
 
@@ -599,19 +601,29 @@ struct Consumer {
     }
     bar();
   }
-  /// Thread 0: timing slot n_sync of this block = {phase, arrival, release} (slot 0: the start).
-  __device__ __forceinline__ void record(int phase, long long arrived) const {
-    if (p.scratch.timing == nullptr || static_cast<int>(n_sync) >= kMaxTimedSyncs) return;
-    long long* slot = p.scratch.timing + (static_cast<int64_t>(blockIdx.x) * kMaxTimedSyncs + n_sync) * 3;
+  /// Thread 0: timing slot n_sync of this block = {phase, arrival, release, cycles in prepare, cycles
+  /// waiting for chunks} (slot 0: the start).
+  __device__ __forceinline__ void record(int phase, long long arrived) {
+    if (!timed || static_cast<int>(n_sync) >= kMaxTimedSyncs) return;
+    long long* slot = p.scratch.timing + (static_cast<int64_t>(blockIdx.x) * kMaxTimedSyncs + n_sync) * kTimingFields;
     slot[0] = phase;
     slot[1] = arrived;
     slot[2] = clock64();
+    slot[3] = prep_cycles;
+    slot[4] = wait_cycles;
+    prep_cycles = wait_cycles = 0;
   }
 
   /// Waits for chunk `chunk`'s stage; returns it.
-  __device__ __forceinline__ const uint8_t* take(uint32_t chunk) const {
+  __device__ __forceinline__ const uint8_t* take(uint32_t chunk) {
     const uint32_t stage = chunk % sm.n_stages;
-    pipeline::mbarrier_wait(&sm.misc->full[stage], (chunk / sm.n_stages) & 1u);
+    if (timed && tid == 0) {
+      const long long t0 = clock64();
+      pipeline::mbarrier_wait(&sm.misc->full[stage], (chunk / sm.n_stages) & 1u);
+      wait_cycles += clock64() - t0;
+    } else {
+      pipeline::mbarrier_wait(&sm.misc->full[stage], (chunk / sm.n_stages) & 1u);
+    }
     return sm.stages + static_cast<size_t>(stage) * sm.stage_bytes;
   }
   /// Gives chunk `chunk`'s stage back to the producer (every warp once).
@@ -619,7 +631,7 @@ struct Consumer {
     __syncwarp();
     if (lane == 0) pipeline::mbarrier_arrive(&sm.misc->empty[chunk % sm.n_stages]);
   }
-  __device__ __forceinline__ const uint8_t* take() const { return take(seq); }
+  __device__ __forceinline__ const uint8_t* take() { return take(seq); }
   __device__ __forceinline__ void release() { release(seq++); }
 
   /// Sum over the consumer threads (every consumer thread calls it).
@@ -648,7 +660,9 @@ struct Consumer {
   __device__ __noinline__ void prepare(const Input& in_ref, const RowSpace& rs) {
     Consumer self = *this;
     const Input in = in_ref;
+    const long long t0 = timed ? clock64() : 0;
     self.prepare_here(in, rs);
+    if (timed && tid == 0) prep_cycles += clock64() - t0;
   }
   __device__ __forceinline__ void prepare_here(const Input& in, const RowSpace& rs) {
     const Shape& s = p.s;
@@ -832,6 +846,7 @@ struct Consumer {
     Consumer self = *this;
     self.consume_rows_here();
     seq = self.seq;
+    wait_cycles = self.wait_cycles;
   }
   __device__ __forceinline__ void consume_rows_here() {
     const RowSpace& rs = sm.misc->rows;
@@ -932,6 +947,7 @@ struct Consumer {
     Consumer self = *this;
     self.attention_here(il, kv_width);
     seq = self.seq;
+    wait_cycles = self.wait_cycles;
   }
   __device__ __forceinline__ void attention_here(int il, int kv_width) {
     const Shape& s = p.s;
@@ -1120,7 +1136,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_step_kernel(const __grid_c
     Producer v{p, sm, tid % 32};
     walk(v, p);
   } else {
-    Consumer v{p, sm, tid, tid / 32, tid % 32};
+    Consumer v{p, sm, tid, tid / 32, tid % 32, p.scratch.timing != nullptr};
     if (tid == 0) v.record(-1, clock64());  // slot 0: the start
     walk(v, p);
   }

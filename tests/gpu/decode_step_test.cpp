@@ -450,9 +450,21 @@ void check_step(bool glm_like, int n_past) {
     for (int il = 0; il < c.n_layer; ++il) {
       poison(device_caches[static_cast<size_t>(il)].data() + static_cast<size_t>(n_past) * row, 2u * row);
     }
+    const bool timed = n_past == 37;  // the per-phase timing must not change what the step computes
+    if (timed) step.set_timing(true);
     step.stage({.token = token, .position = n_past, .cache = cache_rows});
     step.enqueue(logits.data(), nullptr, {.layer_out = layer_out.data()});
     LATTE_CUDA_CHECK(cudaDeviceSynchronize());
+    if (timed) {
+      step.collect_timing(nullptr);
+      const std::string table = step.timing_table();
+      INFO(table);
+      CHECK(table.find("1 steps") != std::string::npos);
+      for (const char* phase :
+           {"attention input", "W_UK + append", "attention ", "downs", "output head", "x prepare"}) {
+        CHECK(table.find(phase) != std::string::npos);
+      }
+    }
 
     std::vector<std::vector<float>> appended;
     for (int il = 0; il < c.n_layer; ++il) {
