@@ -10,7 +10,9 @@
 # Every step has its own timeout; the whole call stays under ~6 minutes after the machine starts.
 #
 #   scripts/fused-gpu-check.sh        (device call: carry .carry; output: the summary lines, logs in $OUT)
-# Settings: LATTE_FUSED_ROUNDS (default 2), LATTE_FUSED_LAYERS (convert only this many blocks).
+# Settings: LATTE_FUSED_ROUNDS (default 2), LATTE_FUSED_LAYERS (convert only this many blocks),
+# LATTE_FUSED_STAGES ("6 4": also tg128 with the ring capped at that many stages, LATTE_STEP_STAGES; a
+# LATTE_STEP_STAGES in the environment applies to the timing run).
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 source scripts/gpu-common.sh
@@ -71,6 +73,9 @@ for round in $(seq 1 "$ROUNDS"); do
   bench "fused-$round" 1 -p 0 -n 128 -r 2
 done
 LATTE_STEP_STAGE_KB=32 bench fused-stage32 1 -p 0 -n 128 -r 2
+for n in ${LATTE_FUSED_STAGES:-}; do
+  LATTE_STEP_STAGES=$n bench "fused-stages$n" 1 -p 0 -n 128 -r 2
+done
 bench layered-d4096 0 -p 0 -n 32 -d 4096 -r 1
 bench fused-d4096 1 -p 0 -n 32 -d 4096 -r 1
 

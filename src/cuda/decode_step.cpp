@@ -242,6 +242,10 @@ Plan make_plan(const ModelConfig& c, const DeviceWeights& w, int grid, int smem_
   const int misc = decode_step_misc_bytes() + p.own_cap * 4;
   const int room = smem_optin - p.x_area - misc;
   p.n_stages = std::min<int>(32, static_cast<int>(room / p.stage_bytes));
+  // LATTE_STEP_STAGES caps the ring (fewer bytes in flight per SM: the prefetch queues less in front of
+  // the phases' own L2 loads), to compare
+  if (const char* cap = std::getenv("LATTE_STEP_STAGES"))
+    p.n_stages = std::min(p.n_stages, std::max(3, std::atoi(cap)));
   if (p.n_stages < 3) {
     p.fail("the x area (" + std::to_string(p.x_area) + " bytes) and stages of " + std::to_string(p.stage_bytes) +
            " bytes leave fewer than 3 stages of shared memory");
