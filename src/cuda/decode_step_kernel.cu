@@ -47,8 +47,7 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kNamedConsumers = 1;        // named barrier id of the consumer warps
 constexpr int kMaxNormUnitsPerWarp = 18;  // RMSNorm inputs of at most 18 x 15 x 32 = 8640 values
 constexpr int kQueryLoads = (kHeadGroup * kCacheRowElems + kConsumerThreads - 1) / kConsumerThreads;  // 20
-constexpr int kSplitBatch = 24;  // x units a warp loads before splitting them (loads in flight together; a
-                                 // MoE down input of 352 units is one batch)
+constexpr int kSplitBatch = 8;  // x units a warp loads before splitting them (loads in flight together)
 static_assert(kTilePositions <= kConsumerWarps && kTilePositions <= 16, "one warp per tile position");
 
 // ---- row spaces and chunks ---------------------------------------------------------------------
@@ -673,13 +672,13 @@ struct Consumer {
       // lane l of warp w holds value l of units w, w + 16, ...: x and the norm weight are loaded together
       // (one latency), normalised and split into int8 planes from registers
       const int units = in.n / 32;
-      float v[kMaxNormUnitsPerWarp], w[kMaxNormUnitsPerWarp];  // x and the norm weight: one latency
+      float v[kMaxNormUnitsPerWarp];
       float ss = 0.0f;
 #pragma unroll
       for (int k = 0; k < kMaxNormUnitsPerWarp; ++k) {
         const int u = warp + kConsumerWarps * k;
         v[k] = u < units ? load_l2(in.src + 32 * u + lane) : 0.0f;
-        w[k] = u < units ? __ldg(in.norm + 32 * u + lane) : 0.0f;
+        if (u < units) pipeline::prefetch_l1(in.norm + 32 * u + lane);  // read after the reduction
         ss += v[k] * v[k];
       }
       const float rstd = 1.0f / sqrtf(block_sum(ss) / static_cast<float>(in.n) + s.eps);
@@ -687,7 +686,7 @@ struct Consumer {
       for (int k = 0; k < kMaxNormUnitsPerWarp; ++k) {
         const int u = warp + kConsumerWarps * k;
         if (u < units) {
-          const float x = v[k] * rstd * w[k];
+          const float x = v[k] * rstd * in.norm[32 * u + lane];
           if (in.need_q) split_int8::quantize_unit(sm.xq, p.xq_cap, u, x, lane);
           if (in.need_f32) sm.xf[32 * u + lane] = x;
         }
