@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -155,6 +156,9 @@ Plan make_plan(const ModelConfig& c, const DeviceWeights& w, int grid, int smem_
     l.attn_norm = d.attn_norm, l.q_a_norm = d.q_a_norm, l.kv_a_norm = d.kv_a_norm, l.ffn_norm = d.ffn_norm;
     l.exp_probs_b = d.exp_probs_b;
     if (!l.attn_norm || !l.kv_a_norm || !l.ffn_norm || (s.Lq > 0 && !l.q_a_norm)) p.fail(at + "norm weights missing");
+    for (const float* norm : {l.attn_norm, l.q_a_norm, l.ffn_norm}) {  // (read 4 values per load)
+      if (reinterpret_cast<uintptr_t>(norm) % 16 != 0) p.fail(at + "norm weights not 16-byte aligned");
+    }
     if (d.attn_input) {
       l.attn_input[0] = p.matrix(d.attn_input, at + "attention input", s.H, s.proj_width);
       l.n_attn_input = 1;
@@ -221,6 +225,7 @@ Plan make_plan(const ModelConfig& c, const DeviceWeights& w, int grid, int smem_
   p.output = p.matrix(w.output, "output", s.H, s.vocab);
   p.output_norm = w.output_norm;
   if (!p.output_norm) p.fail("output_norm is missing");
+  if (reinterpret_cast<uintptr_t>(p.output_norm) % 16 != 0) p.fail("output_norm not 16-byte aligned");
   p.unit_fits("output", p.output.row_bytes, 1);
   p.input(s.H, {&p.output}, true);
   if (!p.problem.empty()) return p;

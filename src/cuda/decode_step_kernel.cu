@@ -44,8 +44,7 @@ namespace {
 
 using pipeline::load_l2;
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr int kNamedConsumers = 1;        // named barrier id of the consumer warps
-constexpr int kMaxNormUnitsPerWarp = 18;  // RMSNorm inputs of at most 18 x 15 x 32 = 8640 values
+constexpr int kNamedConsumers = 1;  // named barrier id of the consumer warps
 constexpr int kQueryLoads = (kHeadGroup * kCacheRowElems + kConsumerThreads - 1) / kConsumerThreads;  // 20
 constexpr int kSplitBatch = 8;  // x units a warp loads before splitting them (loads in flight together)
 static_assert(kTilePositions <= kConsumerWarps && kTilePositions <= 16, "one warp per tile position");
@@ -669,27 +668,25 @@ struct Consumer {
     if (in.kind == kKeep) {
       // the previous phase's x area
     } else if (in.kind == kNorm) {
-      // lane l of warp w holds value l of units w, w + 16, ...: x and the norm weight are loaded together
-      // (one latency), normalised and split into int8 planes from registers
-      const int units = in.n / 32;
-      float v[kMaxNormUnitsPerWarp];
+      // x * norm weight into the fp32 area (every RMSNorm input has room there: decode_step.cpp), x and
+      // the weight loaded together, 4 values per thread and load; then per unit scaled by 1 / rms and
+      // split into int8 planes. Short loops: this code runs once per phase, from a cold instruction
+      // cache, and its length costs more than a second round of loads (BENCHMARKS.md, fused step run 5).
+      const int n4 = in.n / 4;
       float ss = 0.0f;
-#pragma unroll
-      for (int k = 0; k < kMaxNormUnitsPerWarp; ++k) {
-        const int u = warp + kConsumerWarps * k;
-        v[k] = u < units ? load_l2(in.src + 32 * u + lane) : 0.0f;
-        if (u < units) pipeline::prefetch_l1(in.norm + 32 * u + lane);  // read after the reduction
-        ss += v[k] * v[k];
+#pragma unroll 2
+      for (int i = tid; i < n4; i += kConsumerThreads) {
+        const float4 x = load_l2(reinterpret_cast<const float4*>(in.src) + i);
+        const float4 g = __ldg(reinterpret_cast<const float4*>(in.norm) + i);
+        ss += x.x * x.x + x.y * x.y + x.z * x.z + x.w * x.w;
+        reinterpret_cast<float4*>(sm.xf)[i] = make_float4(x.x * g.x, x.y * g.y, x.z * g.z, x.w * g.w);
       }
-      const float rstd = 1.0f / sqrtf(block_sum(ss) / static_cast<float>(in.n) + s.eps);
-#pragma unroll
-      for (int k = 0; k < kMaxNormUnitsPerWarp; ++k) {
-        const int u = warp + kConsumerWarps * k;
-        if (u < units) {
-          const float x = v[k] * rstd * in.norm[32 * u + lane];
-          if (in.need_q) split_int8::quantize_unit(sm.xq, p.xq_cap, u, x, lane);
-          if (in.need_f32) sm.xf[32 * u + lane] = x;
-        }
+      const float rstd = 1.0f / sqrtf(block_sum(ss) / static_cast<float>(in.n) + s.eps);  // (orders xf)
+#pragma unroll 1
+      for (int u = warp; u < in.n / 32; u += kConsumerWarps) {
+        const float x = sm.xf[32 * u + lane] * rstd;
+        if (in.need_q) split_int8::quantize_unit(sm.xq, p.xq_cap, u, x, lane);
+        if (in.need_f32) sm.xf[32 * u + lane] = x;
       }
     } else if (in.kind == kNormEmbed) {
       // layer 0: x = the token's embedding row (block 0 also writes it to the residual stream)
