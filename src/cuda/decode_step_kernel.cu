@@ -580,6 +580,7 @@ struct Consumer {
   bool timed = false;  // timing on: thread 0 also counts its cycles in prepare and waiting for chunks
   uint32_t seq = 0;
   unsigned n_sync = 0;
+  int dealt = 0;  // items of the phase's earlier row spaces, modulo the lane groups (see consume_rows)
   long long prep_cycles = 0, wait_cycles = 0;  // (thread 0, since the last barrier)
 
   __device__ __forceinline__ void bar() { pipeline::named_barrier(kNamedConsumers, kConsumerThreads); }
@@ -587,6 +588,7 @@ struct Consumer {
   /// The grid barrier after a phase of kind `phase`; with timing on, thread 0 records this block's
   /// clock when it arrives and when the grid has passed (Scratch::timing).
   __device__ __forceinline__ void sync(int phase) {
+    dealt = 0;
     bar();
     if (tid == 0) {
       const long long arrived = clock64();
@@ -843,6 +845,7 @@ struct Consumer {
     Consumer self = *this;
     self.consume_rows_here();
     seq = self.seq;
+    dealt = self.dealt;
     wait_cycles = self.wait_cycles;
   }
   __device__ __forceinline__ void consume_rows_here() {
@@ -859,7 +862,11 @@ struct Consumer {
     const uint8_t* const xq = sm.xq;
     const float* const xf = sm.xf;
     const int cap = p.xq_cap;
-    int mine = warp * per_warp + lane / G;  // this group's next item (counted from cp.lo)
+    // item i (counted from cp.lo) is lane group (i + dealt) % n_slots's: the dealing goes on where the
+    // phase's previous row space stopped (K routed experts of ~11 rows per block would otherwise all
+    // go to the same 11 of 15 warps)
+    const int slot = warp * per_warp + lane / G;
+    int mine = ((slot - dealt) % n_slots + n_slots) % n_slots;  // this group's next item
     uint32_t chunk = seq;
     for (int u0 = cp.lo; u0 < cp.hi; u0 += cp.per_chunk, ++chunk) {
       const int u1 = min(cp.hi, u0 + cp.per_chunk), lim = u1 - cp.lo;
@@ -895,6 +902,7 @@ struct Consumer {
       release(chunk);
     }
     seq = chunk;
+    dealt = (dealt + (cp.hi - cp.lo)) % n_slots;
   }
 
   /// Phase 2's single-block work: c = RMSNorm(kv) and k_pe rotated, appended as bf16 at `position`;
