@@ -17,12 +17,14 @@ source scripts/env.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DLATTE_WARNINGS_AS_ERRORS=ON "${LATTE_CMAKE_LAUNCHER[@]}"
 cmake --build build --parallel "$LATTE_JOBS"
 ctest --test-dir build --output-on-failure --label-exclude gpu --parallel "$LATTE_JOBS"
+echo "test.sh: main build and tests done at $SECONDS s"
 
 # The fused decode step's kernel itself on the CPU emulation of CUDA (tests/emulation), against its
 # float64 reference: the one check of that kernel's logic that needs no GPU. Needs the CUDA headers.
 if [ -f "${CUDA_HOME:-/usr/local/cuda}/include/cuda_runtime.h" ]; then
   LATTE_EMU_ONLY=fused tests/emulation/build.sh build-emu-fused >/dev/null
   LATTE_EMU_ORDER=random LATTE_EMU_SMS=5 build-emu-fused/latte_emulated_gpu_tests
+  echo "test.sh: emulated fused step done at $SECONDS s"
 fi
 
 if [ "${LATTE_SKIP_SANITIZERS:-0}" != 1 ]; then
@@ -31,14 +33,16 @@ if [ "${LATTE_SKIP_SANITIZERS:-0}" != 1 ]; then
   cmake --build build-asan --parallel "$LATTE_JOBS"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir build-asan --output-on-failure --label-exclude "gpu|package" --parallel "$LATTE_JOBS"
+  echo "test.sh: sanitizer build and tests done at $SECONDS s"
 
   cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS_RELEASE=-O1 -g1" -DLATTE_CUDA=OFF \
         -DLATTE_SANITIZE=ON -DLATTE_SANITIZE_KIND=thread -DLATTE_BUILD_EXAMPLES=OFF -DLATTE_BUILD_TOOLS=OFF "${LATTE_CMAKE_LAUNCHER[@]}"
   cmake --build build-tsan --parallel "$LATTE_JOBS" --target latte_thread_tests
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 build-tsan/tests/latte_thread_tests
+  echo "test.sh: thread sanitizer done at $SECONDS s"
 
   if [ "${LATTE_SKIP_FUZZ:-0}" != 1 ] && command -v clang++ >/dev/null 2>&1; then
     ./scripts/fuzz.sh "${LATTE_FUZZ_SECONDS:-10}"
   fi
 fi
-echo "latte: all tests passed"
+echo "latte: all tests passed ($SECONDS s)"
