@@ -648,10 +648,16 @@ struct Consumer {
     return total;
   }
 
-  /// Splits xf[0 .. n) (already in shared memory) into int8 units.
-  __device__ __forceinline__ void quantize_from_xf(int n) {
-    for (int u = warp; u < n / 32; u += kConsumerWarps) {
-      split_int8::quantize_unit(sm.xq, p.xq_cap, u, sm.xf[32 * u + lane], lane);
+  /// The end of an RMSNorm input: xf[0 .. in.n) holds x * norm weight and `ss` this thread's part of
+  /// sum x^2; scales xf by 1 / rms per unit and splits it into int8 planes (and keeps it when the phase
+  /// reads fp32 x). A short loop: see prepare_here.
+  __device__ __forceinline__ void finish_norm(const Input& in, float ss) {
+    const float rstd = 1.0f / sqrtf(block_sum(ss) / static_cast<float>(in.n) + p.s.eps);  // (orders xf)
+#pragma unroll 1
+    for (int u = warp; u < in.n / 32; u += kConsumerWarps) {
+      const float x = sm.xf[32 * u + lane] * rstd;
+      if (in.need_q) split_int8::quantize_unit(sm.xq, p.xq_cap, u, x, lane);
+      if (in.need_f32) sm.xf[32 * u + lane] = x;
     }
   }
 
@@ -666,7 +672,6 @@ struct Consumer {
     if (timed && tid == 0) prep_cycles += clock64() - t0;
   }
   __device__ __forceinline__ void prepare_here(const Input& in, const RowSpace& rs) {
-    const Shape& s = p.s;
     if (in.kind == kKeep) {
       // the previous phase's x area
     } else if (in.kind == kNorm) {
@@ -683,13 +688,7 @@ struct Consumer {
         ss += x.x * x.x + x.y * x.y + x.z * x.z + x.w * x.w;
         reinterpret_cast<float4*>(sm.xf)[i] = make_float4(x.x * g.x, x.y * g.y, x.z * g.z, x.w * g.w);
       }
-      const float rstd = 1.0f / sqrtf(block_sum(ss) / static_cast<float>(in.n) + s.eps);  // (orders xf)
-#pragma unroll 1
-      for (int u = warp; u < in.n / 32; u += kConsumerWarps) {
-        const float x = sm.xf[32 * u + lane] * rstd;
-        if (in.need_q) split_int8::quantize_unit(sm.xq, p.xq_cap, u, x, lane);
-        if (in.need_f32) sm.xf[32 * u + lane] = x;
-      }
+      finish_norm(in, ss);
     } else if (in.kind == kNormEmbed) {
       // layer 0: x = the token's embedding row (block 0 also writes it to the residual stream)
       const Matrix& e = p.token_embd;
@@ -709,12 +708,14 @@ struct Consumer {
         const int lo = static_cast<int>(in.n * b / g), hi = static_cast<int>(in.n * (b + 1) / g);
         for (int i = tid; i < hi - lo; i += kConsumerThreads) sm.x_own[i] = sm.xf[lo + i];
       }
+      bar();  // (the copies above read xf before it is scaled)
       float ss = 0.0f;
-      for (int i = tid; i < in.n; i += kConsumerThreads) ss += sm.xf[i] * sm.xf[i];
-      const float rstd = 1.0f / sqrtf(block_sum(ss) / static_cast<float>(in.n) + s.eps);
-      for (int i = tid; i < in.n; i += kConsumerThreads) sm.xf[i] = sm.xf[i] * rstd * in.norm[i];
-      bar();
-      if (in.need_q) quantize_from_xf(in.n);
+      for (int i = tid; i < in.n; i += kConsumerThreads) {
+        const float x = sm.xf[i];
+        ss += x * x;
+        sm.xf[i] = x * in.norm[i];
+      }
+      finish_norm(in, ss);
     } else if (in.kind == kPlain) {
       split_units(in, in.n / 32, [&](int u) { return in.src + 32 * u; });
     } else {
