@@ -618,13 +618,10 @@ struct Consumer {
   /// Waits for chunk `chunk`'s stage; returns it.
   __device__ __forceinline__ const uint8_t* take(uint32_t chunk) {
     const uint32_t stage = chunk % sm.n_stages;
-    if (timed && tid == 0) {
-      const long long t0 = clock64();
-      pipeline::mbarrier_wait(&sm.misc->full[stage], (chunk / sm.n_stages) & 1u);
-      wait_cycles += clock64() - t0;
-    } else {
-      pipeline::mbarrier_wait(&sm.misc->full[stage], (chunk / sm.n_stages) & 1u);
-    }
+    const bool clocked = timed && tid == 0;
+    const long long t0 = clocked ? clock64() : 0;
+    pipeline::mbarrier_wait(&sm.misc->full[stage], (chunk / sm.n_stages) & 1u);
+    if (clocked) wait_cycles += clock64() - t0;
     return sm.stages + static_cast<size_t>(stage) * sm.stage_bytes;
   }
   /// Gives chunk `chunk`'s stage back to the producer (every warp once).
@@ -859,8 +856,7 @@ struct Consumer {
     const int sub = lane % G;
     const int seg_lo = rs.seg_rows > 0 ? cp.lo / rs.seg_rows : 0;
     const int n_src = rs.n_src, kind = rs.epilogue;
-    // the loop's state in registers: members of this object live in local memory
-    const uint8_t* const xq = sm.xq;
+    const uint8_t* const xq = sm.xq;  // (the row dots' arguments, hoisted)
     const float* const xf = sm.xf;
     const int cap = p.xq_cap;
     // item i (counted from cp.lo) is lane group (i + dealt) % n_slots's: the dealing goes on where the
