@@ -29,6 +29,7 @@
 #include "cuda/moe_experts.hpp"
 #include "cuda/moe_router.hpp"
 #include "cuda/norms.hpp"
+#include "cuda/x_int8.hpp"
 #include "cuda/rope_yarn.hpp"
 #include "model/deepseek2.hpp"
 #include "parallel/communicator.hpp"
@@ -217,6 +218,7 @@ class CudaForward final : public CudaRankForward {
   struct Activations {
     DeviceBuffer<float> x;                // [T, H] residual stream
     DeviceBuffer<float> xn;               // [T, H] normalised input of the current sub-block
+    DeviceBuffer<uint8_t> xq;             // single-row steps: xn's (or out_rows') split-int8 record
     DeviceBuffer<float> proj;             // [T, layout.width] fused q_a|kv_a (or q|kv_a) output
     DeviceBuffer<float> qa;               // [T, Lq] normalised q_a (q_lora models)
     DeviceBuffer<float> q;                // [T, N(P+R)] per head [nope | rope]
@@ -401,6 +403,7 @@ class CudaForward final : public CudaRankForward {
     Activations& a = act_;
     a.x = DeviceBuffer<float>(t * H, "residual stream");
     a.xn = DeviceBuffer<float>(t * H, "normalised activations");
+    a.xq = DeviceBuffer<uint8_t>(static_cast<size_t>(x_int8_record_bytes(H / 32 * 32)) + 16, "int8 activations");
     a.proj = DeviceBuffer<float>(t * layout_.width, "attention input projection");
     a.qa = DeviceBuffer<float>(t * std::max(1, c_.q_lora_rank), "query latent");
     a.q = DeviceBuffer<float>(t * N * qk, "queries");
@@ -473,12 +476,21 @@ class CudaForward final : public CudaRankForward {
   }
 
   void linear(const DeviceMatrix& w, const float* x, int64_t x_stride, int rows, float* y, int64_t y_stride,
-              const float* residual = nullptr) {
-    linear_(w, {.x = x, .x_stride = x_stride, .rows = rows, .y = y, .y_stride = y_stride, .residual = residual},
+              const float* residual = nullptr, const uint8_t* x_q = nullptr) {
+    linear_(w,
+            {.x = x,
+             .x_stride = x_stride,
+             .rows = rows,
+             .y = y,
+             .y_stride = y_stride,
+             .residual = residual,
+             .x_q = x_q,
+             .x_q_stride = x_int8_record_bytes(x_stride)},
             stream());
   }
 
-  void rms(const float* x, int64_t x_stride, const float* weight, int n, int rows, float* out, int64_t out_stride) {
+  void rms(const float* x, int64_t x_stride, const float* weight, int n, int rows, float* out, int64_t out_stride,
+           uint8_t* out_q = nullptr) {
     rms_norm({.x = x,
               .x_stride = x_stride,
               .weight = weight,
@@ -486,9 +498,15 @@ class CudaForward final : public CudaRankForward {
               .rows = rows,
               .eps = c_.rms_norm_eps,
               .out = out,
-              .out_stride = out_stride},
+              .out_stride = out_stride,
+              .out_q = out_q,
+              .out_q_stride = x_int8_record_bytes(n)},
              stream());
   }
+
+  /// Where a normalisation of `rows` rows of the hidden width also writes its split-int8 record (the
+  /// single-token GEMVs of the projections read it): a single row, else nowhere.
+  uint8_t* hidden_record(int rows) { return rows == 1 && c_.n_embd % 32 == 0 ? act_.xq.data() : nullptr; }
 
   /// Rotates n_heads heads of `data` (in place, or out of place from `src`) and, when `pair_src` is
   /// set, k_pe from pair_src into k_rope, in one launch.
@@ -587,14 +605,15 @@ class CudaForward final : public CudaRankForward {
     const int R = c_.qk_rope_head_dim, P = c_.qk_nope_head_dim, qk = P + R, width = layout_.width;
     Activations& a = act_;
 
-    rms(a.x.data(), H, w.attn_norm, H, T, a.xn.data(), H);
+    uint8_t* xq = hidden_record(T);
+    rms(a.x.data(), H, w.attn_norm, H, T, a.xn.data(), H, xq);
     std::string tap;
     if (tapping(il, "attn_norm", tap)) emit_device(tap, il, {T, H}, a.xn.data(), T, H, H);
     if (w.attn_input) {
-      linear(w.attn_input, a.xn.data(), H, T, a.proj.data(), width);
+      linear(w.attn_input, a.xn.data(), H, T, a.proj.data(), width, nullptr, xq);
     } else {
-      linear(w.attn_query, a.xn.data(), H, T, a.proj.data() + layout_.query_offset, width);
-      linear(w.attn_kv_a, a.xn.data(), H, T, a.proj.data() + layout_.latent_offset, width);
+      linear(w.attn_query, a.xn.data(), H, T, a.proj.data() + layout_.query_offset, width, nullptr, xq);
+      linear(w.attn_kv_a, a.xn.data(), H, T, a.proj.data() + layout_.latent_offset, width, nullptr, xq);
     }
     rms(a.proj.data() + layout_.latent_offset, width, w.kv_a_norm, L, T, a.latent.data(), L);
     // q before rotation comes from q_b (q_lora_rank > 0) or straight from the projection row (q_src),
@@ -730,7 +749,7 @@ class CudaForward final : public CudaRankForward {
     const DeviceLayer& w = weights_->layers[static_cast<size_t>(il)];
     const int T = step_.n_rows, H = c_.n_embd;
     Activations& a = act_;
-    rms(a.x.data(), H, w.ffn_norm, H, T, a.xn.data(), H);
+    rms(a.x.data(), H, w.ffn_norm, H, T, a.xn.data(), H, hidden_record(T));
     std::string tap;
     if (tapping(il, "ffn_norm", tap)) emit_device(tap, il, {T, H}, a.xn.data(), T, H, H);
     const bool tap_out = tapping(il, "ffn_out", tap);
@@ -750,7 +769,7 @@ class CudaForward final : public CudaRankForward {
   void gated_ffn(const DeviceGatedFfn& f, int T) {
     Activations& a = act_;
     const int64_t F = f.gate.rows;
-    linear_.gated(f, a.xn.data(), c_.n_embd, T, a.hidden.data(), F, a.gate_up.data(), stream());
+    linear_.gated(f, a.xn.data(), c_.n_embd, T, a.hidden.data(), F, a.gate_up.data(), stream(), hidden_record(T));
     linear(f.down, a.hidden.data(), F, T, a.x.data(), c_.n_embd, a.x.data());
   }
 
@@ -814,6 +833,8 @@ class CudaForward final : public CudaRankForward {
                           .k = K,
                           .x = a.xn.data() + row0,
                           .x_stride = H,
+                          .x_q = T == 1 ? hidden_record(T) : nullptr,
+                          .x_q_stride = x_int8_record_bytes(H),
                           .out = a.x.data() + row0,
                           .out_stride = H,
                           .accumulate = true,
@@ -832,7 +853,7 @@ class CudaForward final : public CudaRankForward {
       int j = i + 1;
       while (j < n_out && batch.logit_rows[j] == batch.logit_rows[j - 1] + 1) ++j;
       rms(a.x.data() + static_cast<size_t>(batch.logit_rows[i]) * H, H, weights_->output_norm, H, j - i,
-          a.out_rows.data() + static_cast<size_t>(i) * H, H);
+          a.out_rows.data() + static_cast<size_t>(i) * H, H, hidden_record(n_out));
       i = j;
     }
     std::string tap;
@@ -841,7 +862,8 @@ class CudaForward final : public CudaRankForward {
     if (vocab_slice_ > 0) {
       // This rank's vocabulary rows, then every rank's slice gathered in rank order (rank 0 reorders
       // them per row on the host, in finish_logits).
-      linear(weights_->output, a.out_rows.data(), H, n_out, a.logits_slice.data(), vocab_slice_);
+      linear(weights_->output, a.out_rows.data(), H, n_out, a.logits_slice.data(), vocab_slice_, nullptr,
+             hidden_record(n_out));
       communicator_->all_gather(a.logits_slice.data(), logits, static_cast<size_t>(n_out) * vocab_slice_,
                                 detail::CollectiveType::f32);
       if (communicator_->rank() == 0 || logits_everywhere_) {
@@ -851,12 +873,14 @@ class CudaForward final : public CudaRankForward {
     }
     if (logits_everywhere_) {
       // Rank 0 holds the whole head: its logits go to every rank.
-      if (communicator_->rank() == 0) linear(weights_->output, a.out_rows.data(), H, n_out, logits, vocab);
+      if (communicator_->rank() == 0) {
+        linear(weights_->output, a.out_rows.data(), H, n_out, logits, vocab, nullptr, hidden_record(n_out));
+      }
       communicator_->broadcast(logits, static_cast<size_t>(n_out) * vocab, detail::CollectiveType::f32, 0);
       copy_logits_to_host(logits, n_out, vocab, vocab, logits_host_, stream());
       return;
     }
-    linear(weights_->output, a.out_rows.data(), H, n_out, logits, vocab);
+    linear(weights_->output, a.out_rows.data(), H, n_out, logits, vocab, nullptr, hidden_record(n_out));
     copy_logits_to_host(logits, n_out, vocab, vocab, logits_host_, stream());
   }
 

@@ -62,6 +62,11 @@ void gemv_quant(const GemvParams& p, cudaStream_t stream) {
                 "max_tokens_per_group outside 1..8");
     require_arg(p.matrix_stride_bytes >= rb * p.n_rows, "matrix_stride_bytes is smaller than one matrix");
   }
+  if (p.x_q != nullptr) {
+    require_arg(reinterpret_cast<uintptr_t>(p.x_q) % 16 == 0 && p.x_q_stride % 16 == 0 && p.k % 32 == 0 &&
+                    p.x_q_stride >= x_int8_record_bytes(p.k),
+                "x_q must be 16-byte aligned, with x_q_stride a multiple of 16 and >= 80 k / 32 (k % 32 == 0)");
+  }
   if (GemvTypes::dispatch(p.type, [&]<GgmlType T>() { launch_gemv<T>(p, stream); })) return;
   throw Error(ErrorCode::internal, "gemv_quant: dispatch missed type " + type_name);
 }

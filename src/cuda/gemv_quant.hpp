@@ -50,6 +50,11 @@ struct GemvParams {
   int max_groups = 0;                 ///< gathered mode: grid size in groups (host bound)
   int max_tokens_per_group = 0;       ///< gathered mode: host bound on every groups[i].count (1..8)
   bool x_row_is_y_row = false;        ///< gathered mode: read x at y_row (MoE down: x is per slot)
+  /// Optional: x's rows also as split-int8 records (x_int8.hpp), row r at x_q + r * x_q_stride. Single-token
+  /// launches (n_tokens 1, or gathered with max_tokens_per_group 1) of Q4_K and Q5_K then read these
+  /// instead of x, with integer dot products (gemv_x8_kernel.cuh; LATTE_GEMV_INT8=0: never).
+  const uint8_t* x_q = nullptr;
+  int64_t x_q_stride = 0;  ///< bytes between records, a multiple of 16
 };
 
 /// Launches y = W x (see GemvParams). Throws Error(invalid_argument) on a violated precondition and

@@ -5,6 +5,7 @@
 #include "cuda/gemm_bf16.hpp"
 #include "cuda/gemm_quant.hpp"
 #include "cuda/gemv_quant.hpp"
+#include "cuda/x_int8.hpp"
 
 #include <latte/error.hpp>
 
@@ -24,7 +25,7 @@ void bump_scratch_generation() noexcept { g_scratch_generation.fetch_add(1); }
 namespace {
 
 GemvParams gemv_params(const DeviceMatrix& w, const float* x, int64_t x_stride, float* y, int64_t y_stride,
-                       const float* residual, int n_tokens) {
+                       const float* residual, int n_tokens, const uint8_t* x_q = nullptr, int64_t x_q_stride = 0) {
   return {.type = w.type,
           .weight = w.data,
           .weight_bytes = w.bytes(),
@@ -35,7 +36,9 @@ GemvParams gemv_params(const DeviceMatrix& w, const float* x, int64_t x_stride, 
           .y = y,
           .y_stride = y_stride,
           .residual = residual,
-          .n_tokens = n_tokens};
+          .n_tokens = n_tokens,
+          .x_q = x_q,
+          .x_q_stride = x_q_stride};
 }
 
 }  // namespace
@@ -112,16 +115,17 @@ void Linear::operator()(const DeviceMatrix& w, const LinearCall& c, cudaStream_t
   for (int r0 = 0; r0 < c.rows; r0 += gemv_max_tokens) {
     const int n = std::min(gemv_max_tokens, c.rows - r0);
     gemv_quant(gemv_params(w, c.x + r0 * c.x_stride, c.x_stride, c.y + r0 * c.y_stride, c.y_stride,
-                           c.residual ? c.residual + r0 * c.y_stride : nullptr, n),
+                           c.residual ? c.residual + r0 * c.y_stride : nullptr, n,
+                           c.x_q ? c.x_q + r0 * c.x_q_stride : nullptr, c.x_q_stride),
                stream);
   }
 }
 
 void Linear::gated(const DeviceGatedFfn& ffn, const float* x, int64_t x_stride, int rows, float* y, int64_t y_stride,
-                   float* scratch, cudaStream_t stream) {
+                   float* scratch, cudaStream_t stream, const uint8_t* x_q) {
   const int64_t F = ffn.gate.rows;
   if (rows <= gemv_max_tokens && ffn.gate.type == ffn.up.type) {
-    GemvParams p = gemv_params(ffn.gate, x, x_stride, y, y_stride, nullptr, rows);
+    GemvParams p = gemv_params(ffn.gate, x, x_stride, y, y_stride, nullptr, rows, x_q, x_int8_record_bytes(x_stride));
     p.weight_up = ffn.up.data;
     gemv_quant(p, stream);
     return;

@@ -43,6 +43,8 @@ struct LinearCall {
   float* y = nullptr;  ///< [rows, y_stride]
   int64_t y_stride = 0;
   const float* residual = nullptr;  ///< optional: y = x W^T + residual (may equal y)
+  const uint8_t* x_q = nullptr;     ///< optional: x's rows as split-int8 records too (GemvParams::x_q)
+  int64_t x_q_stride = 0;
 };
 
 /// Runs products, keeping a bf16 copy of x for the GEMM path. One per stream.
@@ -58,7 +60,7 @@ class Linear {
   /// y = silu(x G^T) * (x U^T) [rows, F] for a gated FFN (GEMV gated mode; GEMM + silu_gate beyond 8
   /// rows, with `scratch` of rows * 2F floats).
   void gated(const DeviceGatedFfn& ffn, const float* x, int64_t x_stride, int rows, float* y, int64_t y_stride,
-             float* scratch, cudaStream_t stream);
+             float* scratch, cudaStream_t stream, const uint8_t* x_q = nullptr);
 
  private:
   __nv_bfloat16* staged(const float* x, int64_t x_stride, int rows, int k, cudaStream_t stream);

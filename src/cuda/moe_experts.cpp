@@ -107,7 +107,9 @@ void moe_experts_decode(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeEx
                                      .groups = ws.groups.data(),
                                      .n_groups = ws.counts.data() + 1,
                                      .max_groups = max_groups,
-                                     .max_tokens_per_group = c.n_tokens},
+                                     .max_tokens_per_group = c.n_tokens,
+                                     .x_q = c.x_q,
+                                     .x_q_stride = c.x_q_stride},
                           w.gate);
   const bool fused =
       w.gate.type == w.up.type && w.gate.matrix_stride_bytes == w.up.matrix_stride_bytes && w.gate.bytes == w.up.bytes;

@@ -78,6 +78,8 @@ struct MoeExpertsCall {
   const float* x = nullptr;               ///< decode input: fp32 [n_tokens, x_stride]
   const __nv_bfloat16* x_bf16 = nullptr;  ///< prefill input: bf16 [n_tokens, x_stride]
   int64_t x_stride = 0;
+  const uint8_t* x_q = nullptr;  ///< decode, optional: x's rows as split-int8 records (GemvParams::x_q)
+  int64_t x_q_stride = 0;
   float* out = nullptr;  ///< fp32 [n_tokens, out_stride]
   int64_t out_stride = 0;
   bool accumulate = false;  ///< out += experts (e.g. on top of the shared expert)

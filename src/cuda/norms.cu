@@ -1,5 +1,5 @@
 // rms_norm / layer_norm: a block of 256 threads per row; block sums via warp shuffles + shared memory.
-// Bytes: rms_norm reads x (and h) and writes y (and h): 8-16 bytes per value.
+// Bytes: rms_norm reads x (and h) and writes y (and h): 8-16 bytes per value (+2.5 with the int8 record).
 #include "cuda/norms.hpp"
 
 #include <latte/error.hpp>
@@ -11,6 +11,8 @@
 
 #include "cuda/check.hpp"
 #include "cuda/launch.cuh"
+#include "cuda/split_int8_dot.cuh"
+#include "cuda/x_int8.hpp"
 
 namespace latte::cuda {
 namespace {
@@ -46,6 +48,23 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const RmsNormPar
     sum_sq += v * v;
   }
   const float inv = rsqrtf(block_sum(sum_sq, scratch) / static_cast<float>(p.n) + p.eps);
+  if (p.out_q != nullptr) {
+    // also the split-int8 record of the row (x_int8.hpp): warp w takes units w, w + 8, ..., lane i value i
+    // of the unit (n % 32 == 0), so each thread reads x[i] before it writes out[i] as in the loop below
+    const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+    const int units = p.n / 32;
+    for (int u = warp; u < units; u += kNormThreads / 32) {
+      const int i = 32 * u + lane;
+      const float v = (h ? h[i] : x[i]) * inv * p.weight[i];
+      if (p.out_type == ActOut::f32) {
+        static_cast<float*>(p.out)[row * p.out_stride + i] = v;
+      } else {
+        static_cast<__nv_bfloat16*>(p.out)[row * p.out_stride + i] = __float2bfloat16_rn(v);
+      }
+      split_int8::quantize_unit(p.out_q + row * p.out_q_stride, units, u, v, lane);
+    }
+    return;
+  }
   for (int i = static_cast<int>(threadIdx.x); i < p.n; i += kNormThreads) {
     const float v = (h ? h[i] : x[i]) * inv * p.weight[i];
     if (p.out_type == ActOut::f32) {
@@ -87,6 +106,12 @@ void rms_norm(const RmsNormParams& p, cudaStream_t stream) {
   }
   if (p.out_type == ActOut::bf16 && static_cast<const void*>(p.x) == p.out) {
     throw Error(ErrorCode::invalid_argument, "rms_norm: a bf16 output cannot overwrite the fp32 input");
+  }
+  if (p.out_q != nullptr &&
+      (p.n % 32 != 0 || p.out_q_stride < x_int8_record_bytes(p.n) || p.out_q_stride % 16 != 0 ||
+       reinterpret_cast<uintptr_t>(p.out_q) % 16 != 0)) {
+    throw Error(ErrorCode::invalid_argument, "rms_norm: the int8 record needs n % 32 == 0 (n = " + std::to_string(p.n) +
+                                                 ") and a 16-byte aligned out_q with out_q_stride >= 80 n / 32");
   }
   if (p.rows == 0) return;
   launch_kernel(rms_norm_kernel, p.rows, kNormThreads, 0, stream, p);

@@ -27,6 +27,8 @@ struct RmsNormParams {
   void* out = nullptr;  ///< fp32 or bf16 [rows, out_stride] (may equal x for fp32)
   int64_t out_stride = 0;
   ActOut out_type = ActOut::f32;
+  uint8_t* out_q = nullptr;  ///< optional: the output's split-int8 records too (x_int8.hpp; n % 32 == 0)
+  int64_t out_q_stride = 0;  ///< bytes between rows' records
 };
 void rms_norm(const RmsNormParams& p, cudaStream_t stream);
 

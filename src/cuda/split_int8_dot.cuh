@@ -53,7 +53,8 @@ __device__ __forceinline__ void quantize_unit(uint8_t* area, int cap, int unit, 
   float amax = fabsf(v);
 #pragma unroll
   for (int o = 16; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  const bool finite = amax <= 3.4e38f;  // false for inf and NaN
+  // fmaxf drops NaN operands, so the vote: false when any value of the unit is inf or NaN
+  const bool finite = !__any_sync(0xffffffffu, !(fabsf(v) <= 3.4e38f));
   const float dx = finite ? amax / 127.0f : __int_as_float(0x7fc00000);
   const float inv = finite && amax > 0.0f ? 127.0f / amax : 0.0f;
   const float t = finite ? v * inv : 0.0f;

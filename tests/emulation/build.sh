@@ -4,6 +4,7 @@
 # No GPU or nvcc needed.
 #   tests/emulation/build.sh [build-dir] [extra compiler flags...]   (objects are rebuilt when stale)
 #   LATTE_EMU_ONLY=fused tests/emulation/build.sh DIR                  (only the fused decode step)
+#   LATTE_EMU_ONLY=gemv tests/emulation/build.sh DIR                   (only the GEMV kernels)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -13,7 +14,8 @@ mkdir -p "$out/src" "$out/obj"
 cuda=${CUDA_HOME:-/usr/local/cuda}
 common=(-std=c++20 -O2 -g -fno-strict-aliasing -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas -Wno-unused-value
         -I"$here/include" -I"$root/src" -I"$root/include" -I"$root/tests" -I"$cuda/include" "$@")  # latte's CPU code
-flags=("${common[@]}" -include "$here/emulation.hpp")  # kernels, tests and stand-ins
+# kernels, tests and stand-ins; translated kernel headers (below) before the originals, for every includer
+flags=(-I"$out/src" "${common[@]}" -include "$here/emulation.hpp")
 
 # translate SRC DST: the emulation's C++ form of a CUDA file, rewritten only when it changed.
 translate() {
@@ -41,12 +43,19 @@ compile() {
 sources=("$here/emulation.cpp" "$here/main.cpp" "$root/src/cuda/check.cpp" "$root/src/cuda/device_buffer.cpp"
          "$root/src/cuda/device_caps.cpp" "$root/src/cuda/decode_step.cpp")
 kernels=(split_kv_combine mla_decode mla_decode_wide standard_decode flash_prefill dsa_index_scores dsa_top_k kv_cache_append
-         gemv_quant gemv_quant_float gemv_quant_legacy gemv_quant_kquants rope_yarn decode_step_kernel)
-tests=("$root"/tests/gpu/attention_*.cpp "$root"/tests/gpu/decode_step_test.cpp "$here/gemv_test.cpp")
+         gemv_quant gemv_quant_float gemv_quant_legacy gemv_quant_kquants x_int8 norms rope_yarn decode_step_kernel)
+tests=("$root"/tests/gpu/attention_*.cpp "$root"/tests/gpu/decode_step_test.cpp "$here/gemv_test.cpp"
+       "$root"/tests/gpu/gemv_int8_test.cpp)
 # LATTE_EMU_ONLY=fused: only the fused decode step and its test (what CI runs: a few minutes)
 if [ "${LATTE_EMU_ONLY:-}" = fused ]; then
   kernels=(rope_yarn decode_step_kernel)
   tests=("$root"/tests/gpu/decode_step_test.cpp)
+fi
+# LATTE_EMU_ONLY=gemv: only the GEMV kernels and their test
+if [ "${LATTE_EMU_ONLY:-}" = gemv ]; then
+  kernels=(gemv_quant gemv_quant_float gemv_quant_legacy gemv_quant_kquants x_int8 norms)
+  tests=("$here/gemv_test.cpp" "$root"/tests/gpu/gemv_int8_test.cpp)
+  sources=("${sources[@]/*decode_step.cpp/}")
 fi
 # Kernel headers that declare dynamic shared memory are translated too, next to the translated .cu files:
 # a quoted include looks in the including file's folder first, so these shadow the originals.
@@ -62,6 +71,7 @@ sources+=("${tests[@]}")
 headers=("$here"/emulation.hpp "$here"/include/*/*.cuh "$here"/include/cub/block/*.cuh "$root"/src/cuda/*.hpp
          "$root"/src/cuda/*.cuh "$root"/tests/gpu/*.hpp "$out"/src/cuda/*.cuh)
 for src in "${sources[@]}"; do
+  [ -n "$src" ] || continue
   compile "$src" "$out/obj/$(basename "$src").o" flags "${headers[@]}"
 done
 # latte's CPU quantizer and decoder, without the emulation header: the GEMV test's reference; the model's

@@ -159,6 +159,7 @@ inline float __uint_as_float(uint32_t u) {
   return x;
 }
 inline float __expf(float x) { return std::exp(x); }
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline long long clock64() {
   static long long ticks = 0;
   return ticks += 100;

@@ -1,0 +1,284 @@
+// Single-token GEMV of Q4_K / Q5_K weights against x as a split-int8 record (x_int8.hpp): the path
+// gemv_quant() takes when GemvParams::x_q is set (launch_gemv in gemv_kernel.cuh decides).
+//
+// Why: the fp32 GEMV spends ~3 instructions per weight (code -> float, FMA, plus the shared-memory
+// staging of the weights), which caps it near the issue rate at a fraction of the DRAM bandwidth
+// (BENCHMARKS.md). Here each weight byte meets x through dp4a: per 64 weights a lane issues 32 dp4a
+// and ~60 other instructions, and reads its weights straight from global memory into registers (a
+// Q4_K / Q5_K super-block is 16-byte aligned whenever its row is).
+//
+// Work split: a warp owns two rows (dense: rows 2p and 2p+1; gated: row p of W_gate and of W_up) of a
+// tile of four warps; a row is walked in "items" of 64 values -- sub-blocks 2j and 2j+1 of a super-block,
+// whose codes share the same 32 qs bytes (low and high nibbles) --, lane l taking items l, l + 32, ...
+// Each lane loads its item's 32 qs bytes (Q5_K: and the super-block's 32 qh bytes) and the 16-byte
+// header (d, dmin, packed scales; the four lanes of a super-block read the same one) and issues the
+// next step's loads before it computes the current one. The block stages x's record in shared memory
+// once and walks tiles blockIdx.x, blockIdx.x + gridDim.x, ... (one wave of resident blocks).
+//
+// Arithmetic per sub-block s with scale d sc_s, offset dmin m_s and x unit u (split_int8_dot.cuh):
+//     sum_i (d sc_s c_i - dmin m_s) x_i ~= dx_u / 254 [ d sc_s (254 A + B) - dmin m_s S_u ]
+// with A = sum c_i hi_i, B = sum c_i lo_i exact integers. Sums per lane, then over the warp, in fp32.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <string_view>
+
+#include "cuda/check.hpp"
+#include "cuda/device_caps.hpp"
+#include "cuda/gemv_quant.hpp"
+#include "cuda/launch.cuh"
+#include "cuda/pipeline_primitives.cuh"
+#include "cuda/quant_decode.cuh"
+#include "cuda/split_int8_dot.cuh"
+#include "cuda/x_int8.hpp"
+
+namespace latte::cuda {
+
+/// Types with a split-int8 GEMV.
+template <GgmlType T>
+inline constexpr bool kGemvX8Type = T == GgmlType::q4_k || T == GgmlType::q5_k;
+
+/// Whether gemv_quant may take the split-int8 path (LATTE_GEMV_INT8=0: never, to compare).
+inline bool gemv_int8_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("LATTE_GEMV_INT8");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  return on;
+}
+
+/// One lane's loads for one item (64 values) of one row.
+struct X8Item {
+  uint4 head;    ///< d, dmin, scales[12]
+  uint4 qs[2];   ///< qs bytes [32 j, 32 j + 32) of the super-block
+  uint4 qh[2];   ///< Q5_K: the super-block's qh[32]
+};
+
+template <GgmlType T>
+__device__ __forceinline__ void x8_load(const uint8_t* row, int item, X8Item& w) {
+  constexpr int kBlock = quant::BlockTraits<T>::bytes;
+  constexpr int kQs = T == GgmlType::q4_k ? 16 : 48;
+  const uint8_t* b = row + static_cast<int64_t>(item >> 2) * kBlock;
+  const int j = item & 3;
+  w.head = __ldg(reinterpret_cast<const uint4*>(b));
+  w.qs[0] = __ldg(reinterpret_cast<const uint4*>(b + kQs + 32 * j));
+  w.qs[1] = __ldg(reinterpret_cast<const uint4*>(b + kQs + 32 * j + 16));
+  if constexpr (T == GgmlType::q5_k) {
+    w.qh[0] = __ldg(reinterpret_cast<const uint4*>(b + 16));
+    w.qh[1] = __ldg(reinterpret_cast<const uint4*>(b + 32));
+  }
+}
+
+__device__ __forceinline__ int x8_dot16(const uint32_t (&c)[8], int first, uint4 x, int acc) {
+  acc = pipeline::dot4_us(c[first], x.x, acc);
+  acc = pipeline::dot4_us(c[first + 1], x.y, acc);
+  acc = pipeline::dot4_us(c[first + 2], x.z, acc);
+  return pipeline::dot4_us(c[first + 3], x.w, acc);
+}
+
+/// sub-block's codes (32 bytes as 8 words) against x unit u of the staged record (n units).
+__device__ __forceinline__ float x8_unit(const uint32_t (&c)[8], const uint8_t* xs, int n, int u, float scale,
+                                         float offset) {
+  const uint4 h0 = *reinterpret_cast<const uint4*>(xs + 16 * u);
+  const uint4 h1 = *reinterpret_cast<const uint4*>(xs + 16 * (n + u));
+  const uint4 l0 = *reinterpret_cast<const uint4*>(xs + 16 * (2 * n + u));
+  const uint4 l1 = *reinterpret_cast<const uint4*>(xs + 16 * (3 * n + u));
+  const split_int8::Meta m = *reinterpret_cast<const split_int8::Meta*>(xs + 64 * n + 16 * u);
+  const int a = x8_dot16(c, 4, h1, x8_dot16(c, 0, h0, 0));
+  const int b = x8_dot16(c, 4, l1, x8_dot16(c, 0, l0, 0));
+  const int codes = 254 * a + b;
+  return m.dx * (scale * static_cast<float>(codes) - offset * static_cast<float>(m.s0 + m.s1));
+}
+
+/// One item's part of row . x.
+template <GgmlType T>
+__device__ __forceinline__ float x8_item_dot(const X8Item& w, int item, const uint8_t* xs, int n) {
+  const int j = item & 3;
+  const uint32_t q[8] = {w.qs[0].x, w.qs[0].y, w.qs[0].z, w.qs[0].w, w.qs[1].x, w.qs[1].y, w.qs[1].z, w.qs[1].w};
+  uint32_t ca[8], cb[8];  // sub-blocks 2j (low nibbles) and 2j + 1 (high nibbles)
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    ca[i] = q[i] & 0x0F0F0F0Fu;
+    cb[i] = (q[i] >> 4) & 0x0F0F0F0Fu;
+  }
+  if constexpr (T == GgmlType::q5_k) {
+    const uint32_t h[8] = {w.qh[0].x, w.qh[0].y, w.qh[0].z, w.qh[0].w, w.qh[1].x, w.qh[1].y, w.qh[1].z, w.qh[1].w};
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      ca[i] |= ((h[i] >> (2 * j)) & 0x01010101u) << 4;
+      cb[i] |= ((h[i] >> (2 * j + 1)) & 0x01010101u) << 4;
+    }
+  }
+  // 6-bit scales and mins of sub-blocks 0-3 (bytes of scales[0..3], [4..7]) or 4-7 (low nibbles of
+  // scales[8..11] and the top bits of [0..3] / [4..7]), four per word; this item's two are bytes 2 (j % 2)
+  // and 2 (j % 2) + 1 (k4_scale_min, four at a time)
+  const uint32_t s03 = w.head.y, m03 = w.head.z, hi = w.head.w;
+  const uint32_t scw = j < 2 ? (s03 & 0x3F3F3F3Fu) : ((hi & 0x0F0F0F0Fu) | ((s03 >> 2) & 0x30303030u));
+  const uint32_t mw = j < 2 ? (m03 & 0x3F3F3F3Fu) : (((hi >> 4) & 0x0F0F0F0Fu) | ((m03 >> 2) & 0x30303030u));
+  const int shift = 16 * (j & 1);
+  const float d = quant::half_bits_to_float(w.head.x & 0xFFFFu);
+  const float dmin = quant::half_bits_to_float(w.head.x >> 16);
+  const float sa = d * static_cast<float>((scw >> shift) & 0xFFu);
+  const float sb = d * static_cast<float>((scw >> (shift + 8)) & 0xFFu);
+  const float oa = dmin * static_cast<float>((mw >> shift) & 0xFFu);
+  const float ob = dmin * static_cast<float>((mw >> (shift + 8)) & 0xFFu);
+  return x8_unit(ca, xs, n, 2 * item, sa, oa) + x8_unit(cb, xs, n, 2 * item + 1, sb, ob);
+}
+
+template <GgmlType T>
+__global__ void __launch_bounds__(128, 4) gemv_x8_kernel(const GemvParams p, const int tiles) {
+  static_assert(kGemvX8Type<T>);
+  constexpr int kWarps = 4;
+  constexpr int R = 2;  // rows per warp
+  extern __shared__ __align__(16) uint4 x_record[];
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const bool gathered = p.groups != nullptr;
+  if (gathered) {  // the group table is another kernel's output
+    wait_for_producers();
+    allow_dependents();
+  }
+  int matrix = 0, x_row = 0, y_row = 0;
+  if (gathered) {
+    if (static_cast<int>(blockIdx.y) >= *p.n_groups) return;
+    const GemvGroup& g = p.groups[blockIdx.y];
+    if (g.count <= 0) return;
+    matrix = g.matrix;
+    y_row = g.y_row[0];
+    x_row = p.x_row_is_y_row ? y_row : g.x_row[0];
+  }
+
+  const bool gated = p.weight_up != nullptr;
+  const int64_t row_bytes = static_cast<int64_t>(p.k) / 256 * quant::BlockTraits<T>::bytes;
+  const uint8_t* base[R];
+#pragma unroll
+  for (int j = 0; j < R; ++j) {
+    base[j] = static_cast<const uint8_t*>(gated && j == 1 ? p.weight_up : p.weight) +
+              static_cast<int64_t>(matrix) * p.matrix_stride_bytes;
+  }
+  const int items = p.k / 64;
+  const int steps = (items + 31) / 32;  // per row and lane
+  const int n_units = p.k / 32;
+  auto out_row = [&](int tile, int j) {
+    const int pair = tile * kWarps + warp;
+    return gated ? pair : R * pair + j;
+  };
+  // the loads of step (tile, s): item lane + 32 s of the warp's rows, where both exist
+  auto load = [&](int tile, int s, X8Item (&w)[R]) {
+    const int item = lane + 32 * s;
+#pragma unroll
+    for (int j = 0; j < R; ++j) {
+      const int row = out_row(tile, j);
+      if (row < p.n_rows && item < items) x8_load<T>(base[j] + row * row_bytes, item, w[j]);
+    }
+  };
+
+  int tile = static_cast<int>(blockIdx.x), s = 0;
+  X8Item cur[R], next[R];
+  if (tile < tiles) load(tile, s, cur);  // weights are never written by a step: before the wait
+  if (!gathered) {
+    wait_for_producers();
+    allow_dependents();
+  }
+  {
+    const uint4* src = reinterpret_cast<const uint4*>(p.x_q + static_cast<int64_t>(x_row) * p.x_q_stride);
+    for (int i = static_cast<int>(threadIdx.x); i < 5 * n_units; i += 32 * kWarps) x_record[i] = src[i];
+    __syncthreads();
+  }
+  const uint8_t* xs = reinterpret_cast<const uint8_t*>(x_record);
+
+  float acc[R] = {};
+  while (tile < tiles) {
+    int next_tile = tile, next_s = s + 1;
+    if (next_s == steps) {
+      next_s = 0;
+      next_tile += static_cast<int>(gridDim.x);
+    }
+    if (next_tile < tiles) load(next_tile, next_s, next);
+    const int item = lane + 32 * s;
+#pragma unroll
+    for (int j = 0; j < R; ++j) {
+      if (out_row(tile, j) < p.n_rows && item < items) acc[j] += x8_item_dot<T>(cur[j], item, xs, n_units);
+    }
+    if (s == steps - 1) {
+#pragma unroll
+      for (int j = 0; j < R; ++j) {
+#pragma unroll
+        for (int o = 16; o > 0; o /= 2) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], o);
+      }
+      const int r0 = out_row(tile, 0);
+      if (lane == 0 && r0 < p.n_rows) {
+        const float* rrow = p.residual ? p.residual + static_cast<int64_t>(y_row) * p.y_stride : nullptr;
+        if (gated) {
+          const float v = acc[0] / (1.0f + __expf(-acc[0])) * acc[1];
+          if (p.y_bf16 != nullptr) {
+            p.y_bf16[static_cast<int64_t>(y_row) * p.y_stride + r0] = __float2bfloat16_rn(v);
+          } else {
+            p.y[static_cast<int64_t>(y_row) * p.y_stride + r0] = rrow ? v + rrow[r0] : v;
+          }
+        } else {
+#pragma unroll
+          for (int j = 0; j < R; ++j) {
+            const int r = out_row(tile, j);
+            if (r >= p.n_rows) continue;
+            if (p.y_bf16 != nullptr) {
+              p.y_bf16[static_cast<int64_t>(y_row) * p.y_stride + r] = __float2bfloat16_rn(acc[j]);
+            } else {
+              p.y[static_cast<int64_t>(y_row) * p.y_stride + r] = rrow ? acc[j] + rrow[r] : acc[j];
+            }
+          }
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < R; ++j) acc[j] = 0.0f;
+    }
+    tile = next_tile;
+    s = next_s;
+#pragma unroll
+    for (int j = 0; j < R; ++j) cur[j] = next[j];
+  }
+}
+
+int gemv_resident_blocks(const void* kernel, int smem);
+
+/// Shared memory the record of x may take (k up to 26214).
+inline constexpr int kGemvX8MaxRecordBytes = 64 * 1024;
+
+/// Whether launch_gemv_x8 takes this launch (see GemvParams::x_q).
+template <GgmlType T>
+inline bool gemv_x8_applies(const GemvParams& p) {
+  if constexpr (!kGemvX8Type<T>) {
+    return false;
+  } else {
+    const int tokens = p.groups ? p.max_tokens_per_group : p.n_tokens;
+    return p.x_q != nullptr && tokens == 1 && p.k % 256 == 0 && x_int8_record_bytes(p.k) <= kGemvX8MaxRecordBytes &&
+           reinterpret_cast<uintptr_t>(p.weight) % 16 == 0 &&
+           (p.weight_up == nullptr || reinterpret_cast<uintptr_t>(p.weight_up) % 16 == 0) &&
+           p.matrix_stride_bytes % 16 == 0 && gemv_int8_enabled();
+  }
+}
+
+template <GgmlType T>
+void launch_gemv_x8(const GemvParams& p, cudaStream_t stream) {
+  if constexpr (kGemvX8Type<T>) {
+    auto* kernel = gemv_x8_kernel<T>;
+    const int smem = static_cast<int>(x_int8_record_bytes(p.k));
+    LATTE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    const int64_t pairs = p.weight_up ? p.n_rows : (p.n_rows + 1) / 2;
+    const int tiles = static_cast<int>((pairs + 3) / 4);
+    const int groups = p.groups ? p.max_groups : 1;
+    int device = 0;
+    LATTE_CUDA_CHECK(cudaGetDevice(&device));
+    // one wave of resident blocks over all groups; each walks an equal share of its group's tiles
+    const int64_t resident = static_cast<int64_t>(device_caps(device).sm_count) *
+                             gemv_resident_blocks(reinterpret_cast<const void*>(kernel), smem);
+    const int64_t cap = std::max<int64_t>(1, resident / groups);
+    const int64_t per_block = (tiles + cap - 1) / cap;
+    const dim3 grid(static_cast<unsigned>((tiles + per_block - 1) / per_block), static_cast<unsigned>(groups));
+    launch_kernel(kernel, grid, dim3(128), static_cast<size_t>(smem), stream, p, tiles);
+  }
+}
+
+}  // namespace latte::cuda

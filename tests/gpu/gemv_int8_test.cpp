@@ -1,0 +1,381 @@
+// The split-int8 records of x (x_int8.hpp: quantize_x_int8, rms_norm's out_q) and the single-token GEMV
+// that reads them (gemv_x8_kernel.cuh), against products of weights that latte's CPU quantizer encoded
+// and its CPU decoder decoded back, summed in double, within the bound the record's rounding allows
+// (sum |w_i| dx_i / 508). Also built into the CPU emulation (tests/emulation).
+#include <doctest/doctest.h>
+#include <latte/quant.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "cuda/gemv_quant.hpp"
+#include "cuda/norms.hpp"
+#include "cuda/x_int8.hpp"
+#include "gpu/attention_test_support.hpp"
+
+namespace {
+
+using latte::GgmlType;
+using namespace latte::test::attention;
+
+struct Matrix {
+  std::vector<uint8_t> bytes;
+  std::vector<float> values;  // rows x k, decoded
+};
+
+Matrix random_matrix(GgmlType type, int64_t rows, int64_t k, Rng& rng) {
+  Matrix m;
+  const uint64_t row_bytes = latte::row_bytes(type, static_cast<uint64_t>(k));
+  m.bytes.resize(row_bytes * static_cast<uint64_t>(rows));
+  m.values.resize(static_cast<size_t>(rows * k));
+  std::vector<float> src(static_cast<size_t>(k));
+  for (int64_t r = 0; r < rows; ++r) {
+    for (float& v : src) v = rng.uniform(-1.0f, 1.0f);
+    latte::quantize_row(type, src.data(), m.bytes.data() + r * row_bytes, k);
+    latte::dequantize_row(type, m.bytes.data() + r * row_bytes, m.values.data() + r * k, k);
+  }
+  return m;
+}
+
+std::vector<float> random_vector(size_t n, Rng& rng) {
+  std::vector<float> v(n);
+  for (float& x : v) x = rng.uniform(-1.0f, 1.0f);
+  return v;
+}
+
+double dot(const float* w, const float* x, int64_t k) {
+  double s = 0.0;
+  for (int64_t i = 0; i < k; ++i) s += static_cast<double>(w[i]) * x[i];
+  return s;
+}
+
+double silu(double g) { return g / (1.0 + std::exp(-g)); }
+
+}  // namespace
+
+namespace {
+
+/// Host decoding of a split-int8 record (x_int8.hpp): value i of a row of n units, and its unit's dx.
+struct DecodedRecord {
+  std::vector<double> values, dx;  // dx per value: the unit's max |x| / 127
+};
+
+DecodedRecord decode_record(const std::vector<uint8_t>& rec, int k) {
+  const int n = k / 32;
+  DecodedRecord d;
+  d.values.resize(static_cast<size_t>(k));
+  d.dx.resize(static_cast<size_t>(k));
+  for (int u = 0; u < n; ++u) {
+    float dx254 = 0.0f;
+    std::memcpy(&dx254, &rec[static_cast<size_t>(64 * n + 16 * u)], 4);
+    for (int i = 0; i < 32; ++i) {
+      const int half = i / 16, j = i % 16;
+      const auto hi = static_cast<int8_t>(rec[static_cast<size_t>(16 * (half * n + u) + j)]);
+      const auto lo = static_cast<int8_t>(rec[static_cast<size_t>(16 * ((2 + half) * n + u) + j)]);
+      d.values[static_cast<size_t>(32 * u + i)] = static_cast<double>(dx254) * (254.0 * hi + lo);
+      d.dx[static_cast<size_t>(32 * u + i)] = 254.0 * dx254;
+    }
+  }
+  return d;
+}
+
+/// The split-int8 records of rows of x, made on the device.
+latte::cuda::DeviceBuffer<uint8_t> records_of(const latte::cuda::DeviceBuffer<float>& x, int rows, int k) {
+  const int64_t stride = latte::cuda::x_int8_record_bytes(k);
+  latte::cuda::DeviceBuffer<uint8_t> rec(static_cast<size_t>(rows * stride));
+  poison(rec.data(), rec.bytes());
+  latte::cuda::quantize_x_int8(
+      {.x = x.data(), .x_stride = k, .rows = rows, .k = k, .out = rec.data(), .out_stride = stride}, nullptr);
+  return rec;
+}
+
+/// The error bound of a split-int8 dot: sum_i |w_i| dx_i / 508 (the record's rounding), plus fp32 sums.
+double x8_bound(const float* w, const float* x, const std::vector<double>& dx, int64_t k) {
+  double b = 0.0, mag = 0.0;
+  for (int64_t i = 0; i < k; ++i) {
+    b += std::abs(static_cast<double>(w[i])) * dx[static_cast<size_t>(i)] / 508.0;
+    mag += std::abs(static_cast<double>(w[i]) * x[i]);
+  }
+  return 1.01 * b + 4e-6 * mag;
+}
+
+}  // namespace
+
+TEST_CASE("split-int8 records: every value within dx / 508 of x, NaN spreads to the unit") {
+  Rng rng;
+  const int k = 320;
+  auto x = random_vector(static_cast<size_t>(2 * k), rng);
+  for (int i = 0; i < 32; ++i) x[static_cast<size_t>(k + 64 + i)] = 0.0f;  // an all-zero unit
+  x[7] *= 1000.0f;                                                         // a unit with one large value
+  x[static_cast<size_t>(k + 200)] = NAN;
+  const auto dx = upload(x);
+  const auto rec = records_of(dx, 2, k);
+  const auto host = download(rec.data(), rec.size());
+  const int64_t stride = latte::cuda::x_int8_record_bytes(k);
+  for (int r = 0; r < 2; ++r) {
+    const std::vector<uint8_t> row(host.begin() + r * stride, host.begin() + (r + 1) * stride);
+    const DecodedRecord d = decode_record(row, k);
+    int bad = 0, nan = 0;
+    for (int i = 0; i < k; ++i) {
+      const double want = x[static_cast<size_t>(r * k + i)];
+      if (r == 1 && i / 32 == 200 / 32) {
+        nan += std::isnan(d.dx[static_cast<size_t>(i)]);
+        continue;
+      }
+      bad += !(std::abs(d.values[static_cast<size_t>(i)] - want) <= d.dx[static_cast<size_t>(i)] / 508.0 * 1.0001);
+    }
+    CHECK(bad == 0);
+    if (r == 1) CHECK(nan == 32);
+    // the sums S_h of each unit match its planes
+    const int n = k / 32;
+    for (int u = 0; u < n; ++u) {
+      if (r == 1 && u == 200 / 32) continue;
+      int32_t s[2] = {0, 0}, stored[2];
+      std::memcpy(stored, &row[static_cast<size_t>(64 * n + 16 * u + 4)], 8);
+      for (int i = 0; i < 32; ++i) {
+        const int half = i / 16, j = i % 16;
+        s[half] += 254 * static_cast<int8_t>(row[static_cast<size_t>(16 * (half * n + u) + j)]) +
+                   static_cast<int8_t>(row[static_cast<size_t>(16 * ((2 + half) * n + u) + j)]);
+      }
+      CHECK(s[0] == stored[0]);
+      CHECK(s[1] == stored[1]);
+    }
+  }
+}
+
+TEST_CASE("gemv on split-int8 x: Q4_K and Q5_K, dense rows and tiles walked, within the record's bound") {
+  Rng rng;
+  struct Shape {
+    int64_t rows, k;
+  };
+  // 4400 x 2048: more tiles than one wave of blocks (blocks walk tiles); 37 x 2816: two items per lane,
+  // the second partial, an odd row count; 5 x 256: 4 of 32 lanes busy.
+  for (GgmlType type : {GgmlType::q4_k, GgmlType::q5_k}) {
+    for (const Shape s : {Shape{4400, 2048}, Shape{37, 2816}, Shape{5, 256}}) {
+      CAPTURE(latte::type_name(type));
+      CAPTURE(s.rows);
+      CAPTURE(s.k);
+      const Matrix w = random_matrix(type, s.rows, s.k, rng);
+      const auto dw = upload(w.bytes);
+      auto x = random_vector(static_cast<size_t>(s.k), rng);
+      x[3] *= 50.0f;  // one unit with a wide range
+      const auto dx = upload(x);
+      const auto rec = records_of(dx, 1, static_cast<int>(s.k));
+      const DecodedRecord d = decode_record(download(rec.data(), rec.size()), static_cast<int>(s.k));
+      // x itself is NaN: a launch that read it instead of the record would fail
+      latte::cuda::DeviceBuffer<float> x_nan(static_cast<size_t>(s.k));
+      poison(x_nan.data(), x_nan.bytes());
+      latte::cuda::DeviceBuffer<float> y(static_cast<size_t>(s.rows));
+      poison(y.data(), y.bytes());
+      latte::cuda::gemv_quant({.type = type,
+                               .weight = dw.data(),
+                               .weight_bytes = static_cast<int64_t>(w.bytes.size()),
+                               .n_rows = static_cast<int>(s.rows),
+                               .k = static_cast<int>(s.k),
+                               .x = x_nan.data(),
+                               .x_stride = s.k,
+                               .y = y.data(),
+                               .y_stride = s.rows,
+                               .n_tokens = 1,
+                               .x_q = rec.data(),
+                               .x_q_stride = latte::cuda::x_int8_record_bytes(s.k)},
+                              nullptr);
+      const auto got = download(y.data(), y.size());
+      int bad = 0;
+      double worst = 0.0;
+      for (int64_t r = 0; r < s.rows; ++r) {
+        const float* wr = &w.values[static_cast<size_t>(r * s.k)];
+        const double want = dot(wr, x.data(), s.k);
+        const double err = std::abs(got[static_cast<size_t>(r)] - want);
+        const double bound = x8_bound(wr, x.data(), d.dx, s.k);
+        bad += !(err <= bound);
+        worst = std::max(worst, err / bound);
+      }
+      CAPTURE(worst);
+      CHECK(bad == 0);
+    }
+  }
+}
+
+TEST_CASE("gemv on split-int8 x: gated + residual over gathered single-token groups, bf16 output") {
+  Rng rng;
+  const int64_t rows = 300, k = 2048, experts = 3;
+  for (GgmlType type : {GgmlType::q4_k, GgmlType::q5_k}) {
+    CAPTURE(latte::type_name(type));
+    const Matrix gate = random_matrix(type, rows * experts, k, rng);
+    const Matrix up = random_matrix(type, rows * experts, k, rng);
+    const auto dgate = upload(gate.bytes), dup = upload(up.bytes);
+    const int64_t matrix_bytes = static_cast<int64_t>(latte::row_bytes(type, k)) * rows;
+    // expert 2 takes x row 1 into y row 0, expert 0 x row 0 into y row 2; the third group is empty
+    const std::vector<latte::cuda::GemvGroup> groups = {{.matrix = 2, .count = 1, .x_row = {1}, .y_row = {0}},
+                                                        {.matrix = 0, .count = 1, .x_row = {0}, .y_row = {2}},
+                                                        {.matrix = 1, .count = 0, .x_row = {}, .y_row = {}}};
+    const std::vector<int32_t> n_groups = {3};
+    const auto dgroups = upload(groups);
+    const auto dn = upload(n_groups);
+    const auto x = random_vector(static_cast<size_t>(2 * k), rng);
+    const auto residual = random_vector(static_cast<size_t>(3 * rows), rng);
+    const auto dx = upload(x), dres = upload(residual);
+    const auto rec = records_of(dx, 2, static_cast<int>(k));
+    const auto rec_host = download(rec.data(), rec.size());
+    const int64_t stride = latte::cuda::x_int8_record_bytes(k);
+    latte::cuda::DeviceBuffer<float> x_nan(static_cast<size_t>(2 * k));
+    poison(x_nan.data(), x_nan.bytes());
+    latte::cuda::DeviceBuffer<float> y(static_cast<size_t>(3 * rows));
+    poison(y.data(), y.bytes());
+    latte::cuda::GemvParams p{.type = type,
+                              .weight = dgate.data(),
+                              .weight_up = dup.data(),
+                              .weight_bytes = static_cast<int64_t>(gate.bytes.size()),
+                              .matrix_stride_bytes = matrix_bytes,
+                              .n_rows = static_cast<int>(rows),
+                              .k = static_cast<int>(k),
+                              .x = x_nan.data(),
+                              .x_stride = k,
+                              .y = y.data(),
+                              .y_stride = rows,
+                              .residual = dres.data(),
+                              .groups = dgroups.data(),
+                              .n_groups = dn.data(),
+                              .max_groups = 4,  // one more than listed: its blocks leave at once
+                              .max_tokens_per_group = 1,
+                              .x_q = rec.data(),
+                              .x_q_stride = stride};
+    latte::cuda::gemv_quant(p, nullptr);
+    const auto got = download(y.data(), y.size());
+    int bad = 0, untouched = 0;
+    for (const auto& g : groups) {
+      if (g.count == 0) continue;
+      const std::vector<uint8_t> row(rec_host.begin() + g.x_row[0] * stride, rec_host.begin() + (g.x_row[0] + 1) * stride);
+      const DecodedRecord d = decode_record(row, static_cast<int>(k));
+      const float* xt = &x[static_cast<size_t>(g.x_row[0] * k)];
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t m = g.matrix * rows + r;
+        const float* gw = &gate.values[static_cast<size_t>(m * k)];
+        const float* uw = &up.values[static_cast<size_t>(m * k)];
+        const double gv = dot(gw, xt, k), uv = dot(uw, xt, k);
+        const double eg = x8_bound(gw, xt, d.dx, k), eu = x8_bound(uw, xt, d.dx, k);
+        // |silu'| <= 1.1: the bound of silu(g) u from those of g and u
+        const double bound = 1.1 * eg * (std::abs(uv) + eu) + std::abs(silu(gv)) * eu + 1e-6;
+        const size_t out = static_cast<size_t>(g.y_row[0] * rows + r);
+        bad += !(std::abs(got[out] - (silu(gv) * uv + residual[out])) <= bound);
+      }
+    }
+    for (int64_t r = 0; r < rows; ++r) untouched += std::isnan(got[static_cast<size_t>(rows + r)]);
+    CHECK(bad == 0);
+    CHECK(untouched == rows);  // y row 1 belongs to no group
+
+    // without the residual, as bf16: the nearest bf16 of the fp32 result of the same launch
+    latte::cuda::DeviceBuffer<float> y32(static_cast<size_t>(3 * rows));
+    latte::cuda::DeviceBuffer<uint16_t> y16(static_cast<size_t>(3 * rows));
+    poison(y32.data(), y32.bytes());
+    poison(y16.data(), y16.bytes());
+    p.residual = nullptr;
+    p.y = y32.data();
+    latte::cuda::gemv_quant(p, nullptr);
+    p.y = nullptr;
+    p.y_bf16 = reinterpret_cast<__nv_bfloat16*>(y16.data());
+    latte::cuda::gemv_quant(p, nullptr);
+    const auto f32 = download(y32.data(), y32.size());
+    const auto b16 = download(y16.data(), y16.size());
+    int differ = 0;
+    for (size_t i = 0; i < f32.size(); ++i) {
+      if (i / rows == 1) continue;
+      differ += b16[i] != bf16_bits(f32[i]);
+    }
+    CHECK(differ == 0);
+  }
+}
+
+TEST_CASE("rms_norm's int8 record equals quantize_x_int8 of its output, in place and with a residual") {
+  Rng rng;
+  const int n = 2048, rows = 3;
+  const int64_t stride = latte::cuda::x_int8_record_bytes(n);
+  const auto x = random_vector(static_cast<size_t>(rows * n), rng);
+  const auto h = random_vector(static_cast<size_t>(rows * n), rng);
+  const auto w = random_vector(static_cast<size_t>(n), rng);
+  const auto dw = upload(w);
+  for (const bool residual : {false, true}) {
+    CAPTURE(residual);
+    auto dx = upload(x);
+    auto dh = upload(h);
+    latte::cuda::DeviceBuffer<uint8_t> rec(static_cast<size_t>(rows * stride));
+    poison(rec.data(), rec.bytes());
+    // in place: out = x
+    latte::cuda::rms_norm({.x = dx.data(),
+                           .x_stride = n,
+                           .residual = residual ? dh.data() : nullptr,
+                           .residual_stride = n,
+                           .weight = dw.data(),
+                           .n = n,
+                           .rows = rows,
+                           .eps = 1e-6f,
+                           .out = dx.data(),
+                           .out_stride = n,
+                           .out_q = rec.data(),
+                           .out_q_stride = stride},
+                          nullptr);
+    const auto y = download(dx.data(), dx.size());
+    // the fp32 output against a double reference
+    int bad = 0;
+    for (int r = 0; r < rows; ++r) {
+      double ss = 0.0;
+      for (int i = 0; i < n; ++i) {
+        const double v = x[static_cast<size_t>(r * n + i)] + (residual ? h[static_cast<size_t>(r * n + i)] : 0.0f);
+        ss += v * v;
+      }
+      const double inv = 1.0 / std::sqrt(ss / n + 1e-6);
+      for (int i = 0; i < n; ++i) {
+        const double v = x[static_cast<size_t>(r * n + i)] + (residual ? h[static_cast<size_t>(r * n + i)] : 0.0f);
+        bad += !(std::abs(y[static_cast<size_t>(r * n + i)] - v * inv * w[static_cast<size_t>(i)]) <= 1e-5);
+      }
+    }
+    CHECK(bad == 0);
+    const auto again = records_of(dx, rows, n);
+    CHECK(download(rec.data(), rec.size()) == download(again.data(), again.size()));
+  }
+}
+
+TEST_CASE("split-int8 records and the int8 GEMV reject violated preconditions with latte::Error") {
+  latte::cuda::DeviceBuffer<float> x(64);
+  latte::cuda::DeviceBuffer<uint8_t> rec(4096);
+  CHECK_THROWS_AS(latte::cuda::quantize_x_int8(
+                      {.x = x.data(), .x_stride = 48, .rows = 1, .k = 48, .out = rec.data(), .out_stride = 160}, nullptr),
+                  latte::Error);  // k not a multiple of 32
+  CHECK_THROWS_AS(latte::cuda::quantize_x_int8(
+                      {.x = x.data(), .x_stride = 64, .rows = 1, .k = 64, .out = rec.data() + 4, .out_stride = 160},
+                      nullptr),
+                  latte::Error);  // misaligned record
+  CHECK_THROWS_AS(latte::cuda::quantize_x_int8(
+                      {.x = x.data(), .x_stride = 64, .rows = 2, .k = 64, .out = rec.data(), .out_stride = 144}, nullptr),
+                  latte::Error);  // records closer than 160 bytes
+  const latte::cuda::DeviceBuffer<uint8_t> w(static_cast<size_t>(latte::row_bytes(GgmlType::q4_k, 256)));
+  latte::cuda::DeviceBuffer<float> y(1);
+  CHECK_THROWS_AS(latte::cuda::gemv_quant({.type = GgmlType::q4_k,
+                                           .weight = w.data(),
+                                           .weight_bytes = static_cast<int64_t>(w.bytes()),
+                                           .n_rows = 1,
+                                           .k = 256,
+                                           .x = x.data(),
+                                           .x_stride = 256,
+                                           .y = y.data(),
+                                           .y_stride = 1,
+                                           .x_q = rec.data(),
+                                           .x_q_stride = 320},
+                                          nullptr),
+                  latte::Error);  // x_q_stride < 80 * 256 / 32
+  CHECK_THROWS_AS(latte::cuda::rms_norm({.x = x.data(),
+                                         .x_stride = 48,
+                                         .weight = x.data(),
+                                         .n = 48,
+                                         .rows = 1,
+                                         .out = y.data(),
+                                         .out_stride = 48,
+                                         .out_q = rec.data(),
+                                         .out_q_stride = 160},
+                                        nullptr),
+                  latte::Error);  // n not a multiple of 32
+}
