@@ -49,19 +49,25 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const RmsNormPar
   }
   const float inv = rsqrtf(block_sum(sum_sq, scratch) / static_cast<float>(p.n) + p.eps);
   if (p.out_q != nullptr) {
-    // also the split-int8 record of the row (x_int8.hpp): warp w takes units w, w + 8, ..., lane i value i
-    // of the unit (n % 32 == 0), so each thread reads x[i] before it writes out[i] as in the loop below
-    const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+    // also the split-int8 record of the row (x_int8.hpp): thread t takes values 8t .. 8t + 7 of each
+    // 2048-value pass (four threads a unit), reading x[i] before it writes out[i] as in the loop below
     const int units = p.n / 32;
-    for (int u = warp; u < units; u += kNormThreads / 32) {
-      const int i = 32 * u + lane;
-      const float v = (h ? h[i] : x[i]) * inv * p.weight[i];
-      if (p.out_type == ActOut::f32) {
-        static_cast<float*>(p.out)[row * p.out_stride + i] = v;
-      } else {
-        static_cast<__nv_bfloat16*>(p.out)[row * p.out_stride + i] = __float2bfloat16_rn(v);
+    const int lane = static_cast<int>(threadIdx.x) % 32;
+    for (int base = 0; base < p.n; base += 8 * kNormThreads) {
+      const int i0 = base + 8 * static_cast<int>(threadIdx.x);
+      const bool active = i0 < p.n;  // whole units: n % 32 == 0
+      float v[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        v[j] = active ? (h ? h[i0 + j] : x[i0 + j]) * inv * p.weight[i0 + j] : 0.0f;
+        if (!active) continue;
+        if (p.out_type == ActOut::f32) {
+          static_cast<float*>(p.out)[row * p.out_stride + i0 + j] = v[j];
+        } else {
+          static_cast<__nv_bfloat16*>(p.out)[row * p.out_stride + i0 + j] = __float2bfloat16_rn(v[j]);
+        }
       }
-      split_int8::quantize_unit(p.out_q + row * p.out_q_stride, units, u, v, lane);
+      split_int8::quantize_unit_quad(p.out_q + row * p.out_q_stride, units, i0 / 32, v, lane % 4, active);
     }
     return;
   }

@@ -1,4 +1,4 @@
-// quantize_x_int8(): one warp per unit of 32 values (split_int8::quantize_unit), 8 units per block.
+// quantize_x_int8(): four threads per unit of 32 values (split_int8::quantize_unit_quad), 64 units per block.
 #include "cuda/x_int8.hpp"
 
 #include <latte/error.hpp>
@@ -11,18 +11,22 @@
 namespace latte::cuda {
 namespace {
 
-constexpr int kUnitsPerBlock = 8;
+constexpr int kThreads = 256;
+constexpr int kUnitsPerBlock = kThreads / 4;  // four threads a unit, 8 values each
 
-__global__ void __launch_bounds__(32 * kUnitsPerBlock) quantize_x_int8_kernel(const QuantizeXParams p) {
+__global__ void __launch_bounds__(kThreads) quantize_x_int8_kernel(const QuantizeXParams p) {
   wait_for_producers();  // see launch.cuh
   allow_dependents();
   const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int unit = static_cast<int>(blockIdx.x) * kUnitsPerBlock + static_cast<int>(threadIdx.x) / 32;
+  const int unit = static_cast<int>(blockIdx.x) * kUnitsPerBlock + static_cast<int>(threadIdx.x) / 4;
   const int n = p.k / 32;
-  if (unit >= n) return;
+  const bool active = unit < n;
   const int64_t row = blockIdx.y;
-  const float v = p.x[row * p.x_stride + 32 * unit + lane];
-  split_int8::quantize_unit(p.out + row * p.out_stride, n, unit, v, lane);
+  const float* x = p.x + row * p.x_stride + 32 * unit + 8 * (lane % 4);
+  float v[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) v[j] = active ? x[j] : 0.0f;
+  split_int8::quantize_unit_quad(p.out + row * p.out_stride, n, unit, v, lane % 4, active);
 }
 
 }  // namespace
@@ -37,7 +41,7 @@ void quantize_x_int8(const QuantizeXParams& p, cudaStream_t stream) {
   }
   if (p.rows == 0) return;
   const dim3 grid(static_cast<unsigned>((p.k / 32 + kUnitsPerBlock - 1) / kUnitsPerBlock), static_cast<unsigned>(p.rows));
-  launch_kernel(quantize_x_int8_kernel, grid, dim3(32 * kUnitsPerBlock), 0, stream, p);
+  launch_kernel(quantize_x_int8_kernel, grid, dim3(kThreads), 0, stream, p);
 }
 
 }  // namespace latte::cuda

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "cuda/gemv_quant.hpp"
@@ -292,14 +293,16 @@ TEST_CASE("gemv on split-int8 x: gated + residual over gathered single-token gro
 
 TEST_CASE("rms_norm's int8 record equals quantize_x_int8 of its output, in place and with a residual") {
   Rng rng;
-  const int n = 2048, rows = 3;
-  const int64_t stride = latte::cuda::x_int8_record_bytes(n);
-  const auto x = random_vector(static_cast<size_t>(rows * n), rng);
-  const auto h = random_vector(static_cast<size_t>(rows * n), rng);
-  const auto w = random_vector(static_cast<size_t>(n), rng);
-  const auto dw = upload(w);
-  for (const bool residual : {false, true}) {
+  const int rows = 3;
+  // 2080 values: the second 2048-value pass has one unit and idle threads
+  for (const auto& [n, residual] : {std::pair{2048, false}, std::pair{2048, true}, std::pair{2080, true}}) {
+    CAPTURE(n);
     CAPTURE(residual);
+    const int64_t stride = latte::cuda::x_int8_record_bytes(n);
+    const auto x = random_vector(static_cast<size_t>(rows * n), rng);
+    const auto h = random_vector(static_cast<size_t>(rows * n), rng);
+    const auto w = random_vector(static_cast<size_t>(n), rng);
+    const auto dw = upload(w);
     auto dx = upload(x);
     auto dh = upload(h);
     latte::cuda::DeviceBuffer<uint8_t> rec(static_cast<size_t>(rows * stride));
