@@ -219,6 +219,7 @@ class CudaForward final : public CudaRankForward {
     DeviceBuffer<float> x;                // [T, H] residual stream
     DeviceBuffer<float> xn;               // [T, H] normalised input of the current sub-block
     DeviceBuffer<uint8_t> xq;             // single-row steps: xn's (or out_rows') split-int8 record
+    DeviceBuffer<uint8_t> hq;             // single-row steps: hidden's split-int8 record
     DeviceBuffer<float> proj;             // [T, layout.width] fused q_a|kv_a (or q|kv_a) output
     DeviceBuffer<float> qa;               // [T, Lq] normalised q_a (q_lora models)
     DeviceBuffer<float> q;                // [T, N(P+R)] per head [nope | rope]
@@ -411,6 +412,7 @@ class CudaForward final : public CudaRankForward {
     a.k_rope = DeviceBuffer<float>(t * c_.qk_rope_head_dim, "k_pe");
     a.attn = DeviceBuffer<float>(t * N * c_.v_head_dim, "attention output");
     a.hidden = DeviceBuffer<float>(t * F, "FFN activations");
+    a.hq = DeviceBuffer<uint8_t>(static_cast<size_t>(x_int8_record_bytes(F / 32 * 32)) + 16, "int8 FFN activations");
     a.gate_up = DeviceBuffer<float>(t * 2 * F, "FFN gate|up");
     if (c_.n_expert > 0) {
       a.router = DeviceBuffer<float>(t * c_.n_expert, "router logits");
@@ -770,7 +772,14 @@ class CudaForward final : public CudaRankForward {
     Activations& a = act_;
     const int64_t F = f.gate.rows;
     linear_.gated(f, a.xn.data(), c_.n_embd, T, a.hidden.data(), F, a.gate_up.data(), stream(), hidden_record(T));
-    linear(f.down, a.hidden.data(), F, T, a.x.data(), c_.n_embd, a.x.data());
+    uint8_t* hq = nullptr;
+    if (T == 1 && a.hq.size() >= static_cast<size_t>(x_int8_record_bytes(F)) && gemv_reads_x_int8(f.down.type, F)) {
+      hq = a.hq.data();  // the activations as a record for the split-int8 down GEMV
+      quantize_x_int8({.x = a.hidden.data(), .x_stride = F, .rows = 1, .k = static_cast<int>(F), .out = hq,
+                       .out_stride = x_int8_record_bytes(F)},
+                      stream());
+    }
+    linear(f.down, a.hidden.data(), F, T, a.x.data(), c_.n_embd, a.x.data(), hq);
   }
 
   void routed_experts(int il, const DeviceLayer& w, int T) {

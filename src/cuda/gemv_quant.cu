@@ -25,6 +25,17 @@ constexpr ArgumentCheck require_arg{"gemv_quant"};
 
 bool gemv_supports(GgmlType type) noexcept { return GemvTypes::contains(type); }
 
+bool gemv_reads_x_int8(GgmlType type, int64_t k) noexcept {
+  bool reads = false;
+  GemvTypes::dispatch(type, [&]<GgmlType T>() {
+    if constexpr (kGemvX8Type<T>) {
+      const int64_t block = kGemvX8KQuant<T> ? 256 : 32;
+      reads = k > 0 && k % block == 0 && x_int8_record_bytes(k) <= kGemvX8MaxRecordBytes && gemv_int8_enabled();
+    }
+  });
+  return reads;
+}
+
 void gemv_quant(const GemvParams& p, cudaStream_t stream) {
   const auto type_name = std::string(type_traits(p.type).name);
   if (!gemv_supports(p.type)) throw Error(ErrorCode::unsupported, "gemv_quant: no GEMV kernel for type " + type_name);

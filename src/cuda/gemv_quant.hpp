@@ -64,6 +64,11 @@ void gemv_quant(const GemvParams& p, cudaStream_t stream);
 /// Whether gemv_quant has a kernel for `type` (every type the CPU can dequantize, except Q8_1/Q8_K).
 bool gemv_supports(GgmlType type) noexcept;
 
+/// Whether a single-token launch of `type` with `k` inputs reads GemvParams::x_q when it is given (the
+/// split-int8 GEMV: Q4_K, Q5_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1; not with LATTE_GEMV_INT8=0), so that a
+/// caller can skip making records nobody reads.
+bool gemv_reads_x_int8(GgmlType type, int64_t k) noexcept;
+
 /// Bytes the launch must move at least (weights read once, x read, y written); dense mode.
 double gemv_min_bytes(const GemvParams& p);
 /// Floating-point operations of the launch (2 per multiply-add); dense mode.

@@ -31,14 +31,22 @@
 #include "cuda/launch.cuh"
 #include "cuda/pipeline_primitives.cuh"
 #include "cuda/quant_decode.cuh"
+#include "cuda/row_staging.cuh"
 #include "cuda/split_int8_dot.cuh"
 #include "cuda/x_int8.hpp"
 
 namespace latte::cuda {
 
+/// K-quants whose super-blocks the split-int8 GEMV reads straight into registers (16-byte aligned).
+template <GgmlType T>
+inline constexpr bool kGemvX8KQuant = T == GgmlType::q4_k || T == GgmlType::q5_k;
+/// 32-value block types it stages through shared memory first (blocks of 18-34 bytes, 2-byte aligned).
+template <GgmlType T>
+inline constexpr bool kGemvX8Legacy = T == GgmlType::q8_0 || T == GgmlType::q4_0 || T == GgmlType::q5_0 ||
+                                      T == GgmlType::q4_1 || T == GgmlType::q5_1;
 /// Types with a split-int8 GEMV.
 template <GgmlType T>
-inline constexpr bool kGemvX8Type = T == GgmlType::q4_k || T == GgmlType::q5_k;
+inline constexpr bool kGemvX8Type = kGemvX8KQuant<T> || kGemvX8Legacy<T>;
 
 /// Whether gemv_quant may take the split-int8 path (LATTE_GEMV_INT8=0: never, to compare).
 inline bool gemv_int8_enabled() {
@@ -127,9 +135,42 @@ __device__ __forceinline__ float x8_item_dot(const X8Item& w, int item, const ui
   return x8_unit(ca, xs, n, 2 * item, sa, oa) + x8_unit(cb, xs, n, 2 * item + 1, sb, ob);
 }
 
+/// Reduces a warp's two row sums and writes them (lane 0): gated silu(acc0) * acc1 at row r0, else rows
+/// r0 and r1; + residual or as bf16 as the launch asks. Every lane calls it.
+__device__ __forceinline__ void x8_finish(const GemvParams& p, int y_row, int r0, int r1, float (&acc)[2], int lane) {
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], o);
+  }
+  if (lane != 0 || r0 >= p.n_rows) return;
+  const int64_t y0 = static_cast<int64_t>(y_row) * p.y_stride;
+  const float* rrow = p.residual ? p.residual + y0 : nullptr;
+  if (p.weight_up != nullptr) {
+    const float v = acc[0] / (1.0f + __expf(-acc[0])) * acc[1];
+    if (p.y_bf16 != nullptr) {
+      p.y_bf16[y0 + r0] = __float2bfloat16_rn(v);
+    } else {
+      p.y[y0 + r0] = rrow ? v + rrow[r0] : v;
+    }
+    return;
+  }
+  const int rows[2] = {r0, r1};
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const int r = rows[j];
+    if (r >= p.n_rows) continue;
+    if (p.y_bf16 != nullptr) {
+      p.y_bf16[y0 + r] = __float2bfloat16_rn(acc[j]);
+    } else {
+      p.y[y0 + r] = rrow ? acc[j] + rrow[r] : acc[j];
+    }
+  }
+}
+
 template <GgmlType T>
 __global__ void __launch_bounds__(128, 4) gemv_x8_kernel(const GemvParams p, const int tiles) {
-  static_assert(kGemvX8Type<T>);
+  static_assert(kGemvX8KQuant<T>);
   constexpr int kWarps = 4;
   constexpr int R = 2;  // rows per warp
   extern __shared__ __align__(16) uint4 x_record[];
@@ -203,34 +244,7 @@ __global__ void __launch_bounds__(128, 4) gemv_x8_kernel(const GemvParams p, con
       if (out_row(tile, j) < p.n_rows && item < items) acc[j] += x8_item_dot<T>(cur[j], item, xs, n_units);
     }
     if (s == steps - 1) {
-#pragma unroll
-      for (int j = 0; j < R; ++j) {
-#pragma unroll
-        for (int o = 16; o > 0; o /= 2) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], o);
-      }
-      const int r0 = out_row(tile, 0);
-      if (lane == 0 && r0 < p.n_rows) {
-        const float* rrow = p.residual ? p.residual + static_cast<int64_t>(y_row) * p.y_stride : nullptr;
-        if (gated) {
-          const float v = acc[0] / (1.0f + __expf(-acc[0])) * acc[1];
-          if (p.y_bf16 != nullptr) {
-            p.y_bf16[static_cast<int64_t>(y_row) * p.y_stride + r0] = __float2bfloat16_rn(v);
-          } else {
-            p.y[static_cast<int64_t>(y_row) * p.y_stride + r0] = rrow ? v + rrow[r0] : v;
-          }
-        } else {
-#pragma unroll
-          for (int j = 0; j < R; ++j) {
-            const int r = out_row(tile, j);
-            if (r >= p.n_rows) continue;
-            if (p.y_bf16 != nullptr) {
-              p.y_bf16[static_cast<int64_t>(y_row) * p.y_stride + r] = __float2bfloat16_rn(acc[j]);
-            } else {
-              p.y[static_cast<int64_t>(y_row) * p.y_stride + r] = rrow ? acc[j] + rrow[r] : acc[j];
-            }
-          }
-        }
-      }
+      x8_finish(p, y_row, out_row(tile, 0), out_row(tile, 1), acc, lane);
 #pragma unroll
       for (int j = 0; j < R; ++j) acc[j] = 0.0f;
     }
@@ -238,6 +252,186 @@ __global__ void __launch_bounds__(128, 4) gemv_x8_kernel(const GemvParams p, con
     s = next_s;
 #pragma unroll
     for (int j = 0; j < R; ++j) cur[j] = next[j];
+  }
+}
+
+/// `N` 32-bit words starting at the even byte offset `off` of shared memory `s` (N + 1 aligned loads and a
+/// 16-bit funnel shift when off % 4 == 2).
+template <int N>
+__device__ __forceinline__ void x8_words(const uint8_t* s, int off, uint32_t (&w)[N]) {
+  const uint32_t* a = reinterpret_cast<const uint32_t*>(s + (off & ~3));
+  const int shift = 8 * (off & 2);
+  uint32_t raw[N + 1];
+#pragma unroll
+  for (int i = 0; i <= N; ++i) raw[i] = a[i];
+#pragma unroll
+  for (int i = 0; i < N; ++i) w[i] = funnel_shift_right(raw[i], raw[i + 1], shift);
+}
+
+/// One legacy block (32 values, at the even byte offset `off` of the staged row) against x unit u.
+template <GgmlType T>
+__device__ __forceinline__ float x8_block_dot(const uint8_t* st, int off, const uint8_t* xs, int n, int u) {
+  constexpr bool kMin = T == GgmlType::q4_1 || T == GgmlType::q5_1;  // {d, m, ...}: value = d c + m
+  constexpr int kData = kMin ? 4 : 2;                                  // bytes before qh / qs
+  const float d = quant::half_bits_to_float(*reinterpret_cast<const uint16_t*>(st + off));
+  uint32_t c[8];
+  if constexpr (T == GgmlType::q8_0) {
+    uint32_t w[8];
+    x8_words<8>(st, off + kData, w);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) c[i] = w[i] ^ 0x80808080u;  // code = q + 128
+  } else {
+    constexpr bool kFive = T == GgmlType::q5_0 || T == GgmlType::q5_1;
+    uint32_t w[kFive ? 5 : 4];
+    x8_words<kFive ? 5 : 4>(st, off + kData, w);
+    const uint32_t* qs = kFive ? w + 1 : w;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      c[i] = qs[i] & 0x0F0F0F0Fu;             // values 4i .. 4i + 3
+      c[4 + i] = (qs[i] >> 4) & 0x0F0F0F0Fu;  // values 16 + 4i ..
+    }
+    if constexpr (kFive) {
+      // bit j of qh is the fifth bit of value j: four bits to bit 4 of four bytes by one multiply
+#pragma unroll
+      for (int i = 0; i < 8; ++i) c[i] |= (((w[0] >> (4 * i)) & 0xFu) * 0x02040810u) & 0x10101010u;
+    }
+  }
+  const uint4 h0 = *reinterpret_cast<const uint4*>(xs + 16 * u);
+  const uint4 h1 = *reinterpret_cast<const uint4*>(xs + 16 * (n + u));
+  const uint4 l0 = *reinterpret_cast<const uint4*>(xs + 16 * (2 * n + u));
+  const uint4 l1 = *reinterpret_cast<const uint4*>(xs + 16 * (3 * n + u));
+  const split_int8::Meta m = *reinterpret_cast<const split_int8::Meta*>(xs + 64 * n + 16 * u);
+  const int a = x8_dot16(c, 4, h1, x8_dot16(c, 0, h0, 0));
+  const int b = x8_dot16(c, 4, l1, x8_dot16(c, 0, l0, 0));
+  if constexpr (kMin) {
+    const float mn = quant::half_bits_to_float(*reinterpret_cast<const uint16_t*>(st + off + 2));
+    return m.dx * (d * static_cast<float>(254 * a + b) + mn * static_cast<float>(m.s0 + m.s1));
+  } else {
+    constexpr int kOff = split_int8::kIntegerOffset<T>;
+    return m.dx * (d * static_cast<float>(254 * a + b - kOff * (m.s0 + m.s1)));
+  }
+}
+
+/// Single-token GEMV of a legacy 32-value block type on split-int8 x. A warp owns two rows as in
+/// gemv_x8_kernel; a step is 32 blocks of each row (lane l: block 32 s + l). The blocks are 2-byte aligned
+/// at best, so the warp copies each step's bytes into shared memory with coalesced aligned 16-byte loads
+/// (issued one step ahead) and each lane reads its block from there as aligned words.
+template <GgmlType T>
+__global__ void __launch_bounds__(128, 4) gemv_x8_legacy_kernel(const GemvParams p, const int tiles) {
+  static_assert(kGemvX8Legacy<T>);
+  constexpr int kWarps = 4;
+  constexpr int R = 2;
+  constexpr int kBytes = quant::BlockTraits<T>::bytes;
+  constexpr int kChunks = (32 * kBytes + 15 + 15) / 16;  // one step of a row, with its misalignment
+  constexpr int CPL = (kChunks + 31) / 32;               // chunks per lane
+  // + one spare chunk: x8_words reads one word past a block
+  __shared__ __align__(16) uint4 stage[kWarps][R][32 * CPL + 1];
+  extern __shared__ __align__(16) uint4 x_record[];
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const bool gathered = p.groups != nullptr;
+  if (gathered) {
+    wait_for_producers();
+    allow_dependents();
+  }
+  int matrix = 0, x_row = 0, y_row = 0;
+  if (gathered) {
+    if (static_cast<int>(blockIdx.y) >= *p.n_groups) return;
+    const GemvGroup& g = p.groups[blockIdx.y];
+    if (g.count <= 0) return;
+    matrix = g.matrix;
+    y_row = g.y_row[0];
+    x_row = p.x_row_is_y_row ? y_row : g.x_row[0];
+  }
+  const bool gated = p.weight_up != nullptr;
+  const int n_units = p.k / 32;
+  const int64_t row_bytes = static_cast<int64_t>(n_units) * kBytes;
+  const int steps = (n_units + 31) / 32;
+  const uint8_t* lo[R];
+  const uint8_t* hi[R];
+  const uint8_t* base[R];
+#pragma unroll
+  for (int j = 0; j < R; ++j) {
+    lo[j] = static_cast<const uint8_t*>(gated && j == 1 ? p.weight_up : p.weight);
+    hi[j] = lo[j] + p.weight_bytes;
+    base[j] = lo[j] + static_cast<int64_t>(matrix) * p.matrix_stride_bytes;
+  }
+  auto out_row = [&](int tile, int j) {
+    const int pair = tile * kWarps + warp;
+    return gated ? pair : R * pair + j;
+  };
+  // loads of step (tile, s): the aligned chunks covering blocks [32 s, 32 s + 32) of each row; the
+  // step's byte misalignment (0-15) per row in mis
+  uint4 regs[R][CPL];
+  int mis[R], next_mis[R];
+  auto load = [&](int tile, int s, int (&m)[R]) {
+#pragma unroll
+    for (int j = 0; j < R; ++j) {
+      const int row = out_row(tile, j);
+      const uint8_t* start = base[j] + row * row_bytes + static_cast<int64_t>(32 * s) * kBytes;
+      const int bytes = min(32, n_units - 32 * s) * kBytes;
+      m[j] = static_cast<int>(reinterpret_cast<uintptr_t>(start) & 15);
+      const uint8_t* aligned = start - m[j];
+      const int chunks = row < p.n_rows ? (m[j] + bytes + 15) / 16 : 0;
+#pragma unroll
+      for (int c = 0; c < CPL; ++c) {
+        const int chunk = 32 * c + lane;
+        if (chunk < chunks) regs[j][c] = load_chunk_guarded(aligned + 16 * chunk, lo[j], hi[j]);
+      }
+    }
+  };
+  auto store = [&]() {
+#pragma unroll
+    for (int j = 0; j < R; ++j)
+#pragma unroll
+      for (int c = 0; c < CPL; ++c) stage[warp][j][32 * c + lane] = regs[j][c];
+  };
+
+  int tile = static_cast<int>(blockIdx.x), s = 0;
+  if (tile < tiles) load(tile, s, mis);
+  if (!gathered) {
+    wait_for_producers();
+    allow_dependents();
+  }
+  {
+    const uint4* src = reinterpret_cast<const uint4*>(p.x_q + static_cast<int64_t>(x_row) * p.x_q_stride);
+    for (int i = static_cast<int>(threadIdx.x); i < 5 * n_units; i += 32 * kWarps) x_record[i] = src[i];
+  }
+  store();
+  __syncthreads();
+  const uint8_t* xs = reinterpret_cast<const uint8_t*>(x_record);
+
+  float acc[R] = {};
+  while (tile < tiles) {
+    int next_tile = tile, next_s = s + 1;
+    if (next_s == steps) {
+      next_s = 0;
+      next_tile += static_cast<int>(gridDim.x);
+    }
+    const bool more = next_tile < tiles;
+    if (more) load(next_tile, next_s, next_mis);
+    const int u = 32 * s + lane;
+    if (u < n_units) {
+#pragma unroll
+      for (int j = 0; j < R; ++j) {
+        if (out_row(tile, j) < p.n_rows) {
+          acc[j] += x8_block_dot<T>(reinterpret_cast<const uint8_t*>(stage[warp][j]), mis[j] + lane * kBytes, xs,
+                                    n_units, u);
+        }
+      }
+    }
+    if (s == steps - 1) {
+      x8_finish(p, y_row, out_row(tile, 0), out_row(tile, 1), acc, lane);
+#pragma unroll
+      for (int j = 0; j < R; ++j) acc[j] = 0.0f;
+    }
+    __syncwarp();  // every lane has read the step before it is overwritten
+    if (more) store();
+    __syncwarp();
+    tile = next_tile;
+    s = next_s;
+#pragma unroll
+    for (int j = 0; j < R; ++j) mis[j] = next_mis[j];
   }
 }
 
@@ -253,17 +447,26 @@ inline bool gemv_x8_applies(const GemvParams& p) {
     return false;
   } else {
     const int tokens = p.groups ? p.max_tokens_per_group : p.n_tokens;
-    return p.x_q != nullptr && tokens == 1 && p.k % 256 == 0 && x_int8_record_bytes(p.k) <= kGemvX8MaxRecordBytes &&
-           reinterpret_cast<uintptr_t>(p.weight) % 16 == 0 &&
-           (p.weight_up == nullptr || reinterpret_cast<uintptr_t>(p.weight_up) % 16 == 0) &&
-           p.matrix_stride_bytes % 16 == 0 && gemv_int8_enabled();
+    // the K-quant kernel loads super-blocks as 16-byte words: rows and matrices 16-byte aligned
+    const bool aligned = kGemvX8Legacy<T> ||
+                         (reinterpret_cast<uintptr_t>(p.weight) % 16 == 0 &&
+                          (p.weight_up == nullptr || reinterpret_cast<uintptr_t>(p.weight_up) % 16 == 0) &&
+                          p.matrix_stride_bytes % 16 == 0);
+    const int block = kGemvX8KQuant<T> ? 256 : 32;
+    return p.x_q != nullptr && tokens == 1 && p.k % block == 0 && x_int8_record_bytes(p.k) <= kGemvX8MaxRecordBytes &&
+           aligned && gemv_int8_enabled();
   }
 }
 
 template <GgmlType T>
 void launch_gemv_x8(const GemvParams& p, cudaStream_t stream) {
   if constexpr (kGemvX8Type<T>) {
-    auto* kernel = gemv_x8_kernel<T>;
+    void (*kernel)(const GemvParams, const int) = nullptr;
+    if constexpr (kGemvX8KQuant<T>) {
+      kernel = gemv_x8_kernel<T>;
+    } else {
+      kernel = gemv_x8_legacy_kernel<T>;
+    }
     const int smem = static_cast<int>(x_int8_record_bytes(p.k));
     LATTE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     const int64_t pairs = p.weight_up ? p.n_rows : (p.n_rows + 1) / 2;

@@ -8,6 +8,7 @@
 
 #include "cuda/activations.hpp"
 #include "cuda/moe_dispatch.hpp"
+#include "cuda/x_int8.hpp"
 
 namespace latte::cuda {
 namespace {
@@ -83,6 +84,10 @@ MoeWorkspace::MoeWorkspace(const MoeWorkspaceShape& shape) : shape_(shape) {
   up_out = DeviceBuffer<float>(slots * static_cast<size_t>(shape.ffn), "MoE up output");
   act_bf16 = DeviceBuffer<__nv_bfloat16>(slots * static_cast<size_t>(shape.ffn), "MoE activations (bf16)");
   down_out = DeviceBuffer<float>(slots * static_cast<size_t>(shape.hidden), "MoE down output");
+  if (shape.ffn % 32 == 0) {
+    act_q = DeviceBuffer<uint8_t>(static_cast<size_t>(shape.k) * static_cast<size_t>(x_int8_record_bytes(shape.ffn)),
+                                  "MoE activations (int8)");
+  }
 }
 
 void moe_experts_decode(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeExpertsCall& c, cudaStream_t stream) {
@@ -144,6 +149,19 @@ void moe_experts_decode(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeEx
                                      .max_tokens_per_group = c.n_tokens},
                           w.down);
   d.x_row_is_y_row = true;  // the groups' x rows are tokens; down reads the slot's activations
+  if (c.x_q != nullptr && c.n_tokens == 1 && ws.act_q.size() > 0 && gemv_reads_x_int8(w.down.type, w.ffn)) {
+    // the single token's k slots of activations as records, for the split-int8 down GEMV
+    const int64_t stride = x_int8_record_bytes(w.ffn);
+    quantize_x_int8({.x = ws.gate_out.data(),
+                     .x_stride = w.ffn,
+                     .rows = pairs,
+                     .k = w.ffn,
+                     .out = ws.act_q.data(),
+                     .out_stride = stride},
+                    stream);
+    d.x_q = ws.act_q.data();
+    d.x_q_stride = stride;
+  }
   gemv_quant(d, stream);
   combine_slots(w, ws, c, stream);
 }

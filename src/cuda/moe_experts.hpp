@@ -64,6 +64,7 @@ class MoeWorkspace {
   DeviceBuffer<float> up_out;            ///< fp32 [T k, F]
   DeviceBuffer<__nv_bfloat16> act_bf16;  ///< bf16 [T k, F] prefill input of down
   DeviceBuffer<float> down_out;          ///< fp32 [T k, H]
+  DeviceBuffer<uint8_t> act_q;           ///< single-token decode: down's input as split-int8 records [k]
 
  private:
   MoeWorkspaceShape shape_;
@@ -88,7 +89,8 @@ struct MoeExpertsCall {
   int held_first = -1;
 };
 
-/// Decode path (n_tokens <= 8, fp32 x). Throws Error on violated preconditions.
+/// Decode path (n_tokens <= 8, fp32 x; with x_q and one token the GEMVs read split-int8 records, the
+/// down projection's made from the gated activations). Throws Error on violated preconditions.
 void moe_experts_decode(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeExpertsCall& call, cudaStream_t stream);
 /// Prefill path (any n_tokens up to the workspace, bf16 x). Expert types need a fused GEMM.
 void moe_experts_prefill(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeExpertsCall& call, cudaStream_t stream);

@@ -73,9 +73,9 @@ DecodedRecord decode_record(const std::vector<uint8_t>& rec, int k) {
     float dx254 = 0.0f;
     std::memcpy(&dx254, &rec[static_cast<size_t>(64 * n + 16 * u)], 4);
     for (int i = 0; i < 32; ++i) {
-      const int half = i / 16, j = i % 16;
-      const auto hi = static_cast<int8_t>(rec[static_cast<size_t>(16 * (half * n + u) + j)]);
-      const auto lo = static_cast<int8_t>(rec[static_cast<size_t>(16 * ((2 + half) * n + u) + j)]);
+      const int part = i / 16, j = i % 16;
+      const auto hi = static_cast<int8_t>(rec[static_cast<size_t>(16 * (part * n + u) + j)]);
+      const auto lo = static_cast<int8_t>(rec[static_cast<size_t>(16 * ((2 + part) * n + u) + j)]);
       d.values[static_cast<size_t>(32 * u + i)] = static_cast<double>(dx254) * (254.0 * hi + lo);
       d.dx[static_cast<size_t>(32 * u + i)] = 254.0 * dx254;
     }
@@ -137,9 +137,9 @@ TEST_CASE("split-int8 records: every value within dx / 508 of x, NaN spreads to 
       int32_t s[2] = {0, 0}, stored[2];
       std::memcpy(stored, &row[static_cast<size_t>(64 * n + 16 * u + 4)], 8);
       for (int i = 0; i < 32; ++i) {
-        const int half = i / 16, j = i % 16;
-        s[half] += 254 * static_cast<int8_t>(row[static_cast<size_t>(16 * (half * n + u) + j)]) +
-                   static_cast<int8_t>(row[static_cast<size_t>(16 * ((2 + half) * n + u) + j)]);
+        const int part = i / 16, j = i % 16;
+        s[part] += 254 * static_cast<int8_t>(row[static_cast<size_t>(16 * (part * n + u) + j)]) +
+                   static_cast<int8_t>(row[static_cast<size_t>(16 * ((2 + part) * n + u) + j)]);
       }
       CHECK(s[0] == stored[0]);
       CHECK(s[1] == stored[1]);
@@ -147,15 +147,22 @@ TEST_CASE("split-int8 records: every value within dx / 508 of x, NaN spreads to 
   }
 }
 
-TEST_CASE("gemv on split-int8 x: Q4_K and Q5_K, dense rows and tiles walked, within the record's bound") {
+TEST_CASE("gemv on split-int8 x: K-quant and legacy types, dense rows and tiles walked, within the record's bound") {
   Rng rng;
   struct Shape {
     int64_t rows, k;
   };
   // 4400 x 2048: more tiles than one wave of blocks (blocks walk tiles); 37 x 2816: two items per lane,
-  // the second partial, an odd row count; 5 x 256: 4 of 32 lanes busy.
-  for (GgmlType type : {GgmlType::q4_k, GgmlType::q5_k}) {
-    for (const Shape s : {Shape{4400, 2048}, Shape{37, 2816}, Shape{5, 256}}) {
+  // the second partial, an odd row count; 5 x 256: 4 of 32 lanes busy. Legacy types: 37 x 1408 (rows of
+  // 44 blocks, 8-byte aligned for Q8_0: two steps, the second partial), 3 x 96.
+  const std::vector<Shape> kquant = {{4400, 2048}, {37, 2816}, {5, 256}};
+  const std::vector<Shape> legacy = {{37, 1408}, {3, 96}};
+  for (GgmlType type : {GgmlType::q4_k, GgmlType::q5_k, GgmlType::q8_0, GgmlType::q5_0, GgmlType::q4_0,
+                        GgmlType::q4_1, GgmlType::q5_1}) {
+    const bool is_k = latte::type_traits(type).block_values == 256;
+    std::vector<Shape> shapes = is_k ? kquant : legacy;
+    if (type == GgmlType::q8_0) shapes.push_back({4400, 2048});
+    for (const Shape s : shapes) {
       CAPTURE(latte::type_name(type));
       CAPTURE(s.rows);
       CAPTURE(s.k);
@@ -381,4 +388,64 @@ TEST_CASE("split-int8 records and the int8 GEMV reject violated preconditions wi
                                          .out_q_stride = 160},
                                         nullptr),
                   latte::Error);  // n not a multiple of 32
+}
+
+TEST_CASE("gemv on split-int8 x: legacy types over gathered groups reading x at y_row (the MoE down)") {
+  Rng rng;
+  const int64_t rows = 260, k = 1408, experts = 3;
+  for (GgmlType type : {GgmlType::q8_0, GgmlType::q5_0}) {
+    CAPTURE(latte::type_name(type));
+    const Matrix w = random_matrix(type, rows * experts, k, rng);
+    const auto dw = upload(w.bytes);
+    const int64_t matrix_bytes = static_cast<int64_t>(latte::row_bytes(type, k)) * rows;
+    // slot 2 through expert 1, slot 0 through expert 2 (x rows are the slots: x_row_is_y_row)
+    const std::vector<latte::cuda::GemvGroup> groups = {{.matrix = 1, .count = 1, .x_row = {0}, .y_row = {2}},
+                                                        {.matrix = 2, .count = 1, .x_row = {1}, .y_row = {0}}};
+    const std::vector<int32_t> n_groups = {2};
+    const auto dgroups = upload(groups);
+    const auto dn = upload(n_groups);
+    const auto x = random_vector(static_cast<size_t>(3 * k), rng);
+    const auto dx = upload(x);
+    const auto rec = records_of(dx, 3, static_cast<int>(k));
+    const auto rec_host = download(rec.data(), rec.size());
+    const int64_t stride = latte::cuda::x_int8_record_bytes(k);
+    latte::cuda::DeviceBuffer<float> x_nan(static_cast<size_t>(3 * k));
+    poison(x_nan.data(), x_nan.bytes());
+    latte::cuda::DeviceBuffer<float> y(static_cast<size_t>(3 * rows));
+    poison(y.data(), y.bytes());
+    latte::cuda::gemv_quant({.type = type,
+                             .weight = dw.data(),
+                             .weight_bytes = static_cast<int64_t>(w.bytes.size()),
+                             .matrix_stride_bytes = matrix_bytes,
+                             .n_rows = static_cast<int>(rows),
+                             .k = static_cast<int>(k),
+                             .x = x_nan.data(),
+                             .x_stride = k,
+                             .y = y.data(),
+                             .y_stride = rows,
+                             .groups = dgroups.data(),
+                             .n_groups = dn.data(),
+                             .max_groups = 2,
+                             .max_tokens_per_group = 1,
+                             .x_row_is_y_row = true,
+                             .x_q = rec.data(),
+                             .x_q_stride = stride},
+                            nullptr);
+    const auto got = download(y.data(), y.size());
+    int bad = 0;
+    for (const auto& g : groups) {
+      const int slot = g.y_row[0];
+      const std::vector<uint8_t> row(rec_host.begin() + slot * stride, rec_host.begin() + (slot + 1) * stride);
+      const DecodedRecord d = decode_record(row, static_cast<int>(k));
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* wr = &w.values[static_cast<size_t>((g.matrix * rows + r) * k)];
+        const float* xs = &x[static_cast<size_t>(slot * k)];
+        bad += !(std::abs(got[static_cast<size_t>(slot * rows + r)] - dot(wr, xs, k)) <= x8_bound(wr, xs, d.dx, k));
+      }
+    }
+    CHECK(bad == 0);
+    int untouched = 0;
+    for (int64_t r = 0; r < rows; ++r) untouched += std::isnan(got[static_cast<size_t>(rows + r)]);
+    CHECK(untouched == rows);
+  }
 }
