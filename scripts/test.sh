@@ -2,7 +2,7 @@
 # Builds latte and runs its test suite, as CI does:
 #   1. the main build (CUDA kernels compiled for sm_90a/sm_100/sm_120 when nvcc is present), warnings
 #      as errors, and every CPU test (each once per attention backend), CLI and package tests; then the
-#      fused decode step's kernel on the CPU emulation of CUDA (when the CUDA headers are there);
+#      fused decode step's and the GEMVs' kernels on the CPU emulation of CUDA (when the CUDA headers are there);
 #   2. an AddressSanitizer + UndefinedBehaviorSanitizer build of the CPU suite (LeakSanitizer on);
 #   3. a ThreadSanitizer build of the library and latte_thread_tests (sessions on several threads);
 #   4. the libFuzzer harnesses (scripts/fuzz.sh), each for LATTE_FUZZ_SECONDS (default 10), when
@@ -25,6 +25,10 @@ if [ -f "${CUDA_HOME:-/usr/local/cuda}/include/cuda_runtime.h" ]; then
   LATTE_EMU_ONLY=fused tests/emulation/build.sh build-emu-fused >/dev/null
   LATTE_EMU_ORDER=random LATTE_EMU_SMS=5 build-emu-fused/latte_emulated_gpu_tests
   echo "test.sh: emulated fused step done at $SECONDS s"
+  # the GEMV kernels (fp32 and split-int8 x) and the int8 records likewise, against float64 products
+  LATTE_EMU_ONLY=gemv tests/emulation/build.sh build-emu-gemv >/dev/null
+  build-emu-gemv/latte_emulated_gpu_tests
+  echo "test.sh: emulated GEMVs done at $SECONDS s"
 fi
 
 if [ "${LATTE_SKIP_SANITIZERS:-0}" != 1 ]; then

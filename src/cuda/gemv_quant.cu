@@ -63,7 +63,9 @@ void gemv_quant(const GemvParams& p, cudaStream_t stream) {
                     p.matrix_stride_bytes % 16 == 0,
                 "float weights must be 16-byte aligned (and so must matrix_stride_bytes)");
   }
-  if (p.groups == nullptr) {
+  if (p.choice_ids != nullptr) {
+    // checked below, with the split-int8 path
+  } else if (p.groups == nullptr) {
     require_arg(p.n_tokens >= 1 && p.n_tokens <= gemv_max_tokens,
                 "n_tokens = " + std::to_string(p.n_tokens) + " outside 1..8 (use the GEMM)");
   } else {
@@ -72,6 +74,16 @@ void gemv_quant(const GemvParams& p, cudaStream_t stream) {
     require_arg(p.max_tokens_per_group >= 1 && p.max_tokens_per_group <= gemv_max_tokens,
                 "max_tokens_per_group outside 1..8");
     require_arg(p.matrix_stride_bytes >= rb * p.n_rows, "matrix_stride_bytes is smaller than one matrix");
+  }
+  if (p.choice_ids != nullptr) {
+    require_arg(p.groups == nullptr && p.x_q != nullptr && p.max_groups >= 1 && p.max_groups <= 65535 &&
+                    p.matrix_stride_bytes >= rb * p.n_rows,
+                "choice_ids needs x_q, no groups, max_groups in 1..65535 and a matrix stride");
+    bool reads = false;
+    GemvTypes::dispatch(p.type, [&]<GgmlType T>() { reads = gemv_x8_applies<T>(p); });
+    if (!reads) {
+      throw Error(ErrorCode::unsupported, "gemv_quant: choice_ids needs the split-int8 GEMV (type " + type_name + ")");
+    }
   }
   if (p.x_q != nullptr) {
     require_arg(reinterpret_cast<uintptr_t>(p.x_q) % 16 == 0 && p.x_q_stride % 16 == 0 && p.k % 32 == 0 &&

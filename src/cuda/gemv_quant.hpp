@@ -55,6 +55,10 @@ struct GemvParams {
   /// instead of x, with integer dot products (gemv_x8_kernel.cuh; LATTE_GEMV_INT8=0: never).
   const uint8_t* x_q = nullptr;
   int64_t x_q_stride = 0;  ///< bytes between records, a multiple of 16
+  /// Optional, with x_q (split-int8 path only): one token's expert choices (device, max_groups of them):
+  /// group j multiplies matrix choice_ids[j] (clamped to the stack) with x row 0 (x_row_is_y_row: row j)
+  /// into y row j. Single-token MoE decode without the sort into groups.
+  const int32_t* choice_ids = nullptr;
 };
 
 /// Launches y = W x (see GemvParams). Throws Error(invalid_argument) on a violated precondition and

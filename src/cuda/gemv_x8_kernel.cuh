@@ -135,6 +135,27 @@ __device__ __forceinline__ float x8_item_dot(const X8Item& w, int item, const ui
   return x8_unit(ca, xs, n, 2 * item, sa, oa) + x8_unit(cb, xs, n, 2 * item + 1, sb, ob);
 }
 
+/// This block's matrix, x row and y row (gathered groups: blockIdx.y's; choices: choice blockIdx.y's);
+/// false when the block has nothing to do.
+__device__ __forceinline__ bool x8_group(const GemvParams& p, int& matrix, int& x_row, int& y_row) {
+  const int j = static_cast<int>(blockIdx.y);
+  if (p.choice_ids != nullptr) {
+    const int n_matrices = static_cast<int>(p.weight_bytes / p.matrix_stride_bytes);
+    matrix = min(max(p.choice_ids[j], 0), n_matrices - 1);
+    y_row = j;
+    x_row = p.x_row_is_y_row ? j : 0;
+    return true;
+  }
+  if (p.groups == nullptr) return true;
+  if (j >= *p.n_groups) return false;
+  const GemvGroup& g = p.groups[j];
+  if (g.count <= 0) return false;
+  matrix = g.matrix;
+  y_row = g.y_row[0];
+  x_row = p.x_row_is_y_row ? y_row : g.x_row[0];
+  return true;
+}
+
 /// Reduces a warp's two row sums and writes them (lane 0): gated silu(acc0) * acc1 at row r0, else rows
 /// r0 and r1; + residual or as bf16 as the launch asks. Every lane calls it.
 __device__ __forceinline__ void x8_finish(const GemvParams& p, int y_row, int r0, int r1, float (&acc)[2], int lane) {
@@ -176,20 +197,13 @@ __global__ void __launch_bounds__(128, 4) gemv_x8_kernel(const GemvParams p, con
   extern __shared__ __align__(16) uint4 x_record[];
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
-  const bool gathered = p.groups != nullptr;
+  const bool gathered = p.groups != nullptr || p.choice_ids != nullptr;
   if (gathered) {  // the group table is another kernel's output
     wait_for_producers();
     allow_dependents();
   }
   int matrix = 0, x_row = 0, y_row = 0;
-  if (gathered) {
-    if (static_cast<int>(blockIdx.y) >= *p.n_groups) return;
-    const GemvGroup& g = p.groups[blockIdx.y];
-    if (g.count <= 0) return;
-    matrix = g.matrix;
-    y_row = g.y_row[0];
-    x_row = p.x_row_is_y_row ? y_row : g.x_row[0];
-  }
+  if (!x8_group(p, matrix, x_row, y_row)) return;
 
   const bool gated = p.weight_up != nullptr;
   const int64_t row_bytes = static_cast<int64_t>(p.k) / 256 * quant::BlockTraits<T>::bytes;
@@ -329,20 +343,13 @@ __global__ void __launch_bounds__(128, 4) gemv_x8_legacy_kernel(const GemvParams
   extern __shared__ __align__(16) uint4 x_record[];
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
-  const bool gathered = p.groups != nullptr;
+  const bool gathered = p.groups != nullptr || p.choice_ids != nullptr;
   if (gathered) {
     wait_for_producers();
     allow_dependents();
   }
   int matrix = 0, x_row = 0, y_row = 0;
-  if (gathered) {
-    if (static_cast<int>(blockIdx.y) >= *p.n_groups) return;
-    const GemvGroup& g = p.groups[blockIdx.y];
-    if (g.count <= 0) return;
-    matrix = g.matrix;
-    y_row = g.y_row[0];
-    x_row = p.x_row_is_y_row ? y_row : g.x_row[0];
-  }
+  if (!x8_group(p, matrix, x_row, y_row)) return;
   const bool gated = p.weight_up != nullptr;
   const int n_units = p.k / 32;
   const int64_t row_bytes = static_cast<int64_t>(n_units) * kBytes;
@@ -446,7 +453,7 @@ inline bool gemv_x8_applies(const GemvParams& p) {
   if constexpr (!kGemvX8Type<T>) {
     return false;
   } else {
-    const int tokens = p.groups ? p.max_tokens_per_group : p.n_tokens;
+    const int tokens = p.choice_ids ? 1 : p.groups ? p.max_tokens_per_group : p.n_tokens;
     // the K-quant kernel loads super-blocks as 16-byte words: rows and matrices 16-byte aligned
     const bool aligned = kGemvX8Legacy<T> ||
                          (reinterpret_cast<uintptr_t>(p.weight) % 16 == 0 &&
@@ -471,7 +478,7 @@ void launch_gemv_x8(const GemvParams& p, cudaStream_t stream) {
     LATTE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     const int64_t pairs = p.weight_up ? p.n_rows : (p.n_rows + 1) / 2;
     const int tiles = static_cast<int>((pairs + 3) / 4);
-    const int groups = p.groups ? p.max_groups : 1;
+    const int groups = p.groups || p.choice_ids ? p.max_groups : 1;
     int device = 0;
     LATTE_CUDA_CHECK(cudaGetDevice(&device));
     // one wave of resident blocks over all groups; each walks an equal share of its group's tiles

@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "cuda/activations.hpp"
+#include "cuda/check.hpp"
 #include "cuda/moe_dispatch.hpp"
 #include "cuda/x_int8.hpp"
 
@@ -65,6 +67,52 @@ void combine_slots(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeExperts
               stream);
 }
 
+// One token, every expert held, split-int8 GEMVs: choice j of the token goes through expert ids[j] into
+// slot j, straight from the router's ids (no sort into groups), and the combine reads the slots in order.
+void decode_one_token(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeExpertsCall& c, cudaStream_t stream) {
+  GemvParams g = on_stack(GemvParams{.n_rows = w.ffn,
+                                     .k = w.hidden,
+                                     .x = c.x,
+                                     .x_stride = c.x_stride,
+                                     .y = ws.gate_out.data(),
+                                     .y_stride = w.ffn,
+                                     .max_groups = c.k,
+                                     .x_q = c.x_q,
+                                     .x_q_stride = c.x_q_stride,
+                                     .choice_ids = c.ids},
+                          w.gate);
+  g.weight_up = w.up.data;
+  gemv_quant(g, stream);
+  const int64_t stride = x_int8_record_bytes(w.ffn);
+  quantize_x_int8(
+      {.x = ws.gate_out.data(), .x_stride = w.ffn, .rows = c.k, .k = w.ffn, .out = ws.act_q.data(), .out_stride = stride},
+      stream);
+  GemvParams d = on_stack(GemvParams{.n_rows = w.hidden,
+                                     .k = w.ffn,
+                                     .x = ws.gate_out.data(),
+                                     .x_stride = w.ffn,
+                                     .y = ws.down_out.data(),
+                                     .y_stride = w.hidden,
+                                     .max_groups = c.k,
+                                     .x_row_is_y_row = true,
+                                     .x_q = ws.act_q.data(),
+                                     .x_q_stride = stride,
+                                     .choice_ids = c.ids},
+                          w.down);
+  gemv_quant(d, stream);
+  moe_combine({.expert_out = ws.down_out.data(),
+               .ld = w.hidden,
+               .slot_of_pair = ws.choice_slots.data(),
+               .weights = c.weights,
+               .n_tokens = 1,
+               .k = c.k,
+               .hidden = w.hidden,
+               .out = c.out,
+               .out_stride = c.out_stride,
+               .accumulate = c.accumulate},
+              stream);
+}
+
 }  // namespace
 
 MoeWorkspace::MoeWorkspace(const MoeWorkspaceShape& shape) : shape_(shape) {
@@ -84,6 +132,11 @@ MoeWorkspace::MoeWorkspace(const MoeWorkspaceShape& shape) : shape_(shape) {
   up_out = DeviceBuffer<float>(slots * static_cast<size_t>(shape.ffn), "MoE up output");
   act_bf16 = DeviceBuffer<__nv_bfloat16>(slots * static_cast<size_t>(shape.ffn), "MoE activations (bf16)");
   down_out = DeviceBuffer<float>(slots * static_cast<size_t>(shape.hidden), "MoE down output");
+  std::vector<int32_t> identity(static_cast<size_t>(shape.k));
+  for (int j = 0; j < shape.k; ++j) identity[static_cast<size_t>(j)] = j;
+  choice_slots = DeviceBuffer<int32_t>(identity.size(), "MoE choice slots");
+  LATTE_CUDA_CHECK(cudaMemcpy(choice_slots.data(), identity.data(), identity.size() * sizeof(int32_t),
+                              cudaMemcpyHostToDevice));
   if (shape.ffn % 32 == 0) {
     act_q = DeviceBuffer<uint8_t>(static_cast<size_t>(shape.k) * static_cast<size_t>(x_int8_record_bytes(shape.ffn)),
                                   "MoE activations (int8)");
@@ -98,6 +151,12 @@ void moe_experts_decode(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeEx
   if (!c.x) throw Error(ErrorCode::invalid_argument, "moe_experts_decode: x (fp32) must be set");
   if (c.n_tokens == 0) return;
   const int pairs = c.n_tokens * c.k;
+  if (c.n_tokens == 1 && c.held_first < 0 && c.x_q != nullptr && ws.act_q.size() > 0 &&
+      w.gate.type == w.up.type && w.gate.matrix_stride_bytes == w.up.matrix_stride_bytes &&
+      gemv_reads_x_int8(w.gate.type, w.hidden) && gemv_reads_x_int8(w.down.type, w.ffn)) {
+    decode_one_token(w, ws, c, stream);
+    return;
+  }
   const int max_groups = moe_max_groups(pairs, w.n_experts);
   MoeSortParams sort = sort_params(w, ws, c);
   sort.groups = ws.groups.data();
