@@ -5,6 +5,7 @@
 #   tests/emulation/build.sh [build-dir] [extra compiler flags...]   (objects are rebuilt when stale)
 #   LATTE_EMU_ONLY=fused tests/emulation/build.sh DIR                  (only the fused decode step)
 #   LATTE_EMU_ONLY=gemv tests/emulation/build.sh DIR                   (only the GEMV kernels)
+#   LATTE_EMU_ONLY=decode-attention tests/emulation/build.sh DIR       (only the decode attention kernels)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -50,6 +51,12 @@ tests=("$root"/tests/gpu/attention_*.cpp "$root"/tests/gpu/decode_step_test.cpp 
 if [ "${LATTE_EMU_ONLY:-}" = fused ]; then
   kernels=(rope_yarn decode_step_kernel)
   tests=("$root"/tests/gpu/decode_step_test.cpp)
+fi
+# LATTE_EMU_ONLY=decode-attention: only the MLA and standard decode kernels, their split combine and tests
+if [ "${LATTE_EMU_ONLY:-}" = decode-attention ]; then
+  kernels=(split_kv_combine mla_decode mla_decode_wide standard_decode kv_cache_append)
+  tests=("$root"/tests/gpu/attention_mla_decode.cpp "$root"/tests/gpu/attention_standard_decode.cpp)
+  sources=("${sources[@]/*decode_step.cpp/}")
 fi
 # LATTE_EMU_ONLY=gemv: only the GEMV kernels and their test
 if [ "${LATTE_EMU_ONLY:-}" = gemv ]; then
