@@ -8,6 +8,7 @@
 #include "cuda/gemm_bf16.hpp"
 #include "cuda/gemm_quant.hpp"
 #include "cuda/gemv_quant.hpp"
+#include "cuda/x_int8.hpp"
 #include "cuda/kv_cache_append.hpp"
 #include "cuda/linear.hpp"
 #include "cuda/mla_decode.hpp"
@@ -189,7 +190,8 @@ class HeadGroups {
 
 /// y[t, h] = M_h x[t, h] for every row t and head h, one launch (M_h: matrix h of `stack`, `rows_per_head` rows).
 void per_head_gemv(const DeviceMatrix& stack, int64_t rows_per_head, HeadGroups::Groups g, const float* x,
-                   int64_t x_stride, float* y, int64_t y_stride, cudaStream_t stream, __nv_bfloat16* y_bf16 = nullptr) {
+                   int64_t x_stride, float* y, int64_t y_stride, cudaStream_t stream, __nv_bfloat16* y_bf16 = nullptr,
+                   const uint8_t* x_q = nullptr) {
   if (g.n > 65535) {
     throw Error(ErrorCode::unsupported, "cuda attention: " + std::to_string(g.n) + " head groups exceed one launch");
   }
@@ -207,7 +209,9 @@ void per_head_gemv(const DeviceMatrix& stack, int64_t rows_per_head, HeadGroups:
               .groups = g.groups,
               .n_groups = g.count,
               .max_groups = g.n,
-              .max_tokens_per_group = g.max_tokens},
+              .max_tokens_per_group = g.max_tokens,
+              .x_q = x_q,
+              .x_q_stride = x_q ? x_int8_record_bytes(stack.k) : 0},
              stream);
 }
 
@@ -256,7 +260,16 @@ class CudaMlaBackend final : public CudaAttentionBackend {
     __nv_bfloat16* q_rope_bf16 = grow_scratch(q_rope_bf16_, TN * R, "mla q_rope bf16");
     float* o_lat = grow_scratch(o_lat_, TN * L, "mla o_lat");
     const HeadGroups::Groups groups = groups_.get(T, N);
-    per_head_gemv(w.k_b, L, groups, in.q, qk, nullptr, L, stream, q_lat_bf16);  // bf16 for the kernel
+    // one token: each head's q_nope as a split-int8 record for the int8 GEMV (W_UK's rows are short)
+    uint8_t* q_nope_q = nullptr;
+    if (T == 1 && gemv_reads_x_int8(w.k_b.type, P)) {
+      const int64_t stride = x_int8_record_bytes(P);
+      q_nope_q = grow_scratch(q_nope_q_, TN * static_cast<size_t>(stride), "mla q_nope int8");
+      quantize_x_int8({.x = in.q, .x_stride = qk, .rows = static_cast<int>(TN), .k = P, .out = q_nope_q,
+                       .out_stride = stride},
+                      stream);
+    }
+    per_head_gemv(w.k_b, L, groups, in.q, qk, nullptr, L, stream, q_lat_bf16, q_nope_q);  // bf16 for the kernel
     convert_to_bf16(in.q + P, qk, q_rope_bf16, R, static_cast<int>(TN), R, stream);
 
     MlaDecodeParams p{.q_latent = q_lat_bf16,
@@ -407,6 +420,7 @@ class CudaMlaBackend final : public CudaAttentionBackend {
   HeadGroups groups_;
   DeviceBuffer<float> o_lat_;
   DeviceBuffer<__nv_bfloat16> q_lat_bf16_, q_rope_bf16_;
+  DeviceBuffer<uint8_t> q_nope_q_;  // one token: q_nope per head as split-int8 records
   DeviceBuffer<std::byte> workspace_;
 };
 

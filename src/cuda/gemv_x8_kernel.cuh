@@ -442,6 +442,105 @@ __global__ void __launch_bounds__(128, 4) gemv_x8_legacy_kernel(const GemvParams
   }
 }
 
+/// gemv_x8_legacy_kernel for short rows of G = 1, 2, 4, 8 or 16 blocks (not gated), e.g. the per-head
+/// W_UK (k = 128): consecutive rows are consecutive blocks, so one staged step of 32 blocks covers 32 / G
+/// rows; lane l takes block l % G of row l / G and the G lanes of a row sum through shuffles. A warp owns
+/// two such steps (2 x 32 / G rows) per tile.
+template <GgmlType T>
+__global__ void __launch_bounds__(128, 4) gemv_x8_short_rows_kernel(const GemvParams p, const int tiles) {
+  static_assert(kGemvX8Legacy<T>);
+  constexpr int kWarps = 4;
+  constexpr int R = 2;
+  constexpr int kBytes = quant::BlockTraits<T>::bytes;
+  constexpr int kChunks = (32 * kBytes + 15 + 15) / 16;
+  constexpr int CPL = (kChunks + 31) / 32;
+  __shared__ __align__(16) uint4 stage[kWarps][R][32 * CPL + 1];
+  extern __shared__ __align__(16) uint4 x_record[];
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const bool gathered = p.groups != nullptr || p.choice_ids != nullptr;
+  if (gathered) {
+    wait_for_producers();
+    allow_dependents();
+  }
+  int matrix = 0, x_row = 0, y_row = 0;
+  if (!x8_group(p, matrix, x_row, y_row)) return;
+  const int G = p.k / 32;          // blocks per row (a power of two below 32)
+  const int rows_per_step = 32 / G;
+  const int64_t row_bytes = static_cast<int64_t>(G) * kBytes;
+  const uint8_t* lo = static_cast<const uint8_t*>(p.weight);
+  const uint8_t* hi = lo + p.weight_bytes;
+  const uint8_t* base = lo + static_cast<int64_t>(matrix) * p.matrix_stride_bytes;
+  auto first_row = [&](int tile, int j) { return ((tile * kWarps + warp) * R + j) * rows_per_step; };
+  uint4 regs[R][CPL];
+  int mis[R], next_mis[R];
+  auto load = [&](int tile, int (&m)[R]) {
+#pragma unroll
+    for (int j = 0; j < R; ++j) {
+      const int r0 = first_row(tile, j);
+      const uint8_t* start = base + r0 * row_bytes;
+      const int bytes = static_cast<int>(max(0, min(rows_per_step, p.n_rows - r0)) * row_bytes);
+      m[j] = static_cast<int>(reinterpret_cast<uintptr_t>(start) & 15);
+      const int chunks = bytes > 0 ? (m[j] + bytes + 15) / 16 : 0;
+#pragma unroll
+      for (int c = 0; c < CPL; ++c) {
+        const int chunk = 32 * c + lane;
+        if (chunk < chunks) regs[j][c] = load_chunk_guarded(start - m[j] + 16 * chunk, lo, hi);
+      }
+    }
+  };
+  auto store = [&]() {
+#pragma unroll
+    for (int j = 0; j < R; ++j)
+#pragma unroll
+      for (int c = 0; c < CPL; ++c) stage[warp][j][32 * c + lane] = regs[j][c];
+  };
+
+  int tile = static_cast<int>(blockIdx.x);
+  if (tile < tiles) load(tile, mis);
+  if (!gathered) {
+    wait_for_producers();
+    allow_dependents();
+  }
+  {
+    const uint4* src = reinterpret_cast<const uint4*>(p.x_q + static_cast<int64_t>(x_row) * p.x_q_stride);
+    for (int i = static_cast<int>(threadIdx.x); i < 5 * G; i += 32 * kWarps) x_record[i] = src[i];
+  }
+  store();
+  __syncthreads();
+  const uint8_t* xs = reinterpret_cast<const uint8_t*>(x_record);
+  const int64_t y0 = static_cast<int64_t>(y_row) * p.y_stride;
+  const float* rrow = p.residual ? p.residual + y0 : nullptr;
+
+  while (tile < tiles) {
+    const int next_tile = tile + static_cast<int>(gridDim.x);
+    const bool more = next_tile < tiles;
+    if (more) load(next_tile, next_mis);
+#pragma unroll
+    for (int j = 0; j < R; ++j) {
+      const int row = first_row(tile, j) + lane / G;
+      float v = 0.0f;
+      if (row < p.n_rows) {
+        v = x8_block_dot<T>(reinterpret_cast<const uint8_t*>(stage[warp][j]), mis[j] + lane * kBytes, xs, G, lane % G);
+      }
+      for (int o = 1; o < G; o *= 2) v += __shfl_xor_sync(0xffffffffu, v, o);  // the row's G lanes
+      if (lane % G == 0 && row < p.n_rows) {
+        if (p.y_bf16 != nullptr) {
+          p.y_bf16[y0 + row] = __float2bfloat16_rn(v);
+        } else {
+          p.y[y0 + row] = rrow ? v + rrow[row] : v;
+        }
+      }
+    }
+    __syncwarp();  // every lane has read the step before it is overwritten
+    if (more) store();
+    __syncwarp();
+    tile = next_tile;
+#pragma unroll
+    for (int j = 0; j < R; ++j) mis[j] = next_mis[j];
+  }
+}
+
 int gemv_resident_blocks(const void* kernel, int smem);
 
 /// Shared memory the record of x may take (k up to 26214).
@@ -469,14 +568,18 @@ template <GgmlType T>
 void launch_gemv_x8(const GemvParams& p, cudaStream_t stream) {
   if constexpr (kGemvX8Type<T>) {
     void (*kernel)(const GemvParams, const int) = nullptr;
+    const int units = p.k / 32;
+    // rows of 1-16 blocks (a power of two), not gated: several rows per staged step
+    const bool short_rows = kGemvX8Legacy<T> && units < 32 && (units & (units - 1)) == 0 && p.weight_up == nullptr;
     if constexpr (kGemvX8KQuant<T>) {
       kernel = gemv_x8_kernel<T>;
     } else {
-      kernel = gemv_x8_legacy_kernel<T>;
+      kernel = short_rows ? gemv_x8_short_rows_kernel<T> : gemv_x8_legacy_kernel<T>;
     }
     const int smem = static_cast<int>(x_int8_record_bytes(p.k));
     LATTE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    const int64_t pairs = p.weight_up ? p.n_rows : (p.n_rows + 1) / 2;
+    const int64_t rows_per_warp = short_rows ? 2 * (32 / units) : p.weight_up ? 1 : 2;
+    const int64_t pairs = (p.n_rows + rows_per_warp - 1) / rows_per_warp;  // warps' row groups
     const int tiles = static_cast<int>((pairs + 3) / 4);
     const int groups = p.groups || p.choice_ids ? p.max_groups : 1;
     int device = 0;

@@ -157,7 +157,8 @@ TEST_CASE("gemv on split-int8 x: K-quant and legacy types, dense rows and tiles 
   // the second partial, an odd row count; 5 x 256: 4 of 32 lanes busy. Legacy types: 37 x 1408 (rows of
   // 44 blocks, 8-byte aligned for Q8_0: two steps, the second partial), 3 x 96.
   const std::vector<Shape> kquant = {{4400, 2048}, {37, 2816}, {5, 256}};
-  const std::vector<Shape> legacy = {{37, 1408}, {3, 96}};
+  // 300 x 128 and 70 x 32: short rows (4 blocks, 1 block), several rows per staged step
+  const std::vector<Shape> legacy = {{37, 1408}, {3, 96}, {300, 128}, {70, 32}};
   for (GgmlType type : {GgmlType::q4_k, GgmlType::q5_k, GgmlType::q8_0, GgmlType::q5_0, GgmlType::q4_0,
                         GgmlType::q4_1, GgmlType::q5_1}) {
     const bool is_k = latte::type_traits(type).block_values == 256;
@@ -529,4 +530,60 @@ TEST_CASE("gemv on split-int8 x: a token's expert choices read straight from the
                                            .choice_ids = dids.data()},
                                           nullptr),
                   latte::Error);
+}
+
+TEST_CASE("gemv on split-int8 x: per-head short rows (W_UK-like, k = 128) over gathered heads, bf16 output") {
+  Rng rng;
+  const int64_t rows = 100, k = 128, heads = 4;
+  for (GgmlType type : {GgmlType::q5_0, GgmlType::q8_0}) {
+    CAPTURE(latte::type_name(type));
+    const Matrix w = random_matrix(type, rows * heads, k, rng);
+    const auto dw = upload(w.bytes);
+    std::vector<latte::cuda::GemvGroup> groups;
+    for (int h = 0; h < heads; ++h) groups.push_back({.matrix = h, .count = 1, .x_row = {h}, .y_row = {h}});
+    const std::vector<int32_t> n_groups = {static_cast<int32_t>(heads)};
+    const auto dgroups = upload(groups);
+    const auto dn = upload(n_groups);
+    const auto x = random_vector(static_cast<size_t>(heads * k), rng);
+    const auto dx = upload(x);
+    const auto rec = records_of(dx, static_cast<int>(heads), static_cast<int>(k));
+    const auto rec_host = download(rec.data(), rec.size());
+    const int64_t stride = latte::cuda::x_int8_record_bytes(k);
+    latte::cuda::DeviceBuffer<float> x_nan(static_cast<size_t>(heads * k));
+    poison(x_nan.data(), x_nan.bytes());
+    latte::cuda::DeviceBuffer<uint16_t> y(static_cast<size_t>(heads * rows));
+    poison(y.data(), y.bytes());
+    latte::cuda::gemv_quant({.type = type,
+                             .weight = dw.data(),
+                             .weight_bytes = static_cast<int64_t>(w.bytes.size()),
+                             .matrix_stride_bytes = static_cast<int64_t>(latte::row_bytes(type, k)) * rows,
+                             .n_rows = static_cast<int>(rows),
+                             .k = static_cast<int>(k),
+                             .x = x_nan.data(),
+                             .x_stride = k,
+                             .y_bf16 = reinterpret_cast<__nv_bfloat16*>(y.data()),
+                             .y_stride = rows,
+                             .groups = dgroups.data(),
+                             .n_groups = dn.data(),
+                             .max_groups = static_cast<int>(heads),
+                             .max_tokens_per_group = 1,
+                             .x_q = rec.data(),
+                             .x_q_stride = stride},
+                            nullptr);
+    const auto got = download(y.data(), y.size());
+    int bad = 0;
+    for (int h = 0; h < heads; ++h) {
+      const std::vector<uint8_t> row(rec_host.begin() + h * stride, rec_host.begin() + (h + 1) * stride);
+      const DecodedRecord d = decode_record(row, static_cast<int>(k));
+      const float* xh = &x[static_cast<size_t>(h * k)];
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* wr = &w.values[static_cast<size_t>((h * rows + r) * k)];
+        const double want = dot(wr, xh, k);
+        // bf16 rounding of the result on top of the record's bound
+        const double bound = x8_bound(wr, xh, d.dx, k) + std::abs(want) / 256.0 + 1e-6;
+        bad += !(std::abs(static_cast<double>(bf16_value(got[static_cast<size_t>(h * rows + r)])) - want) <= bound);
+      }
+    }
+    CHECK(bad == 0);
+  }
 }
