@@ -1,7 +1,9 @@
 // Quantized matrix-vector products for decode: y[t] = W x[t] for 1..8 tokens in ONE pass over W, so
 // that batched decode of several sequences reuses each weight load. W is a GGUF tensor in its file
 // layout (rows of ggml blocks, any supported type); x and y are fp32 and the sum is fp32, so the
-// result matches the CPU reference (dequantize_row + fp32 dot) to ~1e-6 relative.
+// result matches the CPU reference (dequantize_row + fp32 dot) to ~1e-6 relative. With x_q (one token;
+// Q4_K, Q5_K and the legacy 32-value types) x is read as a split-int8 record instead: each value within
+// 1/64516 of its group's largest (x_int8.hpp), integer dot products, fp32 scales and sums.
 // Modes: dense (rows 0..n_tokens-1 of x), gathered (per-expert groups built on the device), gated
 // (y = silu(W_gate x) * (W_up x), both stacks read in the same pass) and residual (y = W x + r).
 //
