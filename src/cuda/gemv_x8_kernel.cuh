@@ -40,10 +40,11 @@ namespace latte::cuda {
 /// K-quants whose super-blocks the split-int8 GEMV reads straight into registers (16-byte aligned).
 template <GgmlType T>
 inline constexpr bool kGemvX8KQuant = T == GgmlType::q4_k || T == GgmlType::q5_k;
-/// 32-value block types it stages through shared memory first (blocks of 18-34 bytes, 2-byte aligned).
+/// Types it stages through shared memory first (2-byte aligned blocks): the 32-value legacy blocks and
+/// Q6_K's 210-byte super-blocks.
 template <GgmlType T>
 inline constexpr bool kGemvX8Legacy = T == GgmlType::q8_0 || T == GgmlType::q4_0 || T == GgmlType::q5_0 ||
-                                      T == GgmlType::q4_1 || T == GgmlType::q5_1;
+                                      T == GgmlType::q4_1 || T == GgmlType::q5_1 || T == GgmlType::q6_k;
 /// Types with a split-int8 GEMV.
 template <GgmlType T>
 inline constexpr bool kGemvX8Type = kGemvX8KQuant<T> || kGemvX8Legacy<T>;
@@ -282,6 +283,29 @@ __device__ __forceinline__ void x8_words(const uint8_t* s, int off, uint32_t (&w
   for (int i = 0; i < N; ++i) w[i] = funnel_shift_right(raw[i], raw[i + 1], shift);
 }
 
+/// Q6_K unit `sub` (0-7) of the super-block at the even offset `off` of the staged row, against x unit u:
+/// low 4 bits from ql, high 2 from qh, an int8 scale per 16 values, codes offset by 32.
+__device__ __forceinline__ float x8_q6k_unit(const uint8_t* st, int off, int sub, const uint8_t* xs, int n, int u) {
+  const int half = sub / 4, q = sub % 4;
+  uint32_t lo[8], hi[8], c[8];
+  x8_words<8>(st, off + 64 * half + 32 * (q % 2), lo);
+  x8_words<8>(st, off + 128 + 32 * half, hi);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) c[i] = ((lo[i] >> (4 * (q / 2))) & 0x0F0F0F0Fu) | (((hi[i] >> (2 * q)) & 0x03030303u) << 4);
+  const uint32_t scales = *reinterpret_cast<const uint16_t*>(st + off + 192 + 8 * half + 2 * q);
+  const float d = quant::half_bits_to_float(*reinterpret_cast<const uint16_t*>(st + off + 208));
+  const uint4 h0 = *reinterpret_cast<const uint4*>(xs + 16 * u);
+  const uint4 h1 = *reinterpret_cast<const uint4*>(xs + 16 * (n + u));
+  const uint4 l0 = *reinterpret_cast<const uint4*>(xs + 16 * (2 * n + u));
+  const uint4 l1 = *reinterpret_cast<const uint4*>(xs + 16 * (3 * n + u));
+  const split_int8::Meta m = *reinterpret_cast<const split_int8::Meta*>(xs + 64 * n + 16 * u);
+  const int c0 = 254 * x8_dot16(c, 0, h0, 0) + x8_dot16(c, 0, l0, 0) - 32 * m.s0;
+  const int c1 = 254 * x8_dot16(c, 4, h1, 0) + x8_dot16(c, 4, l1, 0) - 32 * m.s1;
+  const float s0 = static_cast<float>(static_cast<int8_t>(scales & 0xFFu));
+  const float s1 = static_cast<float>(static_cast<int8_t>(scales >> 8));
+  return m.dx * d * (s0 * static_cast<float>(c0) + s1 * static_cast<float>(c1));
+}
+
 /// One legacy block (32 values, at the even byte offset `off` of the staged row) against x unit u.
 template <GgmlType T>
 __device__ __forceinline__ float x8_block_dot(const uint8_t* st, int off, const uint8_t* xs, int n, int u) {
@@ -336,7 +360,8 @@ __global__ void __launch_bounds__(128, 4) gemv_x8_legacy_kernel(const GemvParams
   constexpr int kWarps = 4;
   constexpr int R = 2;
   constexpr int kBytes = quant::BlockTraits<T>::bytes;
-  constexpr int kChunks = (32 * kBytes + 15 + 15) / 16;  // one step of a row, with its misalignment
+  constexpr int kUnitsPerBlock = quant::BlockTraits<T>::values / 32;  // 8 for Q6_K, else 1
+  constexpr int kChunks = (32 / kUnitsPerBlock * kBytes + 15 + 15) / 16;  // one step of a row, misaligned
   constexpr int CPL = (kChunks + 31) / 32;               // chunks per lane
   // + one spare chunk: x8_words reads one word past a block
   __shared__ __align__(16) uint4 stage[kWarps][R][32 * CPL + 1];
@@ -352,7 +377,7 @@ __global__ void __launch_bounds__(128, 4) gemv_x8_legacy_kernel(const GemvParams
   if (!x8_group(p, matrix, x_row, y_row)) return;
   const bool gated = p.weight_up != nullptr;
   const int n_units = p.k / 32;
-  const int64_t row_bytes = static_cast<int64_t>(n_units) * kBytes;
+  const int64_t row_bytes = static_cast<int64_t>(n_units / kUnitsPerBlock) * kBytes;
   const int steps = (n_units + 31) / 32;
   const uint8_t* lo[R];
   const uint8_t* hi[R];
@@ -375,8 +400,8 @@ __global__ void __launch_bounds__(128, 4) gemv_x8_legacy_kernel(const GemvParams
 #pragma unroll
     for (int j = 0; j < R; ++j) {
       const int row = out_row(tile, j);
-      const uint8_t* start = base[j] + row * row_bytes + static_cast<int64_t>(32 * s) * kBytes;
-      const int bytes = min(32, n_units - 32 * s) * kBytes;
+      const uint8_t* start = base[j] + row * row_bytes + static_cast<int64_t>(32 / kUnitsPerBlock * s) * kBytes;
+      const int bytes = min(32, n_units - 32 * s) / kUnitsPerBlock * kBytes;
       m[j] = static_cast<int>(reinterpret_cast<uintptr_t>(start) & 15);
       const uint8_t* aligned = start - m[j];
       const int chunks = row < p.n_rows ? (m[j] + bytes + 15) / 16 : 0;
@@ -422,8 +447,12 @@ __global__ void __launch_bounds__(128, 4) gemv_x8_legacy_kernel(const GemvParams
 #pragma unroll
       for (int j = 0; j < R; ++j) {
         if (out_row(tile, j) < p.n_rows) {
-          acc[j] += x8_block_dot<T>(reinterpret_cast<const uint8_t*>(stage[warp][j]), mis[j] + lane * kBytes, xs,
-                                    n_units, u);
+          const uint8_t* st = reinterpret_cast<const uint8_t*>(stage[warp][j]);
+          if constexpr (T == GgmlType::q6_k) {
+            acc[j] += x8_q6k_unit(st, mis[j] + lane / 8 * kBytes, lane % 8, xs, n_units, u);
+          } else {
+            acc[j] += x8_block_dot<T>(st, mis[j] + lane * kBytes, xs, n_units, u);
+          }
         }
       }
     }
@@ -558,7 +587,7 @@ inline bool gemv_x8_applies(const GemvParams& p) {
                          (reinterpret_cast<uintptr_t>(p.weight) % 16 == 0 &&
                           (p.weight_up == nullptr || reinterpret_cast<uintptr_t>(p.weight_up) % 16 == 0) &&
                           p.matrix_stride_bytes % 16 == 0);
-    const int block = kGemvX8KQuant<T> ? 256 : 32;
+    const int block = kGemvX8KQuant<T> || T == GgmlType::q6_k ? 256 : 32;
     return p.x_q != nullptr && tokens == 1 && p.k % block == 0 && x_int8_record_bytes(p.k) <= kGemvX8MaxRecordBytes &&
            aligned && gemv_int8_enabled();
   }
@@ -570,9 +599,12 @@ void launch_gemv_x8(const GemvParams& p, cudaStream_t stream) {
     void (*kernel)(const GemvParams, const int) = nullptr;
     const int units = p.k / 32;
     // rows of 1-16 blocks (a power of two), not gated: several rows per staged step
-    const bool short_rows = kGemvX8Legacy<T> && units < 32 && (units & (units - 1)) == 0 && p.weight_up == nullptr;
+    const bool short_rows = kGemvX8Legacy<T> && T != GgmlType::q6_k && units < 32 && (units & (units - 1)) == 0 &&
+                            p.weight_up == nullptr;
     if constexpr (kGemvX8KQuant<T>) {
       kernel = gemv_x8_kernel<T>;
+    } else if constexpr (T == GgmlType::q6_k) {
+      kernel = gemv_x8_legacy_kernel<T>;
     } else {
       kernel = short_rows ? gemv_x8_short_rows_kernel<T> : gemv_x8_legacy_kernel<T>;
     }

@@ -159,8 +159,8 @@ TEST_CASE("gemv on split-int8 x: K-quant and legacy types, dense rows and tiles 
   const std::vector<Shape> kquant = {{4400, 2048}, {37, 2816}, {5, 256}};
   // 300 x 128 and 70 x 32: short rows (4 blocks, 1 block), several rows per staged step
   const std::vector<Shape> legacy = {{37, 1408}, {3, 96}, {300, 128}, {70, 32}};
-  for (GgmlType type : {GgmlType::q4_k, GgmlType::q5_k, GgmlType::q8_0, GgmlType::q5_0, GgmlType::q4_0,
-                        GgmlType::q4_1, GgmlType::q5_1}) {
+  for (GgmlType type : {GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k, GgmlType::q8_0, GgmlType::q5_0,
+                        GgmlType::q4_0, GgmlType::q4_1, GgmlType::q5_1}) {
     const bool is_k = latte::type_traits(type).block_values == 256;
     std::vector<Shape> shapes = is_k ? kquant : legacy;
     if (type == GgmlType::q8_0) shapes.push_back({4400, 2048});
