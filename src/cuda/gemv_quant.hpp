@@ -2,7 +2,7 @@
 // that batched decode of several sequences reuses each weight load. W is a GGUF tensor in its file
 // layout (rows of ggml blocks, any supported type); x and y are fp32 and the sum is fp32, so the
 // result matches the CPU reference (dequantize_row + fp32 dot) to ~1e-6 relative. With x_q (one token;
-// Q4_K, Q5_K and the legacy 32-value types) x is read as a split-int8 record instead: each value within
+// Q4_K, Q5_K, Q6_K and the legacy 32-value types) x is read as a split-int8 record instead: each value within
 // 1/64516 of its group's largest (x_int8.hpp), integer dot products, fp32 scales and sums.
 // Modes: dense (rows 0..n_tokens-1 of x), gathered (per-expert groups built on the device), gated
 // (y = silu(W_gate x) * (W_up x), both stacks read in the same pass) and residual (y = W x + r).
@@ -53,7 +53,8 @@ struct GemvParams {
   int max_tokens_per_group = 0;       ///< gathered mode: host bound on every groups[i].count (1..8)
   bool x_row_is_y_row = false;        ///< gathered mode: read x at y_row (MoE down: x is per slot)
   /// Optional: x's rows also as split-int8 records (x_int8.hpp), row r at x_q + r * x_q_stride. Single-token
-  /// launches (n_tokens 1, or gathered with max_tokens_per_group 1) of Q4_K and Q5_K then read these
+  /// launches (n_tokens 1, or gathered with max_tokens_per_group 1) of Q4_K, Q5_K, Q6_K and the legacy
+  /// 32-value types then read these
   /// instead of x, with integer dot products (gemv_x8_kernel.cuh; LATTE_GEMV_INT8=0: never).
   const uint8_t* x_q = nullptr;
   int64_t x_q_stride = 0;  ///< bytes between records, a multiple of 16
@@ -71,7 +72,7 @@ void gemv_quant(const GemvParams& p, cudaStream_t stream);
 bool gemv_supports(GgmlType type) noexcept;
 
 /// Whether a single-token launch of `type` with `k` inputs reads GemvParams::x_q when it is given (the
-/// split-int8 GEMV: Q4_K, Q5_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1; not with LATTE_GEMV_INT8=0), so that a
+/// split-int8 GEMV: Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1; not with LATTE_GEMV_INT8=0), so that a
 /// caller can skip making records nobody reads.
 bool gemv_reads_x_int8(GgmlType type, int64_t k) noexcept;
 
