@@ -29,8 +29,7 @@ bool gemv_reads_x_int8(GgmlType type, int64_t k) noexcept {
   bool reads = false;
   GemvTypes::dispatch(type, [&]<GgmlType T>() {
     if constexpr (kGemvX8Type<T>) {
-      const int64_t block = kGemvX8KQuant<T> || T == GgmlType::q6_k ? 256 : 32;
-      reads = k > 0 && k % block == 0 && x_int8_record_bytes(k) <= kGemvX8MaxRecordBytes && gemv_int8_enabled();
+      reads = k > 0 && k % kGemvX8BlockValues<T> == 0 && x_int8_record_bytes(k) <= kGemvX8MaxRecordBytes && gemv_int8_enabled();
     }
   });
   return reads;

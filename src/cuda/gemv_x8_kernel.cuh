@@ -51,6 +51,9 @@ inline constexpr bool kGemvX8Legacy = T == GgmlType::q8_0 || T == GgmlType::q4_0
 /// Types with a split-int8 GEMV.
 template <GgmlType T>
 inline constexpr bool kGemvX8Type = kGemvX8KQuant<T> || kGemvX8Legacy<T>;
+/// Values per block of such a type: k must be a multiple.
+template <GgmlType T>
+inline constexpr int kGemvX8BlockValues = quant::BlockTraits<T>::values;
 
 /// Whether gemv_quant may take the split-int8 path (LATTE_GEMV_INT8=0: never, to compare).
 inline bool gemv_int8_enabled() {
@@ -90,18 +93,31 @@ __device__ __forceinline__ int x8_dot16(const uint32_t (&c)[8], int first, uint4
   return pipeline::dot4_us(c[first + 3], x.w, acc);
 }
 
+/// Unit u of a staged record of n units: its hi and lo planes (values 0-15, 16-31) and its meta record.
+struct X8XUnit {
+  uint4 h0, h1, l0, l1;
+  split_int8::Meta m;
+};
+__device__ __forceinline__ X8XUnit x8_x_unit(const uint8_t* xs, int n, int u) {
+  return {*reinterpret_cast<const uint4*>(xs + 16 * u), *reinterpret_cast<const uint4*>(xs + 16 * (n + u)),
+          *reinterpret_cast<const uint4*>(xs + 16 * (2 * n + u)), *reinterpret_cast<const uint4*>(xs + 16 * (3 * n + u)),
+          *reinterpret_cast<const split_int8::Meta*>(xs + 64 * n + 16 * u)};
+}
+
+/// The block's x record (n_units units, from row x_row of p.x_q) into shared memory; the caller syncs.
+__device__ __forceinline__ void x8_stage_record(const GemvParams& p, int x_row, int n_units, uint4* x_record) {
+  const uint4* src = reinterpret_cast<const uint4*>(p.x_q + static_cast<int64_t>(x_row) * p.x_q_stride);
+  for (int i = static_cast<int>(threadIdx.x); i < 5 * n_units; i += static_cast<int>(blockDim.x)) x_record[i] = src[i];
+}
+
 /// sub-block's codes (32 bytes as 8 words) against x unit u of the staged record (n units).
 __device__ __forceinline__ float x8_unit(const uint32_t (&c)[8], const uint8_t* xs, int n, int u, float scale,
                                          float offset) {
-  const uint4 h0 = *reinterpret_cast<const uint4*>(xs + 16 * u);
-  const uint4 h1 = *reinterpret_cast<const uint4*>(xs + 16 * (n + u));
-  const uint4 l0 = *reinterpret_cast<const uint4*>(xs + 16 * (2 * n + u));
-  const uint4 l1 = *reinterpret_cast<const uint4*>(xs + 16 * (3 * n + u));
-  const split_int8::Meta m = *reinterpret_cast<const split_int8::Meta*>(xs + 64 * n + 16 * u);
-  const int a = x8_dot16(c, 4, h1, x8_dot16(c, 0, h0, 0));
-  const int b = x8_dot16(c, 4, l1, x8_dot16(c, 0, l0, 0));
+  const X8XUnit x = x8_x_unit(xs, n, u);
+  const int a = x8_dot16(c, 4, x.h1, x8_dot16(c, 0, x.h0, 0));
+  const int b = x8_dot16(c, 4, x.l1, x8_dot16(c, 0, x.l0, 0));
   const int codes = 254 * a + b;
-  return m.dx * (scale * static_cast<float>(codes) - offset * static_cast<float>(m.s0 + m.s1));
+  return x.m.dx * (scale * static_cast<float>(codes) - offset * static_cast<float>(x.m.s0 + x.m.s1));
 }
 
 /// One item's part of row . x.
@@ -241,11 +257,8 @@ __global__ void __launch_bounds__(128, 4) gemv_x8_kernel(const GemvParams p, con
     wait_for_producers();
     allow_dependents();
   }
-  {
-    const uint4* src = reinterpret_cast<const uint4*>(p.x_q + static_cast<int64_t>(x_row) * p.x_q_stride);
-    for (int i = static_cast<int>(threadIdx.x); i < 5 * n_units; i += 32 * kWarps) x_record[i] = src[i];
-    __syncthreads();
-  }
+  x8_stage_record(p, x_row, n_units, x_record);
+  __syncthreads();
   const uint8_t* xs = reinterpret_cast<const uint8_t*>(x_record);
 
   float acc[R] = {};
@@ -297,16 +310,12 @@ __device__ __forceinline__ float x8_q6k_unit(const uint8_t* st, int off, int sub
   for (int i = 0; i < 8; ++i) c[i] = ((lo[i] >> (4 * (q / 2))) & 0x0F0F0F0Fu) | (((hi[i] >> (2 * q)) & 0x03030303u) << 4);
   const uint32_t scales = *reinterpret_cast<const uint16_t*>(st + off + 192 + 8 * half + 2 * q);
   const float d = quant::half_bits_to_float(*reinterpret_cast<const uint16_t*>(st + off + 208));
-  const uint4 h0 = *reinterpret_cast<const uint4*>(xs + 16 * u);
-  const uint4 h1 = *reinterpret_cast<const uint4*>(xs + 16 * (n + u));
-  const uint4 l0 = *reinterpret_cast<const uint4*>(xs + 16 * (2 * n + u));
-  const uint4 l1 = *reinterpret_cast<const uint4*>(xs + 16 * (3 * n + u));
-  const split_int8::Meta m = *reinterpret_cast<const split_int8::Meta*>(xs + 64 * n + 16 * u);
-  const int c0 = 254 * x8_dot16(c, 0, h0, 0) + x8_dot16(c, 0, l0, 0) - 32 * m.s0;
-  const int c1 = 254 * x8_dot16(c, 4, h1, 0) + x8_dot16(c, 4, l1, 0) - 32 * m.s1;
+  const X8XUnit x = x8_x_unit(xs, n, u);
+  const int c0 = 254 * x8_dot16(c, 0, x.h0, 0) + x8_dot16(c, 0, x.l0, 0) - 32 * x.m.s0;
+  const int c1 = 254 * x8_dot16(c, 4, x.h1, 0) + x8_dot16(c, 4, x.l1, 0) - 32 * x.m.s1;
   const float s0 = static_cast<float>(static_cast<int8_t>(scales & 0xFFu));
   const float s1 = static_cast<float>(static_cast<int8_t>(scales >> 8));
-  return m.dx * d * (s0 * static_cast<float>(c0) + s1 * static_cast<float>(c1));
+  return x.m.dx * d * (s0 * static_cast<float>(c0) + s1 * static_cast<float>(c1));
 }
 
 /// One legacy block (32 values, at the even byte offset `off` of the staged row) against x unit u.
@@ -337,19 +346,15 @@ __device__ __forceinline__ float x8_block_dot(const uint8_t* st, int off, const 
       for (int i = 0; i < 8; ++i) c[i] |= (((w[0] >> (4 * i)) & 0xFu) * 0x02040810u) & 0x10101010u;
     }
   }
-  const uint4 h0 = *reinterpret_cast<const uint4*>(xs + 16 * u);
-  const uint4 h1 = *reinterpret_cast<const uint4*>(xs + 16 * (n + u));
-  const uint4 l0 = *reinterpret_cast<const uint4*>(xs + 16 * (2 * n + u));
-  const uint4 l1 = *reinterpret_cast<const uint4*>(xs + 16 * (3 * n + u));
-  const split_int8::Meta m = *reinterpret_cast<const split_int8::Meta*>(xs + 64 * n + 16 * u);
-  const int a = x8_dot16(c, 4, h1, x8_dot16(c, 0, h0, 0));
-  const int b = x8_dot16(c, 4, l1, x8_dot16(c, 0, l0, 0));
+  const X8XUnit x = x8_x_unit(xs, n, u);
+  const int a = x8_dot16(c, 4, x.h1, x8_dot16(c, 0, x.h0, 0));
+  const int b = x8_dot16(c, 4, x.l1, x8_dot16(c, 0, x.l0, 0));
   if constexpr (kMin) {
     const float mn = quant::half_bits_to_float(*reinterpret_cast<const uint16_t*>(st + off + 2));
-    return m.dx * (d * static_cast<float>(254 * a + b) + mn * static_cast<float>(m.s0 + m.s1));
+    return x.m.dx * (d * static_cast<float>(254 * a + b) + mn * static_cast<float>(x.m.s0 + x.m.s1));
   } else {
     constexpr int kOff = split_int8::kIntegerOffset<T>;
-    return m.dx * (d * static_cast<float>(254 * a + b - kOff * (m.s0 + m.s1)));
+    return x.m.dx * (d * static_cast<float>(254 * a + b - kOff * (x.m.s0 + x.m.s1)));
   }
 }
 
@@ -428,10 +433,7 @@ __global__ void __launch_bounds__(128, 4) gemv_x8_legacy_kernel(const GemvParams
     wait_for_producers();
     allow_dependents();
   }
-  {
-    const uint4* src = reinterpret_cast<const uint4*>(p.x_q + static_cast<int64_t>(x_row) * p.x_q_stride);
-    for (int i = static_cast<int>(threadIdx.x); i < 5 * n_units; i += 32 * kWarps) x_record[i] = src[i];
-  }
+  x8_stage_record(p, x_row, n_units, x_record);
   store();
   __syncthreads();
   const uint8_t* xs = reinterpret_cast<const uint8_t*>(x_record);
@@ -534,10 +536,7 @@ __global__ void __launch_bounds__(128, 4) gemv_x8_short_rows_kernel(const GemvPa
     wait_for_producers();
     allow_dependents();
   }
-  {
-    const uint4* src = reinterpret_cast<const uint4*>(p.x_q + static_cast<int64_t>(x_row) * p.x_q_stride);
-    for (int i = static_cast<int>(threadIdx.x); i < 5 * G; i += 32 * kWarps) x_record[i] = src[i];
-  }
+  x8_stage_record(p, x_row, G, x_record);
   store();
   __syncthreads();
   const uint8_t* xs = reinterpret_cast<const uint8_t*>(x_record);
@@ -590,8 +589,7 @@ inline bool gemv_x8_applies(const GemvParams& p) {
                          (reinterpret_cast<uintptr_t>(p.weight) % 16 == 0 &&
                           (p.weight_up == nullptr || reinterpret_cast<uintptr_t>(p.weight_up) % 16 == 0) &&
                           p.matrix_stride_bytes % 16 == 0);
-    const int block = kGemvX8KQuant<T> || T == GgmlType::q6_k ? 256 : 32;
-    return p.x_q != nullptr && tokens == 1 && p.k % block == 0 && x_int8_record_bytes(p.k) <= kGemvX8MaxRecordBytes &&
+    return p.x_q != nullptr && tokens == 1 && p.k % kGemvX8BlockValues<T> == 0 && x_int8_record_bytes(p.k) <= kGemvX8MaxRecordBytes &&
            aligned && gemv_int8_enabled();
   }
 }

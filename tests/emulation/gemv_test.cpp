@@ -13,37 +13,13 @@
 
 #include "cuda/gemv_quant.hpp"
 #include "gpu/attention_test_support.hpp"
+#include "gpu/gemv_test_support.hpp"
 
 namespace {
 
 using latte::GgmlType;
 using namespace latte::test::attention;
-
-/// A random matrix as the GPU reads it (encoded rows) and as the reference uses it (decoded values).
-struct Matrix {
-  std::vector<uint8_t> bytes;
-  std::vector<float> values;  // rows x k, decoded
-};
-
-Matrix random_matrix(GgmlType type, int64_t rows, int64_t k, Rng& rng) {
-  Matrix m;
-  const uint64_t row_bytes = latte::row_bytes(type, static_cast<uint64_t>(k));
-  m.bytes.resize(row_bytes * static_cast<uint64_t>(rows));
-  m.values.resize(static_cast<size_t>(rows * k));
-  std::vector<float> src(static_cast<size_t>(k));
-  for (int64_t r = 0; r < rows; ++r) {
-    for (float& v : src) v = rng.uniform(-1.0f, 1.0f);
-    latte::quantize_row(type, src.data(), m.bytes.data() + r * row_bytes, k);
-    latte::dequantize_row(type, m.bytes.data() + r * row_bytes, m.values.data() + r * k, k);
-  }
-  return m;
-}
-
-std::vector<float> random_vector(size_t n, Rng& rng) {
-  std::vector<float> v(n);
-  for (float& x : v) x = rng.uniform(-1.0f, 1.0f);
-  return v;
-}
+using namespace latte::test::gemv;
 
 /// Largest |got - want| over the largest |want| (NaN: a value never written fails).
 double relative_error(const std::vector<float>& got, const std::vector<double>& want) {
@@ -55,14 +31,6 @@ double relative_error(const std::vector<float>& got, const std::vector<double>& 
   }
   return err / scale;
 }
-
-double dot(const float* w, const float* x, int64_t k) {
-  double s = 0.0;
-  for (int64_t i = 0; i < k; ++i) s += static_cast<double>(w[i]) * x[i];
-  return s;
-}
-
-double silu(double g) { return g / (1.0 + std::exp(-g)); }
 
 }  // namespace
 

@@ -16,48 +16,13 @@
 #include "cuda/norms.hpp"
 #include "cuda/x_int8.hpp"
 #include "gpu/attention_test_support.hpp"
+#include "gpu/gemv_test_support.hpp"
 
 namespace {
 
 using latte::GgmlType;
 using namespace latte::test::attention;
-
-struct Matrix {
-  std::vector<uint8_t> bytes;
-  std::vector<float> values;  // rows x k, decoded
-};
-
-Matrix random_matrix(GgmlType type, int64_t rows, int64_t k, Rng& rng) {
-  Matrix m;
-  const uint64_t row_bytes = latte::row_bytes(type, static_cast<uint64_t>(k));
-  m.bytes.resize(row_bytes * static_cast<uint64_t>(rows));
-  m.values.resize(static_cast<size_t>(rows * k));
-  std::vector<float> src(static_cast<size_t>(k));
-  for (int64_t r = 0; r < rows; ++r) {
-    for (float& v : src) v = rng.uniform(-1.0f, 1.0f);
-    latte::quantize_row(type, src.data(), m.bytes.data() + r * row_bytes, k);
-    latte::dequantize_row(type, m.bytes.data() + r * row_bytes, m.values.data() + r * k, k);
-  }
-  return m;
-}
-
-std::vector<float> random_vector(size_t n, Rng& rng) {
-  std::vector<float> v(n);
-  for (float& x : v) x = rng.uniform(-1.0f, 1.0f);
-  return v;
-}
-
-double dot(const float* w, const float* x, int64_t k) {
-  double s = 0.0;
-  for (int64_t i = 0; i < k; ++i) s += static_cast<double>(w[i]) * x[i];
-  return s;
-}
-
-double silu(double g) { return g / (1.0 + std::exp(-g)); }
-
-}  // namespace
-
-namespace {
+using namespace latte::test::gemv;
 
 /// Host decoding of a split-int8 record (x_int8.hpp): value i of a row of n units, and its unit's dx.
 struct DecodedRecord {
