@@ -8,7 +8,8 @@
 #
 # LATTE_PROFILE_PHASES ("prefill decode"), LATTE_PROFILE_DETAIL=N (decode: the last N launches one by one),
 # LATTE_PROFILE_PREFILL_GROUP=N (prefill: the last N launches grouped by kernel instance and grid),
-# LATTE_PROFILE_DEPTH=D (decode after a D-token context: `latte bench -d D`; DETAIL shows the decode's launches).
+# LATTE_PROFILE_DEPTH=D (decode after a D-token context: `latte bench -d D`; DETAIL shows the decode's launches),
+# LATTE_PROFILE_BATCH=B (decode: B sequences of P-token prompts, N batched steps: `latte bench --batch B -p P`).
 # Needs a GPU build in build-gpu/ (scripts/gpu-check.sh makes it) and ncu on the PATH or in
 # /opt/nvidia/nsight-compute/. Output: a table per phase on stdout, raw CSV in $OUT or out/profile/; the exit
 # status is 1 when ncu or the bench failed in a phase.
@@ -99,5 +100,7 @@ PHASES=" ${LATTE_PROFILE_PHASES:-prefill decode} "
   LATTE_PROFILE_DETAIL=0 LATTE_PROFILE_GROUP=${LATTE_PROFILE_PREFILL_GROUP:-0} profile prefill -p "$P" -n 0
 DEPTH=()
 [ -n "${LATTE_PROFILE_DEPTH:-}" ] && DEPTH=(-d "$LATTE_PROFILE_DEPTH")
-[[ "$PHASES" == *" decode "* ]] && LATTE_PROFILE_GROUP=0 profile decode -p 0 -n "$N" "${DEPTH[@]}"
+DECODE_PROMPT=(-p 0)
+[ -n "${LATTE_PROFILE_BATCH:-}" ] && DECODE_PROMPT=(-p "$P" --batch "$LATTE_PROFILE_BATCH")
+[[ "$PHASES" == *" decode "* ]] && LATTE_PROFILE_GROUP=0 profile decode "${DECODE_PROMPT[@]}" -n "$N" "${DEPTH[@]}"
 exit $failed

@@ -260,9 +260,9 @@ class CudaMlaBackend final : public CudaAttentionBackend {
     __nv_bfloat16* q_rope_bf16 = grow_scratch(q_rope_bf16_, TN * R, "mla q_rope bf16");
     float* o_lat = grow_scratch(o_lat_, TN * L, "mla o_lat");
     const HeadGroups::Groups groups = groups_.get(T, N);
-    // one token: each head's q_nope as a split-int8 record for the int8 GEMV (W_UK's rows are short)
+    // decode: each token's and head's q_nope as a split-int8 record for the int8 GEMV (W_UK's rows are short)
     uint8_t* q_nope_q = nullptr;
-    if (T == 1 && gemv_reads_x_int8(w.k_b.type, P)) {
+    if (T <= gemv_max_tokens && gemv_reads_x_int8(w.k_b.type, P, T)) {
       const int64_t stride = x_int8_record_bytes(P);
       q_nope_q = grow_scratch(q_nope_q_, TN * static_cast<size_t>(stride), "mla q_nope int8");
       quantize_x_int8({.x = in.q, .x_stride = qk, .rows = static_cast<int>(TN), .k = P, .out = q_nope_q,
@@ -420,7 +420,7 @@ class CudaMlaBackend final : public CudaAttentionBackend {
   HeadGroups groups_;
   DeviceBuffer<float> o_lat_;
   DeviceBuffer<__nv_bfloat16> q_lat_bf16_, q_rope_bf16_;
-  DeviceBuffer<uint8_t> q_nope_q_;  // one token: q_nope per head as split-int8 records
+  DeviceBuffer<uint8_t> q_nope_q_;  // decode: q_nope per token and head as split-int8 records
   DeviceBuffer<std::byte> workspace_;
 };
 

@@ -404,7 +404,10 @@ class CudaForward final : public CudaRankForward {
     Activations& a = act_;
     a.x = DeviceBuffer<float>(t * H, "residual stream");
     a.xn = DeviceBuffer<float>(t * H, "normalised activations");
-    a.xq = DeviceBuffer<uint8_t>(static_cast<size_t>(x_int8_record_bytes(H / 32 * 32)) + 16, "int8 activations");
+    // split-int8 records of up to gemv_max_tokens rows (the GEMVs' inputs)
+    const size_t record_rows = static_cast<size_t>(std::min(T, gemv_max_tokens));
+    a.xq = DeviceBuffer<uint8_t>(record_rows * static_cast<size_t>(x_int8_record_bytes(std::max(H, N * c_.v_head_dim) / 32 * 32)) + 16,
+                                 "int8 activations");
     a.proj = DeviceBuffer<float>(t * layout_.width, "attention input projection");
     a.qa = DeviceBuffer<float>(t * std::max(1, c_.q_lora_rank), "query latent");
     a.q = DeviceBuffer<float>(t * N * qk, "queries");
@@ -412,7 +415,8 @@ class CudaForward final : public CudaRankForward {
     a.k_rope = DeviceBuffer<float>(t * c_.qk_rope_head_dim, "k_pe");
     a.attn = DeviceBuffer<float>(t * N * c_.v_head_dim, "attention output");
     a.hidden = DeviceBuffer<float>(t * F, "FFN activations");
-    a.hq = DeviceBuffer<uint8_t>(static_cast<size_t>(x_int8_record_bytes(F / 32 * 32)) + 16, "int8 FFN activations");
+    a.hq = DeviceBuffer<uint8_t>(record_rows * static_cast<size_t>(x_int8_record_bytes(F / 32 * 32)) + 16,
+                                 "int8 FFN activations");
     a.gate_up = DeviceBuffer<float>(t * 2 * F, "FFN gate|up");
     if (c_.n_expert > 0) {
       a.router = DeviceBuffer<float>(t * c_.n_expert, "router logits");
@@ -506,9 +510,11 @@ class CudaForward final : public CudaRankForward {
              stream());
   }
 
-  /// Where a normalisation of `rows` rows of the hidden width also writes its split-int8 record (the
-  /// single-token GEMVs of the projections read it): a single row, else nowhere.
-  uint8_t* hidden_record(int rows) { return rows == 1 && c_.n_embd % 32 == 0 ? act_.xq.data() : nullptr; }
+  /// Where a normalisation of `rows` rows of the hidden width also writes its split-int8 records (the
+  /// GEMVs of the projections read them): up to gemv_max_tokens rows, else nowhere.
+  uint8_t* hidden_record(int rows) {
+    return rows >= 1 && rows <= gemv_max_tokens && c_.n_embd % 32 == 0 ? act_.xq.data() : nullptr;
+  }
 
   /// Rotates n_heads heads of `data` (in place, or out of place from `src`) and, when `pair_src` is
   /// set, k_pe from pair_src into k_rope, in one launch.
@@ -663,7 +669,18 @@ class CudaForward final : public CudaRankForward {
     const bool tap_out = tapping(il, "attn_out", tap);
     if (tap_out) keep_residual();
     begin_share();
-    linear(w.attn_output, a.attn.data(), nv, T, a.x.data(), H, a.x.data());
+    // 2-8 tokens: the heads' outputs as records for the split-int8 GEMV (one token: the fp32 GEMV is as
+    // fast as the quantization launch it would need)
+    uint8_t* attn_q = nullptr;
+    if (T >= 2 && T <= gemv_max_tokens && nv % 32 == 0 &&
+        a.xq.size() >= static_cast<size_t>(T * x_int8_record_bytes(nv)) &&
+        gemv_reads_x_int8(w.attn_output.type, nv, T)) {
+      attn_q = a.xq.data();
+      quantize_x_int8({.x = a.attn.data(), .x_stride = nv, .rows = T, .k = static_cast<int>(nv), .out = attn_q,
+                       .out_stride = x_int8_record_bytes(nv)},
+                      stream());
+    }
+    linear(w.attn_output, a.attn.data(), nv, T, a.x.data(), H, a.x.data(), attn_q);
     reduce_shares();
     if (tap_out) emit_update(tap, il);
   }
@@ -773,9 +790,10 @@ class CudaForward final : public CudaRankForward {
     const int64_t F = f.gate.rows;
     linear_.gated(f, a.xn.data(), c_.n_embd, T, a.hidden.data(), F, a.gate_up.data(), stream(), hidden_record(T));
     uint8_t* hq = nullptr;
-    if (T == 1 && a.hq.size() >= static_cast<size_t>(x_int8_record_bytes(F)) && gemv_reads_x_int8(f.down.type, F)) {
-      hq = a.hq.data();  // the activations as a record for the split-int8 down GEMV
-      quantize_x_int8({.x = a.hidden.data(), .x_stride = F, .rows = 1, .k = static_cast<int>(F), .out = hq,
+    if (T <= gemv_max_tokens && a.hq.size() >= static_cast<size_t>(T * x_int8_record_bytes(F)) &&
+        gemv_reads_x_int8(f.down.type, F, T)) {
+      hq = a.hq.data();  // the activations as records for the split-int8 down GEMV
+      quantize_x_int8({.x = a.hidden.data(), .x_stride = F, .rows = T, .k = static_cast<int>(F), .out = hq,
                        .out_stride = x_int8_record_bytes(F)},
                       stream());
     }
@@ -842,7 +860,7 @@ class CudaForward final : public CudaRankForward {
                           .k = K,
                           .x = a.xn.data() + row0,
                           .x_stride = H,
-                          .x_q = T == 1 ? hidden_record(T) : nullptr,
+                          .x_q = T <= gemv_max_tokens ? hidden_record(T) : nullptr,
                           .x_q_stride = x_int8_record_bytes(H),
                           .out = a.x.data() + row0,
                           .out_stride = H,
@@ -858,11 +876,12 @@ class CudaForward final : public CudaRankForward {
     if (n_out == 0) return;
     Activations& a = act_;
     // Normalise the wanted rows into out_rows, one launch per run of consecutive rows.
+    uint8_t* const records = hidden_record(n_out);  // row i's record at i * x_int8_record_bytes(H)
     for (int i = 0; i < n_out;) {
       int j = i + 1;
       while (j < n_out && batch.logit_rows[j] == batch.logit_rows[j - 1] + 1) ++j;
       rms(a.x.data() + static_cast<size_t>(batch.logit_rows[i]) * H, H, weights_->output_norm, H, j - i,
-          a.out_rows.data() + static_cast<size_t>(i) * H, H, hidden_record(n_out));
+          a.out_rows.data() + static_cast<size_t>(i) * H, H, records ? records + i * x_int8_record_bytes(H) : nullptr);
       i = j;
     }
     std::string tap;

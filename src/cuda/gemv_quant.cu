@@ -25,11 +25,12 @@ constexpr ArgumentCheck require_arg{"gemv_quant"};
 
 bool gemv_supports(GgmlType type) noexcept { return GemvTypes::contains(type); }
 
-bool gemv_reads_x_int8(GgmlType type, int64_t k) noexcept {
+bool gemv_reads_x_int8(GgmlType type, int64_t k, int tokens) noexcept {
   bool reads = false;
   GemvTypes::dispatch(type, [&]<GgmlType T>() {
     if constexpr (kGemvX8Type<T>) {
-      reads = k > 0 && k % kGemvX8BlockValues<T> == 0 && x_int8_record_bytes(k) <= kGemvX8MaxRecordBytes && gemv_int8_enabled();
+      reads = k > 0 && k % kGemvX8BlockValues<T> == 0 && tokens >= 1 && tokens <= gemv_max_tokens &&
+              gemv_x8_tokens(tokens) * x_int8_record_bytes(k) <= kGemvX8MaxRecordBytes && gemv_int8_enabled();
     }
   });
   return reads;
@@ -78,6 +79,7 @@ void gemv_quant(const GemvParams& p, cudaStream_t stream) {
     require_arg(p.groups == nullptr && p.x_q != nullptr && p.max_groups >= 1 && p.max_groups <= 65535 &&
                     p.matrix_stride_bytes >= rb * p.n_rows,
                 "choice_ids needs x_q, no groups, max_groups in 1..65535 and a matrix stride");
+    require_arg(p.choices_per_token >= 0, "choices_per_token must not be negative");
     bool reads = false;
     GemvTypes::dispatch(p.type, [&]<GgmlType T>() { reads = gemv_x8_applies<T>(p); });
     if (!reads) {

@@ -1,8 +1,8 @@
 // Quantized matrix-vector products for decode: y[t] = W x[t] for 1..8 tokens in ONE pass over W, so
 // that batched decode of several sequences reuses each weight load. W is a GGUF tensor in its file
 // layout (rows of ggml blocks, any supported type); x and y are fp32 and the sum is fp32, so the
-// result matches the CPU reference (dequantize_row + fp32 dot) to ~1e-6 relative. With x_q (one token;
-// Q4_K, Q5_K, Q6_K and the legacy 32-value types) x is read as a split-int8 record instead: each value within
+// result matches the CPU reference (dequantize_row + fp32 dot) to ~1e-6 relative. With x_q (1-8 tokens;
+// Q4_K, Q5_K, Q6_K and the legacy 32-value types) x is read as split-int8 records instead: each value within
 // 1/64516 of its group's largest (x_int8.hpp), integer dot products, fp32 scales and sums.
 // Modes: dense (rows 0..n_tokens-1 of x), gathered (per-expert groups built on the device), gated
 // (y = silu(W_gate x) * (W_up x), both stacks read in the same pass) and residual (y = W x + r).
@@ -52,16 +52,17 @@ struct GemvParams {
   int max_groups = 0;                 ///< gathered mode: grid size in groups (host bound)
   int max_tokens_per_group = 0;       ///< gathered mode: host bound on every groups[i].count (1..8)
   bool x_row_is_y_row = false;        ///< gathered mode: read x at y_row (MoE down: x is per slot)
-  /// Optional: x's rows also as split-int8 records (x_int8.hpp), row r at x_q + r * x_q_stride. Single-token
-  /// launches (n_tokens 1, or gathered with max_tokens_per_group 1) of Q4_K, Q5_K, Q6_K and the legacy
-  /// 32-value types then read these
-  /// instead of x, with integer dot products (gemv_x8_kernel.cuh; LATTE_GEMV_INT8=0: never).
+  /// Optional: x's rows also as split-int8 records (x_int8.hpp), row r at x_q + r * x_q_stride. Launches of
+  /// Q4_K, Q5_K, Q6_K and the legacy 32-value types then read these instead of x, with integer dot products
+  /// (gemv_x8_kernel.cuh; LATTE_GEMV_INT8=0: never), when the tokens' records fit the kernel's shared
+  /// memory (gemv_reads_x_int8 says which).
   const uint8_t* x_q = nullptr;
   int64_t x_q_stride = 0;  ///< bytes between records, a multiple of 16
-  /// Optional, with x_q (split-int8 path only): one token's expert choices (device, max_groups of them):
-  /// group j multiplies matrix choice_ids[j] (clamped to the stack) with x row 0 (x_row_is_y_row: row j)
-  /// into y row j. Single-token MoE decode without the sort into groups.
+  /// Optional, with x_q (split-int8 path only): expert choices (device, max_groups of them): group j
+  /// multiplies matrix choice_ids[j] (clamped to the stack) with x row j / choices_per_token (0 when
+  /// choices_per_token is 0; x_row_is_y_row: row j) into y row j. MoE decode without the sort into groups.
   const int32_t* choice_ids = nullptr;
+  int choices_per_token = 0;
 };
 
 /// Launches y = W x (see GemvParams). Throws Error(invalid_argument) on a violated precondition and
@@ -71,10 +72,10 @@ void gemv_quant(const GemvParams& p, cudaStream_t stream);
 /// Whether gemv_quant has a kernel for `type` (every type the CPU can dequantize, except Q8_1/Q8_K).
 bool gemv_supports(GgmlType type) noexcept;
 
-/// Whether a single-token launch of `type` with `k` inputs reads GemvParams::x_q when it is given (the
-/// split-int8 GEMV: Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1; not with LATTE_GEMV_INT8=0), so that a
-/// caller can skip making records nobody reads.
-bool gemv_reads_x_int8(GgmlType type, int64_t k) noexcept;
+/// Whether a launch of `type` with `k` inputs and `tokens` tokens (per group) reads GemvParams::x_q when it
+/// is given (the split-int8 GEMV: Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, the records in 64 KB; not
+/// with LATTE_GEMV_INT8=0), so that a caller can skip making records nobody reads.
+bool gemv_reads_x_int8(GgmlType type, int64_t k, int tokens = 1) noexcept;
 
 /// Bytes the launch must move at least (weights read once, x read, y written); dense mode.
 double gemv_min_bytes(const GemvParams& p);

@@ -104,13 +104,68 @@ __device__ __forceinline__ X8XUnit x8_x_unit(const uint8_t* xs, int n, int u) {
           *reinterpret_cast<const split_int8::Meta*>(xs + 64 * n + 16 * u)};
 }
 
-/// The block's x record (n_units units, from row x_row of p.x_q) into shared memory; the caller syncs.
-__device__ __forceinline__ void x8_stage_record(const GemvParams& p, int x_row, int n_units, uint4* x_record) {
-  const uint4* src = reinterpret_cast<const uint4*>(p.x_q + static_cast<int64_t>(x_row) * p.x_q_stride);
-  for (int i = static_cast<int>(threadIdx.x); i < 5 * n_units; i += static_cast<int>(blockDim.x)) x_record[i] = src[i];
+/// What one block multiplies: a matrix of the stack and up to NT tokens (x row, y row) with it.
+template <int NT>
+struct X8Rows {
+  int matrix = 0;
+  int count = 0;
+  int x_row[NT];
+  int y_row[NT];
+};
+
+/// This block's matrix and tokens: dense (tokens 0 .. n_tokens - 1), gathered (group blockIdx.y's) or a
+/// choice (choice blockIdx.y: one token); false when the block has nothing to do.
+template <int NT>
+__device__ __forceinline__ bool x8_group(const GemvParams& p, X8Rows<NT>& r) {
+  const int j = static_cast<int>(blockIdx.y);
+#pragma unroll
+  for (int t = 0; t < NT; ++t) r.x_row[t] = r.y_row[t] = 0;
+  if (p.choice_ids != nullptr) {
+    const int n_matrices = static_cast<int>(p.weight_bytes / p.matrix_stride_bytes);
+    r.matrix = min(max(p.choice_ids[j], 0), n_matrices - 1);
+    r.count = 1;
+    r.y_row[0] = j;
+    r.x_row[0] = p.x_row_is_y_row ? j : p.choices_per_token > 0 ? j / p.choices_per_token : 0;
+    return true;
+  }
+  if (p.groups == nullptr) {
+    r.count = min(p.n_tokens, NT);
+#pragma unroll
+    for (int t = 0; t < NT; ++t) r.x_row[t] = r.y_row[t] = t < r.count ? t : 0;
+    return true;
+  }
+  if (j >= *p.n_groups) return false;
+  const GemvGroup& g = p.groups[j];
+  if (g.count <= 0) return false;
+  r.matrix = g.matrix;
+  r.count = min(g.count, NT);
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    if (t < r.count) {
+      r.y_row[t] = g.y_row[t];
+      r.x_row[t] = p.x_row_is_y_row ? g.y_row[t] : g.x_row[t];
+    }
+  }
+  return true;
 }
 
-/// sub-block's codes (32 bytes as 8 words) against x unit u of the staged record (n units).
+/// The block's tokens' x records (n_units units each, rows x_row[t] of p.x_q) into shared memory, record t
+/// at x_record + 5 n_units t; the caller syncs.
+template <int NT>
+__device__ __forceinline__ void x8_stage_records(const GemvParams& p, const X8Rows<NT>& r, int n_units,
+                                                 uint4* x_record) {
+  const int words = 5 * n_units;
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    if (t >= r.count) break;
+    const uint4* src = reinterpret_cast<const uint4*>(p.x_q + static_cast<int64_t>(r.x_row[t]) * p.x_q_stride);
+    for (int i = static_cast<int>(threadIdx.x); i < words; i += static_cast<int>(blockDim.x)) {
+      x_record[t * words + i] = src[i];
+    }
+  }
+}
+
+/// A sub-block's codes (32 bytes as 8 words) against x unit u of the staged record (n units).
 __device__ __forceinline__ float x8_unit(const uint32_t (&c)[8], const uint8_t* xs, int n, int u, float scale,
                                          float offset) {
   const X8XUnit x = x8_x_unit(xs, n, u);
@@ -120,23 +175,28 @@ __device__ __forceinline__ float x8_unit(const uint32_t (&c)[8], const uint8_t* 
   return x.m.dx * (scale * static_cast<float>(codes) - offset * static_cast<float>(x.m.s0 + x.m.s1));
 }
 
-/// One item's part of row . x.
+/// One item's weights, decoded once for all tokens: the codes of sub-blocks 2j and 2j + 1 and their
+/// scales d sc and offsets dmin m.
+struct X8ItemCodes {
+  uint32_t ca[8], cb[8];
+  float sa, sb, oa, ob;
+};
+
 template <GgmlType T>
-__device__ __forceinline__ float x8_item_dot(const X8Item& w, int item, const uint8_t* xs, int n) {
+__device__ __forceinline__ void x8_item_codes(const X8Item& w, int item, X8ItemCodes& o) {
   const int j = item & 3;
   const uint32_t q[8] = {w.qs[0].x, w.qs[0].y, w.qs[0].z, w.qs[0].w, w.qs[1].x, w.qs[1].y, w.qs[1].z, w.qs[1].w};
-  uint32_t ca[8], cb[8];  // sub-blocks 2j (low nibbles) and 2j + 1 (high nibbles)
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    ca[i] = q[i] & 0x0F0F0F0Fu;
-    cb[i] = (q[i] >> 4) & 0x0F0F0F0Fu;
+  for (int i = 0; i < 8; ++i) {  // sub-blocks 2j (low nibbles) and 2j + 1 (high nibbles)
+    o.ca[i] = q[i] & 0x0F0F0F0Fu;
+    o.cb[i] = (q[i] >> 4) & 0x0F0F0F0Fu;
   }
   if constexpr (T == GgmlType::q5_k) {
     const uint32_t h[8] = {w.qh[0].x, w.qh[0].y, w.qh[0].z, w.qh[0].w, w.qh[1].x, w.qh[1].y, w.qh[1].z, w.qh[1].w};
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-      ca[i] |= ((h[i] >> (2 * j)) & 0x01010101u) << 4;
-      cb[i] |= ((h[i] >> (2 * j + 1)) & 0x01010101u) << 4;
+      o.ca[i] |= ((h[i] >> (2 * j)) & 0x01010101u) << 4;
+      o.cb[i] |= ((h[i] >> (2 * j + 1)) & 0x01010101u) << 4;
     }
   }
   // 6-bit scales and mins of sub-blocks 0-3 (bytes of scales[0..3], [4..7]) or 4-7 (low nibbles of
@@ -148,36 +208,19 @@ __device__ __forceinline__ float x8_item_dot(const X8Item& w, int item, const ui
   const int shift = 16 * (j & 1);
   const float d = quant::half_bits_to_float(w.head.x & 0xFFFFu);
   const float dmin = quant::half_bits_to_float(w.head.x >> 16);
-  const float sa = d * static_cast<float>((scw >> shift) & 0xFFu);
-  const float sb = d * static_cast<float>((scw >> (shift + 8)) & 0xFFu);
-  const float oa = dmin * static_cast<float>((mw >> shift) & 0xFFu);
-  const float ob = dmin * static_cast<float>((mw >> (shift + 8)) & 0xFFu);
-  return x8_unit(ca, xs, n, 2 * item, sa, oa) + x8_unit(cb, xs, n, 2 * item + 1, sb, ob);
+  o.sa = d * static_cast<float>((scw >> shift) & 0xFFu);
+  o.sb = d * static_cast<float>((scw >> (shift + 8)) & 0xFFu);
+  o.oa = dmin * static_cast<float>((mw >> shift) & 0xFFu);
+  o.ob = dmin * static_cast<float>((mw >> (shift + 8)) & 0xFFu);
 }
 
-/// This block's matrix, x row and y row (gathered groups: blockIdx.y's; choices: choice blockIdx.y's);
-/// false when the block has nothing to do.
-__device__ __forceinline__ bool x8_group(const GemvParams& p, int& matrix, int& x_row, int& y_row) {
-  const int j = static_cast<int>(blockIdx.y);
-  if (p.choice_ids != nullptr) {
-    const int n_matrices = static_cast<int>(p.weight_bytes / p.matrix_stride_bytes);
-    matrix = min(max(p.choice_ids[j], 0), n_matrices - 1);
-    y_row = j;
-    x_row = p.x_row_is_y_row ? j : 0;
-    return true;
-  }
-  if (p.groups == nullptr) return true;
-  if (j >= *p.n_groups) return false;
-  const GemvGroup& g = p.groups[j];
-  if (g.count <= 0) return false;
-  matrix = g.matrix;
-  y_row = g.y_row[0];
-  x_row = p.x_row_is_y_row ? y_row : g.x_row[0];
-  return true;
+/// One item's part of row . x for one token's staged record.
+__device__ __forceinline__ float x8_item_dot(const X8ItemCodes& c, int item, const uint8_t* xs, int n) {
+  return x8_unit(c.ca, xs, n, 2 * item, c.sa, c.oa) + x8_unit(c.cb, xs, n, 2 * item + 1, c.sb, c.ob);
 }
 
-/// Reduces a warp's two row sums and writes them (lane 0): gated silu(acc0) * acc1 at row r0, else rows
-/// r0 and r1; + residual or as bf16 as the launch asks. Every lane calls it.
+/// Reduces a warp's two row sums of one token and writes them (lane 0): gated silu(acc0) * acc1 at row r0,
+/// else rows r0 and r1; + residual or as bf16 as the launch asks. Every lane calls it.
 __device__ __forceinline__ void x8_finish(const GemvParams& p, int y_row, int r0, int r1, float (&acc)[2], int lane) {
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
@@ -209,7 +252,21 @@ __device__ __forceinline__ void x8_finish(const GemvParams& p, int y_row, int r0
   }
 }
 
-template <GgmlType T>
+/// Every token's sums of a warp's two rows, written (see x8_finish), then cleared.
+template <int NT>
+__device__ __forceinline__ void x8_finish_tokens(const GemvParams& p, const X8Rows<NT>& r, int r0, int r1,
+                                                 float (&acc)[2][NT], int lane) {
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    if (t < r.count) {
+      float a[2] = {acc[0][t], acc[1][t]};
+      x8_finish(p, r.y_row[t], r0, r1, a, lane);
+    }
+    acc[0][t] = acc[1][t] = 0.0f;
+  }
+}
+
+template <GgmlType T, int NT>
 __global__ void __launch_bounds__(128, 4) gemv_x8_kernel(const GemvParams p, const int tiles) {
   static_assert(kGemvX8KQuant<T>);
   constexpr int kWarps = 4;
@@ -222,8 +279,8 @@ __global__ void __launch_bounds__(128, 4) gemv_x8_kernel(const GemvParams p, con
     wait_for_producers();
     allow_dependents();
   }
-  int matrix = 0, x_row = 0, y_row = 0;
-  if (!x8_group(p, matrix, x_row, y_row)) return;
+  X8Rows<NT> rows;
+  if (!x8_group(p, rows)) return;
 
   const bool gated = p.weight_up != nullptr;
   const int64_t row_bytes = static_cast<int64_t>(p.k) / 256 * quant::BlockTraits<T>::bytes;
@@ -231,11 +288,12 @@ __global__ void __launch_bounds__(128, 4) gemv_x8_kernel(const GemvParams p, con
 #pragma unroll
   for (int j = 0; j < R; ++j) {
     base[j] = static_cast<const uint8_t*>(gated && j == 1 ? p.weight_up : p.weight) +
-              static_cast<int64_t>(matrix) * p.matrix_stride_bytes;
+              static_cast<int64_t>(rows.matrix) * p.matrix_stride_bytes;
   }
   const int items = p.k / 64;
   const int steps = (items + 31) / 32;  // per row and lane
   const int n_units = p.k / 32;
+  const int record = 80 * n_units;  // bytes of one token's staged record
   auto out_row = [&](int tile, int j) {
     const int pair = tile * kWarps + warp;
     return gated ? pair : R * pair + j;
@@ -257,11 +315,11 @@ __global__ void __launch_bounds__(128, 4) gemv_x8_kernel(const GemvParams p, con
     wait_for_producers();
     allow_dependents();
   }
-  x8_stage_record(p, x_row, n_units, x_record);
+  x8_stage_records(p, rows, n_units, x_record);
   __syncthreads();
   const uint8_t* xs = reinterpret_cast<const uint8_t*>(x_record);
 
-  float acc[R] = {};
+  float acc[R][NT] = {};
   while (tile < tiles) {
     int next_tile = tile, next_s = s + 1;
     if (next_s == steps) {
@@ -272,13 +330,16 @@ __global__ void __launch_bounds__(128, 4) gemv_x8_kernel(const GemvParams p, con
     const int item = lane + 32 * s;
 #pragma unroll
     for (int j = 0; j < R; ++j) {
-      if (out_row(tile, j) < p.n_rows && item < items) acc[j] += x8_item_dot<T>(cur[j], item, xs, n_units);
-    }
-    if (s == steps - 1) {
-      x8_finish(p, y_row, out_row(tile, 0), out_row(tile, 1), acc, lane);
+      if (out_row(tile, j) < p.n_rows && item < items) {
+        X8ItemCodes c;
+        x8_item_codes<T>(cur[j], item, c);
 #pragma unroll
-      for (int j = 0; j < R; ++j) acc[j] = 0.0f;
+        for (int t = 0; t < NT; ++t) {
+          if (t < rows.count) acc[j][t] += x8_item_dot(c, item, xs + t * record, n_units);
+        }
+      }
     }
+    if (s == steps - 1) x8_finish_tokens(p, rows, out_row(tile, 0), out_row(tile, 1), acc, lane);
     tile = next_tile;
     s = next_s;
 #pragma unroll
@@ -299,37 +360,52 @@ __device__ __forceinline__ void x8_words(const uint8_t* s, int off, uint32_t (&w
   for (int i = 0; i < N; ++i) w[i] = funnel_shift_right(raw[i], raw[i + 1], shift);
 }
 
-/// Q6_K unit `sub` (0-7) of the super-block at the even offset `off` of the staged row, against x unit u:
-/// low 4 bits from ql, high 2 from qh, an int8 scale per 16 values, codes offset by 32.
-__device__ __forceinline__ float x8_q6k_unit(const uint8_t* st, int off, int sub, const uint8_t* xs, int n, int u) {
+/// One 32-value unit of weights decoded once for all tokens: codes (8 words of 4), the scale of each 16-value
+/// half and, for the types with a minimum, the offset m; `bias` is the integer offset of the codes.
+struct X8UnitCodes {
+  uint32_t c[8];
+  float s0, s1;  ///< scale of values 0-15 and 16-31
+  float mn;      ///< Q4_1 / Q5_1: d m (value = d c + m)
+};
+
+/// Q6_K unit `sub` (0-7) of the super-block at the even offset `off` of the staged row: low 4 bits from ql,
+/// high 2 from qh, an int8 scale per 16 values, codes offset by 32.
+__device__ __forceinline__ void x8_q6k_codes(const uint8_t* st, int off, int sub, X8UnitCodes& o) {
   const int half = sub / 4, q = sub % 4;
-  uint32_t lo[8], hi[8], c[8];
+  uint32_t lo[8], hi[8];
   x8_words<8>(st, off + 64 * half + 32 * (q % 2), lo);
   x8_words<8>(st, off + 128 + 32 * half, hi);
 #pragma unroll
-  for (int i = 0; i < 8; ++i) c[i] = ((lo[i] >> (4 * (q / 2))) & 0x0F0F0F0Fu) | (((hi[i] >> (2 * q)) & 0x03030303u) << 4);
+  for (int i = 0; i < 8; ++i) {
+    o.c[i] = ((lo[i] >> (4 * (q / 2))) & 0x0F0F0F0Fu) | (((hi[i] >> (2 * q)) & 0x03030303u) << 4);
+  }
   const uint32_t scales = *reinterpret_cast<const uint16_t*>(st + off + 192 + 8 * half + 2 * q);
   const float d = quant::half_bits_to_float(*reinterpret_cast<const uint16_t*>(st + off + 208));
-  const X8XUnit x = x8_x_unit(xs, n, u);
-  const int c0 = 254 * x8_dot16(c, 0, x.h0, 0) + x8_dot16(c, 0, x.l0, 0) - 32 * x.m.s0;
-  const int c1 = 254 * x8_dot16(c, 4, x.h1, 0) + x8_dot16(c, 4, x.l1, 0) - 32 * x.m.s1;
-  const float s0 = static_cast<float>(static_cast<int8_t>(scales & 0xFFu));
-  const float s1 = static_cast<float>(static_cast<int8_t>(scales >> 8));
-  return x.m.dx * d * (s0 * static_cast<float>(c0) + s1 * static_cast<float>(c1));
+  o.s0 = d * static_cast<float>(static_cast<int8_t>(scales & 0xFFu));
+  o.s1 = d * static_cast<float>(static_cast<int8_t>(scales >> 8));
+  o.mn = 0.0f;
 }
 
-/// One legacy block (32 values, at the even byte offset `off` of the staged row) against x unit u.
+/// A decoded Q6_K unit against x unit u of one token's staged record.
+__device__ __forceinline__ float x8_q6k_dot(const X8UnitCodes& w, const uint8_t* xs, int n, int u) {
+  const X8XUnit x = x8_x_unit(xs, n, u);
+  const int c0 = 254 * x8_dot16(w.c, 0, x.h0, 0) + x8_dot16(w.c, 0, x.l0, 0) - 32 * x.m.s0;
+  const int c1 = 254 * x8_dot16(w.c, 4, x.h1, 0) + x8_dot16(w.c, 4, x.l1, 0) - 32 * x.m.s1;
+  return x.m.dx * (w.s0 * static_cast<float>(c0) + w.s1 * static_cast<float>(c1));
+}
+
+/// One legacy block (32 values, at the even byte offset `off` of the staged row), decoded.
 template <GgmlType T>
-__device__ __forceinline__ float x8_block_dot(const uint8_t* st, int off, const uint8_t* xs, int n, int u) {
+__device__ __forceinline__ void x8_block_codes(const uint8_t* st, int off, X8UnitCodes& o) {
   constexpr bool kMin = T == GgmlType::q4_1 || T == GgmlType::q5_1;  // {d, m, ...}: value = d c + m
   constexpr int kData = kMin ? 4 : 2;                                  // bytes before qh / qs
-  const float d = quant::half_bits_to_float(*reinterpret_cast<const uint16_t*>(st + off));
-  uint32_t c[8];
+  o.s0 = o.s1 = quant::half_bits_to_float(*reinterpret_cast<const uint16_t*>(st + off));
+  o.mn = kMin ? quant::half_bits_to_float(*reinterpret_cast<const uint16_t*>(st + off + 2)) : 0.0f;
   if constexpr (T == GgmlType::q8_0) {
     uint32_t w[8];
     x8_words<8>(st, off + kData, w);
 #pragma unroll
-    for (int i = 0; i < 8; ++i) c[i] = w[i] ^ 0x80808080u;  // code = q + 128
+    for (int i = 0; i < 8; ++i) o.c[i] = w[i] ^ 0x80808080u;  // code = q + 128
   } else {
     constexpr bool kFive = T == GgmlType::q5_0 || T == GgmlType::q5_1;
     uint32_t w[kFive ? 5 : 4];
@@ -337,32 +413,38 @@ __device__ __forceinline__ float x8_block_dot(const uint8_t* st, int off, const 
     const uint32_t* qs = kFive ? w + 1 : w;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      c[i] = qs[i] & 0x0F0F0F0Fu;             // values 4i .. 4i + 3
-      c[4 + i] = (qs[i] >> 4) & 0x0F0F0F0Fu;  // values 16 + 4i ..
+      o.c[i] = qs[i] & 0x0F0F0F0Fu;             // values 4i .. 4i + 3
+      o.c[4 + i] = (qs[i] >> 4) & 0x0F0F0F0Fu;  // values 16 + 4i ..
     }
     if constexpr (kFive) {
       // bit j of qh is the fifth bit of value j: four bits to bit 4 of four bytes by one multiply
 #pragma unroll
-      for (int i = 0; i < 8; ++i) c[i] |= (((w[0] >> (4 * i)) & 0xFu) * 0x02040810u) & 0x10101010u;
+      for (int i = 0; i < 8; ++i) o.c[i] |= (((w[0] >> (4 * i)) & 0xFu) * 0x02040810u) & 0x10101010u;
     }
-  }
-  const X8XUnit x = x8_x_unit(xs, n, u);
-  const int a = x8_dot16(c, 4, x.h1, x8_dot16(c, 0, x.h0, 0));
-  const int b = x8_dot16(c, 4, x.l1, x8_dot16(c, 0, x.l0, 0));
-  if constexpr (kMin) {
-    const float mn = quant::half_bits_to_float(*reinterpret_cast<const uint16_t*>(st + off + 2));
-    return x.m.dx * (d * static_cast<float>(254 * a + b) + mn * static_cast<float>(x.m.s0 + x.m.s1));
-  } else {
-    constexpr int kOff = split_int8::kIntegerOffset<T>;
-    return x.m.dx * (d * static_cast<float>(254 * a + b - kOff * (x.m.s0 + x.m.s1)));
   }
 }
 
-/// Single-token GEMV of a legacy 32-value block type on split-int8 x. A warp owns two rows as in
-/// gemv_x8_kernel; a step is 32 blocks of each row (lane l: block 32 s + l). The blocks are 2-byte aligned
-/// at best, so the warp copies each step's bytes into shared memory with coalesced aligned 16-byte loads
-/// (issued one step ahead) and each lane reads its block from there as aligned words.
+/// A decoded legacy block against x unit u of one token's staged record.
 template <GgmlType T>
+__device__ __forceinline__ float x8_block_dot(const X8UnitCodes& w, const uint8_t* xs, int n, int u) {
+  constexpr bool kMin = T == GgmlType::q4_1 || T == GgmlType::q5_1;
+  const X8XUnit x = x8_x_unit(xs, n, u);
+  const int a = x8_dot16(w.c, 4, x.h1, x8_dot16(w.c, 0, x.h0, 0));
+  const int b = x8_dot16(w.c, 4, x.l1, x8_dot16(w.c, 0, x.l0, 0));
+  if constexpr (kMin) {
+    return x.m.dx * (w.s0 * static_cast<float>(254 * a + b) + w.mn * static_cast<float>(x.m.s0 + x.m.s1));
+  } else {
+    constexpr int kOff = split_int8::kIntegerOffset<T>;
+    return x.m.dx * (w.s0 * static_cast<float>(254 * a + b - kOff * (x.m.s0 + x.m.s1)));
+  }
+}
+
+/// GEMV of a legacy 32-value block type (or Q6_K) on split-int8 x, 1 to NT tokens. A warp owns two rows as
+/// in gemv_x8_kernel; a step is 32 blocks of each row (lane l: block 32 s + l; Q6_K: 32 units). The blocks
+/// are 2-byte aligned at best, so the warp copies each step's bytes into shared memory with coalesced
+/// aligned 16-byte loads (issued one step ahead) and each lane reads its block from there as aligned words,
+/// decodes it once and multiplies it with every token's record.
+template <GgmlType T, int NT>
 __global__ void __launch_bounds__(128, 4) gemv_x8_legacy_kernel(const GemvParams p, const int tiles) {
   static_assert(kGemvX8Legacy<T>);
   constexpr int kWarps = 4;
@@ -381,10 +463,11 @@ __global__ void __launch_bounds__(128, 4) gemv_x8_legacy_kernel(const GemvParams
     wait_for_producers();
     allow_dependents();
   }
-  int matrix = 0, x_row = 0, y_row = 0;
-  if (!x8_group(p, matrix, x_row, y_row)) return;
+  X8Rows<NT> rows;
+  if (!x8_group(p, rows)) return;
   const bool gated = p.weight_up != nullptr;
   const int n_units = p.k / 32;
+  const int record = 80 * n_units;
   const int64_t row_bytes = static_cast<int64_t>(n_units / kUnitsPerBlock) * kBytes;
   const int steps = (n_units + 31) / 32;
   const uint8_t* lo[R];
@@ -394,7 +477,7 @@ __global__ void __launch_bounds__(128, 4) gemv_x8_legacy_kernel(const GemvParams
   for (int j = 0; j < R; ++j) {
     lo[j] = static_cast<const uint8_t*>(gated && j == 1 ? p.weight_up : p.weight);
     hi[j] = lo[j] + p.weight_bytes;
-    base[j] = lo[j] + static_cast<int64_t>(matrix) * p.matrix_stride_bytes;
+    base[j] = lo[j] + static_cast<int64_t>(rows.matrix) * p.matrix_stride_bytes;
   }
   auto out_row = [&](int tile, int j) {
     const int pair = tile * kWarps + warp;
@@ -433,12 +516,12 @@ __global__ void __launch_bounds__(128, 4) gemv_x8_legacy_kernel(const GemvParams
     wait_for_producers();
     allow_dependents();
   }
-  x8_stage_record(p, x_row, n_units, x_record);
+  x8_stage_records(p, rows, n_units, x_record);
   store();
   __syncthreads();
   const uint8_t* xs = reinterpret_cast<const uint8_t*>(x_record);
 
-  float acc[R] = {};
+  float acc[R][NT] = {};
   while (tile < tiles) {
     int next_tile = tile, next_s = s + 1;
     if (next_s == steps) {
@@ -453,19 +536,25 @@ __global__ void __launch_bounds__(128, 4) gemv_x8_legacy_kernel(const GemvParams
       for (int j = 0; j < R; ++j) {
         if (out_row(tile, j) < p.n_rows) {
           const uint8_t* st = reinterpret_cast<const uint8_t*>(stage[warp][j]);
+          X8UnitCodes c;
           if constexpr (T == GgmlType::q6_k) {
-            acc[j] += x8_q6k_unit(st, mis[j] + lane / 8 * kBytes, lane % 8, xs, n_units, u);
+            x8_q6k_codes(st, mis[j] + lane / 8 * kBytes, lane % 8, c);
           } else {
-            acc[j] += x8_block_dot<T>(st, mis[j] + lane * kBytes, xs, n_units, u);
+            x8_block_codes<T>(st, mis[j] + lane * kBytes, c);
+          }
+#pragma unroll
+          for (int t = 0; t < NT; ++t) {
+            if (t >= rows.count) continue;
+            if constexpr (T == GgmlType::q6_k) {
+              acc[j][t] += x8_q6k_dot(c, xs + t * record, n_units, u);
+            } else {
+              acc[j][t] += x8_block_dot<T>(c, xs + t * record, n_units, u);
+            }
           }
         }
       }
     }
-    if (s == steps - 1) {
-      x8_finish(p, y_row, out_row(tile, 0), out_row(tile, 1), acc, lane);
-#pragma unroll
-      for (int j = 0; j < R; ++j) acc[j] = 0.0f;
-    }
+    if (s == steps - 1) x8_finish_tokens(p, rows, out_row(tile, 0), out_row(tile, 1), acc, lane);
     __syncwarp();  // every lane has read the step before it is overwritten
     if (more) store();
     __syncwarp();
@@ -480,7 +569,7 @@ __global__ void __launch_bounds__(128, 4) gemv_x8_legacy_kernel(const GemvParams
 /// W_UK (k = 128): consecutive rows are consecutive blocks, so one staged step of 32 blocks covers 32 / G
 /// rows; lane l takes block l % G of row l / G and the G lanes of a row sum through shuffles. A warp owns
 /// two such steps (2 x 32 / G rows) per tile.
-template <GgmlType T>
+template <GgmlType T, int NT>
 __global__ void __launch_bounds__(128, 4) gemv_x8_short_rows_kernel(const GemvParams p, const int tiles) {
   static_assert(kGemvX8Legacy<T>);
   constexpr int kWarps = 4;
@@ -497,14 +586,15 @@ __global__ void __launch_bounds__(128, 4) gemv_x8_short_rows_kernel(const GemvPa
     wait_for_producers();
     allow_dependents();
   }
-  int matrix = 0, x_row = 0, y_row = 0;
-  if (!x8_group(p, matrix, x_row, y_row)) return;
+  X8Rows<NT> rows;
+  if (!x8_group(p, rows)) return;
   const int G = p.k / 32;          // blocks per row (a power of two below 32)
+  const int record = 80 * G;
   const int rows_per_step = 32 / G;
   const int64_t row_bytes = static_cast<int64_t>(G) * kBytes;
   const uint8_t* lo = static_cast<const uint8_t*>(p.weight);
   const uint8_t* hi = lo + p.weight_bytes;
-  const uint8_t* base = lo + static_cast<int64_t>(matrix) * p.matrix_stride_bytes;
+  const uint8_t* base = lo + static_cast<int64_t>(rows.matrix) * p.matrix_stride_bytes;
   auto first_row = [&](int tile, int j) { return ((tile * kWarps + warp) * R + j) * rows_per_step; };
   uint4 regs[R][CPL];
   int mis[R], next_mis[R];
@@ -536,12 +626,10 @@ __global__ void __launch_bounds__(128, 4) gemv_x8_short_rows_kernel(const GemvPa
     wait_for_producers();
     allow_dependents();
   }
-  x8_stage_record(p, x_row, G, x_record);
+  x8_stage_records(p, rows, G, x_record);
   store();
   __syncthreads();
   const uint8_t* xs = reinterpret_cast<const uint8_t*>(x_record);
-  const int64_t y0 = static_cast<int64_t>(y_row) * p.y_stride;
-  const float* rrow = p.residual ? p.residual + y0 : nullptr;
 
   while (tile < tiles) {
     const int next_tile = tile + static_cast<int>(gridDim.x);
@@ -550,16 +638,20 @@ __global__ void __launch_bounds__(128, 4) gemv_x8_short_rows_kernel(const GemvPa
 #pragma unroll
     for (int j = 0; j < R; ++j) {
       const int row = first_row(tile, j) + lane / G;
-      float v = 0.0f;
-      if (row < p.n_rows) {
-        v = x8_block_dot<T>(reinterpret_cast<const uint8_t*>(stage[warp][j]), mis[j] + lane * kBytes, xs, G, lane % G);
-      }
-      for (int o = 1; o < G; o *= 2) v += __shfl_xor_sync(0xffffffffu, v, o);  // the row's G lanes
-      if (lane % G == 0 && row < p.n_rows) {
-        if (p.y_bf16 != nullptr) {
-          p.y_bf16[y0 + row] = __float2bfloat16_rn(v);
-        } else {
-          p.y[y0 + row] = rrow ? v + rrow[row] : v;
+      X8UnitCodes c{};
+      if (row < p.n_rows) x8_block_codes<T>(reinterpret_cast<const uint8_t*>(stage[warp][j]), mis[j] + lane * kBytes, c);
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        if (t >= rows.count) break;
+        float v = row < p.n_rows ? x8_block_dot<T>(c, xs + t * record, G, lane % G) : 0.0f;
+        for (int o = 1; o < G; o *= 2) v += __shfl_xor_sync(0xffffffffu, v, o);  // the row's G lanes
+        if (lane % G == 0 && row < p.n_rows) {
+          const int64_t y0 = static_cast<int64_t>(rows.y_row[t]) * p.y_stride;
+          if (p.y_bf16 != nullptr) {
+            p.y_bf16[y0 + row] = __float2bfloat16_rn(v);
+          } else {
+            p.y[y0 + row] = p.residual ? v + p.residual[y0 + row] : v;
+          }
         }
       }
     }
@@ -574,8 +666,11 @@ __global__ void __launch_bounds__(128, 4) gemv_x8_short_rows_kernel(const GemvPa
 
 int gemv_resident_blocks(const void* kernel, int smem);
 
-/// Shared memory the record of x may take (k up to 26214).
+/// Shared memory the records of x may take (one token: k up to 26214; 8 tokens: k up to 3276).
 inline constexpr int kGemvX8MaxRecordBytes = 64 * 1024;
+
+/// Tokens per block a launch of `tokens` (1-8) is compiled for: 1, 2, 4 or 8.
+inline constexpr int gemv_x8_tokens(int tokens) { return tokens <= 1 ? 1 : tokens <= 2 ? 2 : tokens <= 4 ? 4 : 8; }
 
 /// Whether launch_gemv_x8 takes this launch (see GemvParams::x_q).
 template <GgmlType T>
@@ -589,41 +684,57 @@ inline bool gemv_x8_applies(const GemvParams& p) {
                          (reinterpret_cast<uintptr_t>(p.weight) % 16 == 0 &&
                           (p.weight_up == nullptr || reinterpret_cast<uintptr_t>(p.weight_up) % 16 == 0) &&
                           p.matrix_stride_bytes % 16 == 0);
-    return p.x_q != nullptr && tokens == 1 && p.k % kGemvX8BlockValues<T> == 0 && x_int8_record_bytes(p.k) <= kGemvX8MaxRecordBytes &&
-           aligned && gemv_int8_enabled();
+    return p.x_q != nullptr && tokens >= 1 && tokens <= gemv_max_tokens && p.k % kGemvX8BlockValues<T> == 0 &&
+           gemv_x8_tokens(tokens) * x_int8_record_bytes(p.k) <= kGemvX8MaxRecordBytes && aligned &&
+           gemv_int8_enabled();
   }
+}
+
+template <GgmlType T, int NT>
+void launch_gemv_x8_as(const GemvParams& p, cudaStream_t stream) {
+  void (*kernel)(const GemvParams, const int) = nullptr;
+  const int units = p.k / 32;
+  // rows of 1-16 blocks (a power of two), not gated: several rows per staged step
+  const bool short_rows = kGemvX8Legacy<T> && T != GgmlType::q6_k && units < 32 && (units & (units - 1)) == 0 &&
+                          p.weight_up == nullptr;
+  if constexpr (kGemvX8KQuant<T>) {
+    kernel = gemv_x8_kernel<T, NT>;
+  } else if constexpr (T == GgmlType::q6_k) {
+    kernel = gemv_x8_legacy_kernel<T, NT>;
+  } else {
+    kernel = short_rows ? gemv_x8_short_rows_kernel<T, NT> : gemv_x8_legacy_kernel<T, NT>;
+  }
+  const int smem = static_cast<int>(NT * x_int8_record_bytes(p.k));
+  LATTE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  const int64_t rows_per_warp = short_rows ? 2 * (32 / units) : p.weight_up ? 1 : 2;
+  const int64_t pairs = (p.n_rows + rows_per_warp - 1) / rows_per_warp;  // warps' row groups
+  const int tiles = static_cast<int>((pairs + 3) / 4);
+  const int groups = p.groups || p.choice_ids ? p.max_groups : 1;
+  int device = 0;
+  LATTE_CUDA_CHECK(cudaGetDevice(&device));
+  // one wave of resident blocks over all groups; each walks an equal share of its group's tiles
+  const int64_t resident = static_cast<int64_t>(device_caps(device).sm_count) *
+                           gemv_resident_blocks(reinterpret_cast<const void*>(kernel), smem);
+  const int64_t cap = std::max<int64_t>(1, resident / groups);
+  const int64_t per_block = (tiles + cap - 1) / cap;
+  const dim3 grid(static_cast<unsigned>((tiles + per_block - 1) / per_block), static_cast<unsigned>(groups));
+  launch_kernel(kernel, grid, dim3(128), static_cast<size_t>(smem), stream, p, tiles);
 }
 
 template <GgmlType T>
 void launch_gemv_x8(const GemvParams& p, cudaStream_t stream) {
   if constexpr (kGemvX8Type<T>) {
-    void (*kernel)(const GemvParams, const int) = nullptr;
-    const int units = p.k / 32;
-    // rows of 1-16 blocks (a power of two), not gated: several rows per staged step
-    const bool short_rows = kGemvX8Legacy<T> && T != GgmlType::q6_k && units < 32 && (units & (units - 1)) == 0 &&
-                            p.weight_up == nullptr;
-    if constexpr (kGemvX8KQuant<T>) {
-      kernel = gemv_x8_kernel<T>;
-    } else if constexpr (T == GgmlType::q6_k) {
-      kernel = gemv_x8_legacy_kernel<T>;
-    } else {
-      kernel = short_rows ? gemv_x8_short_rows_kernel<T> : gemv_x8_legacy_kernel<T>;
+    const int tokens = p.choice_ids ? 1 : p.groups ? p.max_tokens_per_group : p.n_tokens;
+    switch (gemv_x8_tokens(tokens)) {
+      case 1:
+        return launch_gemv_x8_as<T, 1>(p, stream);
+      case 2:
+        return launch_gemv_x8_as<T, 2>(p, stream);
+      case 4:
+        return launch_gemv_x8_as<T, 4>(p, stream);
+      default:
+        return launch_gemv_x8_as<T, 8>(p, stream);
     }
-    const int smem = static_cast<int>(x_int8_record_bytes(p.k));
-    LATTE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    const int64_t rows_per_warp = short_rows ? 2 * (32 / units) : p.weight_up ? 1 : 2;
-    const int64_t pairs = (p.n_rows + rows_per_warp - 1) / rows_per_warp;  // warps' row groups
-    const int tiles = static_cast<int>((pairs + 3) / 4);
-    const int groups = p.groups || p.choice_ids ? p.max_groups : 1;
-    int device = 0;
-    LATTE_CUDA_CHECK(cudaGetDevice(&device));
-    // one wave of resident blocks over all groups; each walks an equal share of its group's tiles
-    const int64_t resident = static_cast<int64_t>(device_caps(device).sm_count) *
-                             gemv_resident_blocks(reinterpret_cast<const void*>(kernel), smem);
-    const int64_t cap = std::max<int64_t>(1, resident / groups);
-    const int64_t per_block = (tiles + cap - 1) / cap;
-    const dim3 grid(static_cast<unsigned>((tiles + per_block - 1) / per_block), static_cast<unsigned>(groups));
-    launch_kernel(kernel, grid, dim3(128), static_cast<size_t>(smem), stream, p, tiles);
   }
 }
 

@@ -138,7 +138,8 @@ MoeWorkspace::MoeWorkspace(const MoeWorkspaceShape& shape) : shape_(shape) {
   LATTE_CUDA_CHECK(cudaMemcpy(choice_slots.data(), identity.data(), identity.size() * sizeof(int32_t),
                               cudaMemcpyHostToDevice));
   if (shape.ffn % 32 == 0) {
-    act_q = DeviceBuffer<uint8_t>(static_cast<size_t>(shape.k) * static_cast<size_t>(x_int8_record_bytes(shape.ffn)),
+    act_q = DeviceBuffer<uint8_t>(static_cast<size_t>(std::min(shape.max_tokens, gemv_max_tokens) * shape.k) *
+                                      static_cast<size_t>(x_int8_record_bytes(shape.ffn)),
                                   "MoE activations (int8)");
   }
 }
@@ -208,8 +209,9 @@ void moe_experts_decode(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeEx
                                      .max_tokens_per_group = c.n_tokens},
                           w.down);
   d.x_row_is_y_row = true;  // the groups' x rows are tokens; down reads the slot's activations
-  if (c.x_q != nullptr && c.n_tokens == 1 && ws.act_q.size() > 0 && gemv_reads_x_int8(w.down.type, w.ffn)) {
-    // the single token's k slots of activations as records, for the split-int8 down GEMV
+  if (c.x_q != nullptr && ws.act_q.size() >= static_cast<size_t>(pairs * x_int8_record_bytes(w.ffn)) &&
+      gemv_reads_x_int8(w.down.type, w.ffn, c.n_tokens)) {
+    // the tokens' slots of activations as records, for the split-int8 down GEMV
     const int64_t stride = x_int8_record_bytes(w.ffn);
     quantize_x_int8({.x = ws.gate_out.data(),
                      .x_stride = w.ffn,

@@ -552,3 +552,181 @@ TEST_CASE("gemv on split-int8 x: per-head short rows (W_UK-like, k = 128) over g
     CHECK(bad == 0);
   }
 }
+
+TEST_CASE("gemv on split-int8 x: 2-8 tokens in one pass, dense rows, within each token's bound") {
+  Rng rng;
+  struct Shape {
+    int64_t rows, k;
+  };
+  // K-quants: 1000 x 2048 (tiles walked), 37 x 2816 (a partial second item per lane); legacy: 37 x 1408,
+  // 300 x 128 (short rows), Q6_K 70 x 1536
+  for (GgmlType type : {GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k, GgmlType::q8_0, GgmlType::q5_0,
+                        GgmlType::q4_1}) {
+    const bool is_k = latte::type_traits(type).block_values == 256;
+    const std::vector<Shape> shapes =
+        is_k ? std::vector<Shape>{{1000, 2048}, {37, 2816}} : std::vector<Shape>{{37, 1408}, {300, 128}};
+    for (const Shape s : shapes) {
+      for (const int n : {2, 3, 5, 8}) {
+        CAPTURE(latte::type_name(type));
+        CAPTURE(s.rows);
+        CAPTURE(s.k);
+        CAPTURE(n);
+        REQUIRE(latte::cuda::gemv_reads_x_int8(type, s.k, n));
+        const Matrix w = random_matrix(type, s.rows, s.k, rng);
+        const auto dw = upload(w.bytes);
+        auto x = random_vector(static_cast<size_t>(n * s.k), rng);
+        x[static_cast<size_t>((n - 1) * s.k + 5)] *= 40.0f;  // the last token has a unit with a wide range
+        const auto dx = upload(x);
+        const auto rec = records_of(dx, n, static_cast<int>(s.k));
+        const auto rec_host = download(rec.data(), rec.size());
+        const int64_t stride = latte::cuda::x_int8_record_bytes(s.k);
+        latte::cuda::DeviceBuffer<float> x_nan(static_cast<size_t>(n * s.k));
+        poison(x_nan.data(), x_nan.bytes());
+        const auto residual = random_vector(static_cast<size_t>(n * s.rows), rng);
+        const auto dres = upload(residual);
+        latte::cuda::DeviceBuffer<float> y(static_cast<size_t>(n * s.rows));
+        poison(y.data(), y.bytes());
+        latte::cuda::gemv_quant({.type = type,
+                                 .weight = dw.data(),
+                                 .weight_bytes = static_cast<int64_t>(w.bytes.size()),
+                                 .n_rows = static_cast<int>(s.rows),
+                                 .k = static_cast<int>(s.k),
+                                 .x = x_nan.data(),
+                                 .x_stride = s.k,
+                                 .y = y.data(),
+                                 .y_stride = s.rows,
+                                 .residual = dres.data(),
+                                 .n_tokens = n,
+                                 .x_q = rec.data(),
+                                 .x_q_stride = stride},
+                                nullptr);
+        const auto got = download(y.data(), y.size());
+        int bad = 0;
+        for (int t = 0; t < n; ++t) {
+          const std::vector<uint8_t> row(rec_host.begin() + t * stride, rec_host.begin() + (t + 1) * stride);
+          const DecodedRecord d = decode_record(row, static_cast<int>(s.k));
+          const float* xt = &x[static_cast<size_t>(t * s.k)];
+          for (int64_t r = 0; r < s.rows; ++r) {
+            const float* wr = &w.values[static_cast<size_t>(r * s.k)];
+            const size_t out = static_cast<size_t>(t * s.rows + r);
+            const double want = dot(wr, xt, s.k) + residual[out];
+            bad += !(std::abs(got[out] - want) <= x8_bound(wr, xt, d.dx, s.k) + 1e-6 * std::abs(want));
+          }
+        }
+        CHECK(bad == 0);
+      }
+    }
+  }
+  // 8 tokens of k = 10944 do not fit the records' shared memory: the fp32 GEMV takes them
+  CHECK_FALSE(latte::cuda::gemv_reads_x_int8(GgmlType::q8_0, 10944, 8));
+  CHECK_FALSE(latte::cuda::gemv_reads_x_int8(GgmlType::q8_0, 10944, 3));  // built for 4 tokens
+  CHECK(latte::cuda::gemv_reads_x_int8(GgmlType::q8_0, 10944, 2));
+  CHECK(latte::cuda::gemv_reads_x_int8(GgmlType::q8_0, 10944, 1));
+}
+
+TEST_CASE("gemv on split-int8 x: gated groups of several tokens, and choices of several tokens") {
+  Rng rng;
+  const int64_t rows = 260, k = 1024, experts = 4;
+  for (GgmlType type : {GgmlType::q4_k, GgmlType::q8_0}) {
+    CAPTURE(latte::type_name(type));
+    const Matrix gate = random_matrix(type, rows * experts, k, rng);
+    const Matrix up = random_matrix(type, rows * experts, k, rng);
+    const auto dgate = upload(gate.bytes), dup = upload(up.bytes);
+    const int64_t matrix_bytes = static_cast<int64_t>(latte::row_bytes(type, k)) * rows;
+    const int n_x = 6;
+    const auto x = random_vector(static_cast<size_t>(n_x * k), rng);
+    const auto dx = upload(x);
+    const auto rec = records_of(dx, n_x, static_cast<int>(k));
+    const auto rec_host = download(rec.data(), rec.size());
+    const int64_t stride = latte::cuda::x_int8_record_bytes(k);
+    latte::cuda::DeviceBuffer<float> x_nan(static_cast<size_t>(n_x * k));
+    poison(x_nan.data(), x_nan.bytes());
+    auto want_at = [&](int matrix, int xr, int64_t r, double& bound) {
+      const std::vector<uint8_t> row(rec_host.begin() + xr * stride, rec_host.begin() + (xr + 1) * stride);
+      const DecodedRecord d = decode_record(row, static_cast<int>(k));
+      const float* xt = &x[static_cast<size_t>(xr * k)];
+      const int64_t m = matrix * rows + r;
+      const float* gw = &gate.values[static_cast<size_t>(m * k)];
+      const float* uw = &up.values[static_cast<size_t>(m * k)];
+      const double gv = dot(gw, xt, k), uv = dot(uw, xt, k);
+      const double eg = x8_bound(gw, xt, d.dx, k), eu = x8_bound(uw, xt, d.dx, k);
+      bound = 1.1 * eg * (std::abs(uv) + eu) + std::abs(silu(gv)) * eu + 1e-6;
+      return silu(gv) * uv;
+    };
+
+    // groups of 5, 1 and 3 tokens with scattered x rows (max_tokens_per_group 5: the 8-token build)
+    const std::vector<latte::cuda::GemvGroup> groups = {
+        {.matrix = 3, .count = 5, .x_row = {4, 0, 5, 2, 1}, .y_row = {0, 1, 2, 3, 4}},
+        {.matrix = 0, .count = 1, .x_row = {3}, .y_row = {5}},
+        {.matrix = 1, .count = 3, .x_row = {1, 3, 0}, .y_row = {6, 8, 7}}};
+    const std::vector<int32_t> n_groups = {3};
+    const auto dgroups = upload(groups);
+    const auto dn = upload(n_groups);
+    latte::cuda::DeviceBuffer<float> y(static_cast<size_t>(10 * rows));
+    poison(y.data(), y.bytes());
+    latte::cuda::gemv_quant({.type = type,
+                             .weight = dgate.data(),
+                             .weight_up = dup.data(),
+                             .weight_bytes = static_cast<int64_t>(gate.bytes.size()),
+                             .matrix_stride_bytes = matrix_bytes,
+                             .n_rows = static_cast<int>(rows),
+                             .k = static_cast<int>(k),
+                             .x = x_nan.data(),
+                             .x_stride = k,
+                             .y = y.data(),
+                             .y_stride = rows,
+                             .groups = dgroups.data(),
+                             .n_groups = dn.data(),
+                             .max_groups = 3,
+                             .max_tokens_per_group = 5,
+                             .x_q = rec.data(),
+                             .x_q_stride = stride},
+                            nullptr);
+    auto got = download(y.data(), y.size());
+    int bad = 0, untouched = 0;
+    for (const auto& g : groups) {
+      for (int t = 0; t < g.count; ++t) {
+        for (int64_t r = 0; r < rows; ++r) {
+          double bound = 0.0;
+          const double want = want_at(g.matrix, g.x_row[t], r, bound);
+          bad += !(std::abs(got[static_cast<size_t>(g.y_row[t] * rows + r)] - want) <= bound);
+        }
+      }
+    }
+    for (int64_t r = 0; r < 2 * rows; ++r) untouched += std::isnan(got[static_cast<size_t>(9 * rows + r % rows)]);
+    CHECK(bad == 0);
+    CHECK(untouched == 2 * rows);  // y row 9 belongs to no group
+
+    // 3 tokens x 2 choices: choice j reads x row j / 2
+    const std::vector<int32_t> ids = {1, 3, 0, 3, 2, 1};
+    const auto dids = upload(ids);
+    poison(y.data(), y.bytes());
+    latte::cuda::gemv_quant({.type = type,
+                             .weight = dgate.data(),
+                             .weight_up = dup.data(),
+                             .weight_bytes = static_cast<int64_t>(gate.bytes.size()),
+                             .matrix_stride_bytes = matrix_bytes,
+                             .n_rows = static_cast<int>(rows),
+                             .k = static_cast<int>(k),
+                             .x = x_nan.data(),
+                             .x_stride = k,
+                             .y = y.data(),
+                             .y_stride = rows,
+                             .max_groups = 6,
+                             .x_q = rec.data(),
+                             .x_q_stride = stride,
+                             .choice_ids = dids.data(),
+                             .choices_per_token = 2},
+                            nullptr);
+    got = download(y.data(), y.size());
+    bad = 0;
+    for (int j = 0; j < 6; ++j) {
+      for (int64_t r = 0; r < rows; ++r) {
+        double bound = 0.0;
+        const double want = want_at(ids[static_cast<size_t>(j)], j / 2, r, bound);
+        bad += !(std::abs(got[static_cast<size_t>(j * rows + r)] - want) <= bound);
+      }
+    }
+    CHECK(bad == 0);
+  }
+}
