@@ -262,7 +262,7 @@ class CudaMlaBackend final : public CudaAttentionBackend {
     const HeadGroups::Groups groups = groups_.get(T, N);
     // decode: each token's and head's q_nope as a split-int8 record for the int8 GEMV (W_UK's rows are short)
     uint8_t* q_nope_q = nullptr;
-    if (T <= gemv_max_tokens && gemv_reads_x_int8(w.k_b.type, P, T)) {
+    if (T <= 8 * gemv_max_tokens && gemv_reads_x_int8(w.k_b.type, P, std::min(T, gemv_max_tokens))) {
       const int64_t stride = x_int8_record_bytes(P);
       q_nope_q = grow_scratch(q_nope_q_, TN * static_cast<size_t>(stride), "mla q_nope int8");
       quantize_x_int8({.x = in.q, .x_stride = qk, .rows = static_cast<int>(TN), .k = P, .out = q_nope_q,

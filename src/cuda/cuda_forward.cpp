@@ -26,6 +26,7 @@
 #include "cuda/kv_cache_append.hpp"
 #include "cuda/linear.hpp"
 #include "cuda/logits_transfer.hpp"
+#include "cuda/moe_dispatch.hpp"
 #include "cuda/moe_experts.hpp"
 #include "cuda/moe_router.hpp"
 #include "cuda/norms.hpp"
@@ -404,8 +405,8 @@ class CudaForward final : public CudaRankForward {
     Activations& a = act_;
     a.x = DeviceBuffer<float>(t * H, "residual stream");
     a.xn = DeviceBuffer<float>(t * H, "normalised activations");
-    // split-int8 records of up to gemv_max_tokens rows (the GEMVs' inputs)
-    const size_t record_rows = static_cast<size_t>(std::min(T, gemv_max_tokens));
+    // split-int8 records of up to kRecordRows rows (the GEMVs' inputs)
+    const size_t record_rows = static_cast<size_t>(std::min(T, kRecordRows));
     a.xq = DeviceBuffer<uint8_t>(record_rows * static_cast<size_t>(x_int8_record_bytes(std::max(H, N * c_.v_head_dim) / 32 * 32)) + 16,
                                  "int8 activations");
     a.proj = DeviceBuffer<float>(t * layout_.width, "attention input projection");
@@ -511,9 +512,21 @@ class CudaForward final : public CudaRankForward {
   }
 
   /// Where a normalisation of `rows` rows of the hidden width also writes its split-int8 records (the
-  /// GEMVs of the projections read them): up to gemv_max_tokens rows, else nowhere.
+  /// GEMVs of the projections and the MoE decode path read them): up to kRecordRows rows, else nowhere.
   uint8_t* hidden_record(int rows) {
-    return rows >= 1 && rows <= gemv_max_tokens && c_.n_embd % 32 == 0 ? act_.xq.data() : nullptr;
+    return rows >= 1 && rows <= kRecordRows && c_.n_embd % 32 == 0 ? act_.xq.data() : nullptr;
+  }
+  static constexpr int kRecordRows = moe_gemv_max_tokens;
+
+  /// Most tokens whose routed experts run as GEMVs over expert groups (moe_experts_decode) rather than
+  /// the grouped GEMM: LATTE_MOE_GEMV_TOKENS (8-64, default 32).
+  static int moe_gemv_tokens() {
+    static const int n = [] {
+      const char* v = std::getenv("LATTE_MOE_GEMV_TOKENS");
+      const int t = v ? std::atoi(v) : 32;
+      return std::clamp(t, gemv_max_tokens, moe_gemv_max_tokens);
+    }();
+    return n;
   }
 
   /// Rotates n_heads heads of `data` (in place, or out of place from `src`) and, when `pair_src` is
@@ -832,7 +845,7 @@ class CudaForward final : public CudaRankForward {
                                    .n_experts = n_held_,
                                    .hidden = H,
                                    .ffn = F};
-    const bool grouped_gemm = T > gemv_max_tokens && gemm_quant_supports(x.gate.type) &&
+    const bool grouped_gemm = T > moe_gemv_tokens() && gemm_quant_supports(x.gate.type) &&
                               gemm_quant_supports(x.up.type) && gemm_quant_supports(x.down.type);
     if (grouped_gemm) {
       convert_to_bf16(a.xn.data(), H, a.xn_bf16.data(), H, T, H, stream());
@@ -850,8 +863,9 @@ class CudaForward final : public CudaRankForward {
                           stream());
       return;
     }
-    for (int t0 = 0; t0 < T; t0 += gemv_max_tokens) {
-      const int n = std::min(gemv_max_tokens, T - t0);
+    const int chunk = moe_gemv_tokens();
+    for (int t0 = 0; t0 < T; t0 += chunk) {
+      const int n = std::min(chunk, T - t0);
       const size_t pair0 = static_cast<size_t>(t0) * K, row0 = static_cast<size_t>(t0) * H;
       moe_experts_decode(experts, *moe_,
                          {.ids = a.ids.data() + pair0,
@@ -860,7 +874,7 @@ class CudaForward final : public CudaRankForward {
                           .k = K,
                           .x = a.xn.data() + row0,
                           .x_stride = H,
-                          .x_q = T <= gemv_max_tokens ? hidden_record(T) : nullptr,
+                          .x_q = T <= chunk ? hidden_record(T) : nullptr,
                           .x_q_stride = x_int8_record_bytes(H),
                           .out = a.x.data() + row0,
                           .out_stride = H,

@@ -150,25 +150,33 @@ __device__ __forceinline__ bool x8_group(const GemvParams& p, X8Rows<NT>& r) {
 }
 
 /// The block's tokens' x records (n_units units each, rows x_row[t] of p.x_q) into shared memory, record t
-/// at x_record + 5 n_units t; the caller syncs.
-template <int NT>
+/// at x_record + 5 n_units t; the caller syncs. Paired (n_units even): within each of the five planes unit u
+/// goes to slot u / 2 (even u) or n_units / 2 + u / 2 (odd u), so that a warp whose lane l reads units 2 l
+/// and 2 l + 1 reads 32 consecutive 16-byte words per load (no bank conflicts) -- x8_pair_slot.
+template <int NT, bool Paired = false>
 __device__ __forceinline__ void x8_stage_records(const GemvParams& p, const X8Rows<NT>& r, int n_units,
                                                  uint4* x_record) {
-  const int words = 5 * n_units;
+  const int words = 5 * n_units, half = n_units / 2;
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
     if (t >= r.count) break;
     const uint4* src = reinterpret_cast<const uint4*>(p.x_q + static_cast<int64_t>(r.x_row[t]) * p.x_q_stride);
     for (int i = static_cast<int>(threadIdx.x); i < words; i += static_cast<int>(blockDim.x)) {
-      x_record[t * words + i] = src[i];
+      int dst = i;
+      if constexpr (Paired) {
+        const int plane = i / n_units, u = i - plane * n_units;
+        dst = plane * n_units + (u & 1) * half + (u >> 1);
+      }
+      x_record[t * words + dst] = src[i];
     }
   }
 }
 
-/// A sub-block's codes (32 bytes as 8 words) against x unit u of the staged record (n units).
-__device__ __forceinline__ float x8_unit(const uint32_t (&c)[8], const uint8_t* xs, int n, int u, float scale,
-                                         float offset) {
-  const X8XUnit x = x8_x_unit(xs, n, u);
+/// Where a paired staging (x8_stage_records) put unit u of n.
+__device__ __forceinline__ int x8_pair_slot(int u, int n) { return (u & 1) * (n / 2) + (u >> 1); }
+
+/// A sub-block's codes (32 bytes as 8 words) against a loaded x unit.
+__device__ __forceinline__ float x8_unit(const uint32_t (&c)[8], const X8XUnit& x, float scale, float offset) {
   const int a = x8_dot16(c, 4, x.h1, x8_dot16(c, 0, x.h0, 0));
   const int b = x8_dot16(c, 4, x.l1, x8_dot16(c, 0, x.l0, 0));
   const int codes = 254 * a + b;
@@ -214,10 +222,6 @@ __device__ __forceinline__ void x8_item_codes(const X8Item& w, int item, X8ItemC
   o.ob = dmin * static_cast<float>((mw >> (shift + 8)) & 0xFFu);
 }
 
-/// One item's part of row . x for one token's staged record.
-__device__ __forceinline__ float x8_item_dot(const X8ItemCodes& c, int item, const uint8_t* xs, int n) {
-  return x8_unit(c.ca, xs, n, 2 * item, c.sa, c.oa) + x8_unit(c.cb, xs, n, 2 * item + 1, c.sb, c.ob);
-}
 
 /// Reduces a warp's two row sums of one token and writes them (lane 0): gated silu(acc0) * acc1 at row r0,
 /// else rows r0 and r1; + residual or as bf16 as the launch asks. Every lane calls it.
@@ -315,7 +319,7 @@ __global__ void __launch_bounds__(128, 4) gemv_x8_kernel(const GemvParams p, con
     wait_for_producers();
     allow_dependents();
   }
-  x8_stage_records(p, rows, n_units, x_record);
+  x8_stage_records<NT, true>(p, rows, n_units, x_record);  // item i's units at slots i and n / 2 + i
   __syncthreads();
   const uint8_t* xs = reinterpret_cast<const uint8_t*>(x_record);
 
@@ -328,14 +332,19 @@ __global__ void __launch_bounds__(128, 4) gemv_x8_kernel(const GemvParams p, con
     }
     if (next_tile < tiles) load(next_tile, next_s, next);
     const int item = lane + 32 * s;
+    if (item < items) {
+      // both rows' codes once, then each token's x units once for both rows
+      X8ItemCodes c[R];
 #pragma unroll
-    for (int j = 0; j < R; ++j) {
-      if (out_row(tile, j) < p.n_rows && item < items) {
-        X8ItemCodes c;
-        x8_item_codes<T>(cur[j], item, c);
+      for (int j = 0; j < R; ++j) x8_item_codes<T>(cur[j], item, c[j]);
 #pragma unroll
-        for (int t = 0; t < NT; ++t) {
-          if (t < rows.count) acc[j][t] += x8_item_dot(c, item, xs + t * record, n_units);
+      for (int t = 0; t < NT; ++t) {
+        if (t >= rows.count) continue;
+        const X8XUnit xa = x8_x_unit(xs + t * record, n_units, item);
+        const X8XUnit xb = x8_x_unit(xs + t * record, n_units, n_units / 2 + item);
+#pragma unroll
+        for (int j = 0; j < R; ++j) {
+          acc[j][t] += x8_unit(c[j].ca, xa, c[j].sa, c[j].oa) + x8_unit(c[j].cb, xb, c[j].sb, c[j].ob);
         }
       }
     }
@@ -386,9 +395,8 @@ __device__ __forceinline__ void x8_q6k_codes(const uint8_t* st, int off, int sub
   o.mn = 0.0f;
 }
 
-/// A decoded Q6_K unit against x unit u of one token's staged record.
-__device__ __forceinline__ float x8_q6k_dot(const X8UnitCodes& w, const uint8_t* xs, int n, int u) {
-  const X8XUnit x = x8_x_unit(xs, n, u);
+/// A decoded Q6_K unit against a loaded x unit.
+__device__ __forceinline__ float x8_q6k_dot(const X8UnitCodes& w, const X8XUnit& x) {
   const int c0 = 254 * x8_dot16(w.c, 0, x.h0, 0) + x8_dot16(w.c, 0, x.l0, 0) - 32 * x.m.s0;
   const int c1 = 254 * x8_dot16(w.c, 4, x.h1, 0) + x8_dot16(w.c, 4, x.l1, 0) - 32 * x.m.s1;
   return x.m.dx * (w.s0 * static_cast<float>(c0) + w.s1 * static_cast<float>(c1));
@@ -424,11 +432,10 @@ __device__ __forceinline__ void x8_block_codes(const uint8_t* st, int off, X8Uni
   }
 }
 
-/// A decoded legacy block against x unit u of one token's staged record.
+/// A decoded legacy block against a loaded x unit.
 template <GgmlType T>
-__device__ __forceinline__ float x8_block_dot(const X8UnitCodes& w, const uint8_t* xs, int n, int u) {
+__device__ __forceinline__ float x8_block_dot(const X8UnitCodes& w, const X8XUnit& x) {
   constexpr bool kMin = T == GgmlType::q4_1 || T == GgmlType::q5_1;
-  const X8XUnit x = x8_x_unit(xs, n, u);
   const int a = x8_dot16(w.c, 4, x.h1, x8_dot16(w.c, 0, x.h0, 0));
   const int b = x8_dot16(w.c, 4, x.l1, x8_dot16(w.c, 0, x.l0, 0));
   if constexpr (kMin) {
@@ -532,24 +539,28 @@ __global__ void __launch_bounds__(128, 4) gemv_x8_legacy_kernel(const GemvParams
     if (more) load(next_tile, next_s, next_mis);
     const int u = 32 * s + lane;
     if (u < n_units) {
+      // both rows' codes once (a row past the end decodes its stale stage; its sums are never written),
+      // then each token's x unit once for both rows
+      X8UnitCodes c[R];
 #pragma unroll
       for (int j = 0; j < R; ++j) {
-        if (out_row(tile, j) < p.n_rows) {
-          const uint8_t* st = reinterpret_cast<const uint8_t*>(stage[warp][j]);
-          X8UnitCodes c;
-          if constexpr (T == GgmlType::q6_k) {
-            x8_q6k_codes(st, mis[j] + lane / 8 * kBytes, lane % 8, c);
-          } else {
-            x8_block_codes<T>(st, mis[j] + lane * kBytes, c);
-          }
+        const uint8_t* st = reinterpret_cast<const uint8_t*>(stage[warp][j]);
+        if constexpr (T == GgmlType::q6_k) {
+          x8_q6k_codes(st, mis[j] + lane / 8 * kBytes, lane % 8, c[j]);
+        } else {
+          x8_block_codes<T>(st, mis[j] + lane * kBytes, c[j]);
+        }
+      }
 #pragma unroll
-          for (int t = 0; t < NT; ++t) {
-            if (t >= rows.count) continue;
-            if constexpr (T == GgmlType::q6_k) {
-              acc[j][t] += x8_q6k_dot(c, xs + t * record, n_units, u);
-            } else {
-              acc[j][t] += x8_block_dot<T>(c, xs + t * record, n_units, u);
-            }
+      for (int t = 0; t < NT; ++t) {
+        if (t >= rows.count) continue;
+        const X8XUnit x = x8_x_unit(xs + t * record, n_units, u);
+#pragma unroll
+        for (int j = 0; j < R; ++j) {
+          if constexpr (T == GgmlType::q6_k) {
+            acc[j][t] += x8_q6k_dot(c[j], x);
+          } else {
+            acc[j][t] += x8_block_dot<T>(c[j], x);
           }
         }
       }
@@ -643,7 +654,7 @@ __global__ void __launch_bounds__(128, 4) gemv_x8_short_rows_kernel(const GemvPa
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
         if (t >= rows.count) break;
-        float v = row < p.n_rows ? x8_block_dot<T>(c, xs + t * record, G, lane % G) : 0.0f;
+        float v = row < p.n_rows ? x8_block_dot<T>(c, x8_x_unit(xs + t * record, G, lane % G)) : 0.0f;
         for (int o = 1; o < G; o *= 2) v += __shfl_xor_sync(0xffffffffu, v, o);  // the row's G lanes
         if (lane % G == 0 && row < p.n_rows) {
           const int64_t y0 = static_cast<int64_t>(rows.y_row[t]) * p.y_stride;

@@ -53,13 +53,15 @@ __global__ void __launch_bounds__(kSortThreads) moe_sort_kernel(const MoeSortPar
   }
   __syncthreads();
 
-  // GEMV group index of this expert: the number of non-empty experts before it
+  // GEMV groups: an expert's pairs in groups of at most gemv_max_tokens; this expert's first group index
+  // is the number of groups of the experts before it
+  constexpr int G = gemv_max_tokens;
   int group_index = 0;
   if (p.groups != nullptr) {
-    for (int e = 0; e < me; ++e) group_index += counts[e] > 0;
-    if (tid == 0 && counts[me] > 0) {
-      p.groups[group_index].matrix = me;
-      p.groups[group_index].count = min(counts[me], gemv_max_tokens);
+    for (int e = 0; e < me; ++e) group_index += (counts[e] + G - 1) / G;
+    for (int q = tid; q < (counts[me] + G - 1) / G; q += kSortThreads) {
+      p.groups[group_index + q].matrix = me;
+      p.groups[group_index + q].count = min(counts[me] - G * q, G);
     }
   }
 
@@ -77,9 +79,9 @@ __global__ void __launch_bounds__(kSortThreads) moe_sort_kernel(const MoeSortPar
       const int slot = base + rank;
       p.slot_of_pair[i] = slot;
       p.token_of_slot[slot] = i / p.k;
-      if (p.groups != nullptr && rank < gemv_max_tokens) {
-        p.groups[group_index].x_row[rank] = i / p.k;
-        p.groups[group_index].y_row[rank] = slot;
+      if (p.groups != nullptr) {
+        p.groups[group_index + rank / G].x_row[rank % G] = i / p.k;
+        p.groups[group_index + rank / G].y_row[rank % G] = slot;
       }
     }
     __syncthreads();
@@ -103,7 +105,7 @@ __global__ void __launch_bounds__(kSortThreads) moe_sort_kernel(const MoeSortPar
       }
       if (p.groups != nullptr) {
         int n = 0;
-        for (int e = 0; e < E; ++e) n += counts[e] > 0;
+        for (int e = 0; e < E; ++e) n += (counts[e] + G - 1) / G;
         *p.n_groups = n;
       }
     }
@@ -140,8 +142,9 @@ void moe_sort(const MoeSortParams& p, cudaStream_t stream) {
   require_arg(p.k >= 1 && p.k <= moe_max_k && p.n_tokens >= 0, "moe_sort", "k outside 1..8 or n_tokens < 0");
   require_arg((p.tiles == nullptr) == (p.n_tiles == nullptr), "moe_sort", "tiles and n_tiles go together");
   require_arg((p.groups == nullptr) == (p.n_groups == nullptr), "moe_sort", "groups and n_groups go together");
-  require_arg(p.groups == nullptr || p.n_tokens <= gemv_max_tokens, "moe_sort",
-              "GEMV groups need n_tokens <= 8 (got " + std::to_string(p.n_tokens) + ")");
+  require_arg(p.groups == nullptr || p.n_tokens <= moe_gemv_max_tokens, "moe_sort",
+              "GEMV groups need n_tokens <= " + std::to_string(moe_gemv_max_tokens) + " (got " +
+                  std::to_string(p.n_tokens) + ")");
   launch_kernel(moe_sort_kernel, p.n_experts, kSortThreads, 0, stream, p);
 }
 

@@ -19,8 +19,14 @@ namespace latte::cuda {
 constexpr int moe_max_tiles(int n_pairs, int n_experts) {
   return (n_pairs + gemm_tile_rows - 1) / gemm_tile_rows + n_experts;
 }
-/// Upper bound on the GEMV groups (distinct experts) of n_pairs pairs.
-constexpr int moe_max_groups(int n_pairs, int n_experts) { return n_pairs < n_experts ? n_pairs : n_experts; }
+/// Most tokens moe_sort builds GEMV groups for (MoE decode through the GEMV, moe_experts_decode).
+inline constexpr int moe_gemv_max_tokens = 64;
+/// Upper bound on the GEMV groups of n_pairs pairs over n_experts experts: an expert's pairs in groups of
+/// at most gemv_max_tokens, so at most n_experts + n_pairs / gemv_max_tokens of them (and n_pairs).
+constexpr int moe_max_groups(int n_pairs, int n_experts) {
+  const int bound = n_experts + n_pairs / gemv_max_tokens;
+  return n_pairs < bound ? n_pairs : bound;
+}
 
 /// Pair p = t * k + j is token t's j-th choice. Outputs are device arrays the caller sizes.
 struct MoeSortParams {
@@ -37,7 +43,7 @@ struct MoeSortParams {
   int32_t* token_of_slot = nullptr;   ///< [n_tokens * k]
   GemmTile* tiles = nullptr;          ///< optional [moe_max_tiles]: grouped GEMM tiles
   int32_t* n_tiles = nullptr;         ///< with tiles: [1]
-  GemvGroup* groups = nullptr;        ///< optional [moe_max_groups]: GEMV groups (n_tokens <= 8)
+  GemvGroup* groups = nullptr;        ///< optional [moe_max_groups]: GEMV groups (n_tokens <= 64)
   int32_t* n_groups = nullptr;        ///< with groups: [1]
 };
 

@@ -125,7 +125,8 @@ MoeWorkspace::MoeWorkspace(const MoeWorkspaceShape& shape) : shape_(shape) {
   slot_of_pair = DeviceBuffer<int32_t>(slots, "MoE slot table");
   token_of_slot = DeviceBuffer<int32_t>(slots, "MoE token table");
   tiles = DeviceBuffer<GemmTile>(static_cast<size_t>(moe_max_tiles(pairs, shape.n_experts)), "MoE GEMM tiles");
-  groups = DeviceBuffer<GemvGroup>(static_cast<size_t>(moe_max_groups(gemv_max_tokens * shape.k, shape.n_experts)),
+  const int decode_tokens = std::min(shape.max_tokens, moe_gemv_max_tokens);
+  groups = DeviceBuffer<GemvGroup>(static_cast<size_t>(moe_max_groups(decode_tokens * shape.k, shape.n_experts)),
                                    "MoE GEMV groups");
   counts = DeviceBuffer<int32_t>(2, "MoE counts");
   gate_out = DeviceBuffer<float>(slots * static_cast<size_t>(shape.ffn), "MoE gate output");
@@ -138,7 +139,7 @@ MoeWorkspace::MoeWorkspace(const MoeWorkspaceShape& shape) : shape_(shape) {
   LATTE_CUDA_CHECK(cudaMemcpy(choice_slots.data(), identity.data(), identity.size() * sizeof(int32_t),
                               cudaMemcpyHostToDevice));
   if (shape.ffn % 32 == 0) {
-    act_q = DeviceBuffer<uint8_t>(static_cast<size_t>(std::min(shape.max_tokens, gemv_max_tokens) * shape.k) *
+    act_q = DeviceBuffer<uint8_t>(static_cast<size_t>(decode_tokens * shape.k) *
                                       static_cast<size_t>(x_int8_record_bytes(shape.ffn)),
                                   "MoE activations (int8)");
   }
@@ -146,8 +147,9 @@ MoeWorkspace::MoeWorkspace(const MoeWorkspaceShape& shape) : shape_(shape) {
 
 void moe_experts_decode(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeExpertsCall& c, cudaStream_t stream) {
   check_call(w, ws, c, "moe_experts_decode");
-  if (c.n_tokens > gemv_max_tokens) {
-    throw Error(ErrorCode::invalid_argument, "moe_experts_decode: n_tokens > 8, use moe_experts_prefill");
+  if (c.n_tokens > moe_gemv_max_tokens) {
+    throw Error(ErrorCode::invalid_argument, "moe_experts_decode: n_tokens > " + std::to_string(moe_gemv_max_tokens) +
+                                                 ", use moe_experts_prefill");
   }
   if (!c.x) throw Error(ErrorCode::invalid_argument, "moe_experts_decode: x (fp32) must be set");
   if (c.n_tokens == 0) return;
@@ -172,7 +174,7 @@ void moe_experts_decode(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeEx
                                      .groups = ws.groups.data(),
                                      .n_groups = ws.counts.data() + 1,
                                      .max_groups = max_groups,
-                                     .max_tokens_per_group = c.n_tokens,
+                                     .max_tokens_per_group = std::min(c.n_tokens, gemv_max_tokens),
                                      .x_q = c.x_q,
                                      .x_q_stride = c.x_q_stride},
                           w.gate);
@@ -206,11 +208,11 @@ void moe_experts_decode(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeEx
                                      .groups = ws.groups.data(),
                                      .n_groups = ws.counts.data() + 1,
                                      .max_groups = max_groups,
-                                     .max_tokens_per_group = c.n_tokens},
+                                     .max_tokens_per_group = std::min(c.n_tokens, gemv_max_tokens)},
                           w.down);
   d.x_row_is_y_row = true;  // the groups' x rows are tokens; down reads the slot's activations
   if (c.x_q != nullptr && ws.act_q.size() >= static_cast<size_t>(pairs * x_int8_record_bytes(w.ffn)) &&
-      gemv_reads_x_int8(w.down.type, w.ffn, c.n_tokens)) {
+      gemv_reads_x_int8(w.down.type, w.ffn, std::min(c.n_tokens, gemv_max_tokens))) {
     // the tokens' slots of activations as records, for the split-int8 down GEMV
     const int64_t stride = x_int8_record_bytes(w.ffn);
     quantize_x_int8({.x = ws.gate_out.data(),

@@ -90,8 +90,9 @@ struct MoeExpertsCall {
   int held_first = -1;
 };
 
-/// Decode path (n_tokens <= 8, fp32 x; with x_q and one token the GEMVs read split-int8 records, the
-/// down projection's made from the gated activations). Throws Error on violated preconditions.
+/// Decode path (n_tokens <= moe_gemv_max_tokens, fp32 x): GEMVs over groups of at most 8 of an expert's
+/// tokens; with x_q they read split-int8 records, the down projection's made from the gated activations.
+/// Throws Error on violated preconditions.
 void moe_experts_decode(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeExpertsCall& call, cudaStream_t stream);
 /// Prefill path (any n_tokens up to the workspace, bf16 x). Expert types need a fused GEMM.
 void moe_experts_prefill(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeExpertsCall& call, cudaStream_t stream);

@@ -13,6 +13,7 @@
 
 #include "cuda/moe_dispatch.hpp"
 #include "cuda/moe_experts.hpp"
+#include "cuda/x_int8.hpp"
 #include "cuda/moe_router.hpp"
 #include "cuda/standalone_params.hpp"
 #include "gpu_test_support.hpp"
@@ -289,8 +290,9 @@ TEST_CASE("moe_experts_decode and moe_experts_prefill match a float64 expert FFN
   w.gate.type = w.up.type = GgmlType::q4_k;
   w.down.type = GgmlType::q8_0;
   cuda::MoeWorkspace ws({.max_tokens = 130, .k = k, .n_experts = E, .hidden = H, .ffn = F});
-  for (int tokens : {1, 3, 8, 130}) {
-    const bool decode = tokens <= 8;
+  // 29 and 64 tokens: decode groups of at most 8 of an expert's tokens, several per expert
+  for (int tokens : {1, 3, 8, 29, 64, 130}) {
+    const bool decode = tokens <= cuda::moe_gemv_max_tokens;
     trace("moe_experts " + std::to_string(tokens) + " tokens");
     const RoutedInputs in = random_routed_inputs(tokens, E, k, H, rng);
     const std::vector<int32_t>& ids = in.ids;
@@ -327,6 +329,22 @@ TEST_CASE("moe_experts_decode and moe_experts_prefill match a float64 expert FFN
       }
     check_close(decode ? "moe_experts_decode" : "moe_experts_prefill", std::to_string(tokens) + " tokens",
                 compare(download(out.data(), out.size()), want), decode ? 1e-5 : 1e-3);
+    if (decode) {
+      // the same tokens on split-int8 records of x (and of the activations, made inside): the records'
+      // rounding (each value within 1/64516 of its group's largest) bounds the difference
+      const int64_t stride = cuda::x_int8_record_bytes(H);
+      DeviceBuffer<uint8_t> records(static_cast<size_t>(tokens * stride));
+      cuda::quantize_x_int8({.x = in.d_x.data(), .x_stride = H, .rows = tokens, .k = H, .out = records.data(),
+                             .out_stride = stride},
+                            nullptr);
+      cuda::MoeExpertsCall q = call;
+      q.x_q = records.data();
+      q.x_q_stride = stride;
+      poison(out.data(), out.bytes());
+      cuda::moe_experts_decode(w, ws, q, nullptr);
+      check_close("moe_experts_decode, int8 records", std::to_string(tokens) + " tokens",
+                  compare(download(out.data(), out.size()), want), 1e-4);
+    }
   }
 }
 
