@@ -150,24 +150,38 @@ __device__ __forceinline__ bool x8_group(const GemvParams& p, X8Rows<NT>& r) {
 }
 
 /// The block's tokens' x records (n_units units each, rows x_row[t] of p.x_q) into shared memory, record t
-/// at x_record + 5 n_units t; the caller syncs. Paired (n_units even): within each of the five planes unit u
+/// at x_record + 5 n_units t; the caller syncs. Each thread issues four 16-byte loads before it stores them
+/// (8 tokens' records are 40 KB at k = 2048: one load in flight per thread would serialise ~20 round
+/// trips to L2). Paired (n_units even): within each of the five planes unit u
 /// goes to slot u / 2 (even u) or n_units / 2 + u / 2 (odd u), so that a warp whose lane l reads units 2 l
 /// and 2 l + 1 reads 32 consecutive 16-byte words per load (no bank conflicts) -- x8_pair_slot.
 template <int NT, bool Paired = false>
 __device__ __forceinline__ void x8_stage_records(const GemvParams& p, const X8Rows<NT>& r, int n_units,
                                                  uint4* x_record) {
+  constexpr int kBatch = 4;
   const int words = 5 * n_units, half = n_units / 2;
+  const int threads = static_cast<int>(blockDim.x);
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
     if (t >= r.count) break;
     const uint4* src = reinterpret_cast<const uint4*>(p.x_q + static_cast<int64_t>(r.x_row[t]) * p.x_q_stride);
-    for (int i = static_cast<int>(threadIdx.x); i < words; i += static_cast<int>(blockDim.x)) {
-      int dst = i;
-      if constexpr (Paired) {
-        const int plane = i / n_units, u = i - plane * n_units;
-        dst = plane * n_units + (u & 1) * half + (u >> 1);
+    for (int i0 = static_cast<int>(threadIdx.x); i0 < words; i0 += kBatch * threads) {
+      uint4 v[kBatch];
+#pragma unroll
+      for (int c = 0; c < kBatch; ++c) {
+        if (i0 + c * threads < words) v[c] = __ldg(src + i0 + c * threads);
       }
-      x_record[t * words + dst] = src[i];
+#pragma unroll
+      for (int c = 0; c < kBatch; ++c) {
+        const int i = i0 + c * threads;
+        if (i >= words) break;
+        int dst = i;
+        if constexpr (Paired) {
+          const int plane = i / n_units, u = i - plane * n_units;
+          dst = plane * n_units + (u & 1) * half + (u >> 1);
+        }
+        x_record[t * words + dst] = v[c];
+      }
     }
   }
 }
