@@ -1,8 +1,10 @@
-// Single-token GEMVs against x as a split-int8 record (x_int8.hpp): the path gemv_quant() takes when
-// GemvParams::x_q is set (launch_gemv in gemv_kernel.cuh decides). Three kernels: gemv_x8_kernel (Q4_K,
-// Q5_K, described below), gemv_x8_legacy_kernel (the 2-byte aligned Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 blocks
-// and Q6_K super-blocks, staged through shared memory) and gemv_x8_short_rows_kernel (legacy rows of 1-16
-// blocks, several rows per step).
+// GEMVs of 1-8 tokens against x as split-int8 records (x_int8.hpp): the path gemv_quant() takes when
+// GemvParams::x_q is set (launch_gemv in gemv_kernel.cuh decides). Three kernels, each compiled for NT = 1,
+// 2, 4 and 8 tokens per block: gemv_x8_kernel (Q4_K, Q5_K, described below), gemv_x8_legacy_kernel (the
+// 2-byte aligned Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 blocks and Q6_K super-blocks, staged through shared memory)
+// and gemv_x8_short_rows_kernel (legacy rows of 1-16 blocks, several rows per step). A lane decodes each
+// weight unit once, for both of its rows, then loads each token's x unit once and multiplies it with both
+// rows' codes: with 8 tokens the decode is an eighth of the work.
 //
 // Why: the fp32 GEMV spends ~3 instructions per weight (code -> float, FMA, plus the shared-memory
 // staging of the weights), which caps it near the issue rate at a fraction of the DRAM bandwidth
