@@ -55,7 +55,7 @@ __global__ void __launch_bounds__(kSortThreads) moe_sort_kernel(const MoeSortPar
 
   // GEMV groups: an expert's pairs in groups of at most gemv_max_tokens; this expert's first group index
   // is the number of groups of the experts before it
-  constexpr int G = gemv_max_tokens;
+  const int G = p.group_tokens;
   int group_index = 0;
   if (p.groups != nullptr) {
     for (int e = 0; e < me; ++e) group_index += (counts[e] + G - 1) / G;
@@ -142,6 +142,7 @@ void moe_sort(const MoeSortParams& p, cudaStream_t stream) {
   require_arg(p.k >= 1 && p.k <= moe_max_k && p.n_tokens >= 0, "moe_sort", "k outside 1..8 or n_tokens < 0");
   require_arg((p.tiles == nullptr) == (p.n_tiles == nullptr), "moe_sort", "tiles and n_tiles go together");
   require_arg((p.groups == nullptr) == (p.n_groups == nullptr), "moe_sort", "groups and n_groups go together");
+  require_arg(p.group_tokens >= 1 && p.group_tokens <= gemv_max_tokens, "moe_sort", "group_tokens outside 1..8");
   require_arg(p.groups == nullptr || p.n_tokens <= moe_gemv_max_tokens, "moe_sort",
               "GEMV groups need n_tokens <= " + std::to_string(moe_gemv_max_tokens) + " (got " +
                   std::to_string(p.n_tokens) + ")");

@@ -22,9 +22,9 @@ constexpr int moe_max_tiles(int n_pairs, int n_experts) {
 /// Most tokens moe_sort builds GEMV groups for (MoE decode through the GEMV, moe_experts_decode).
 inline constexpr int moe_gemv_max_tokens = 64;
 /// Upper bound on the GEMV groups of n_pairs pairs over n_experts experts: an expert's pairs in groups of
-/// at most gemv_max_tokens, so at most n_experts + n_pairs / gemv_max_tokens of them (and n_pairs).
-constexpr int moe_max_groups(int n_pairs, int n_experts) {
-  const int bound = n_experts + n_pairs / gemv_max_tokens;
+/// at most `group_tokens`, so at most n_experts + n_pairs / group_tokens of them (and n_pairs).
+constexpr int moe_max_groups(int n_pairs, int n_experts, int group_tokens = gemv_max_tokens) {
+  const int bound = n_experts + n_pairs / group_tokens;
   return n_pairs < bound ? n_pairs : bound;
 }
 
@@ -44,6 +44,7 @@ struct MoeSortParams {
   GemmTile* tiles = nullptr;          ///< optional [moe_max_tiles]: grouped GEMM tiles
   int32_t* n_tiles = nullptr;         ///< with tiles: [1]
   GemvGroup* groups = nullptr;        ///< optional [moe_max_groups]: GEMV groups (n_tokens <= 64)
+  int group_tokens = gemv_max_tokens; ///< with groups: most tokens per group (1..8)
   int32_t* n_groups = nullptr;        ///< with groups: [1]
 };
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,20 @@ void combine_slots(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeExperts
               stream);
 }
 
+// Most tokens per GEMV group for `pairs` (token, choice) pairs over n_experts: the power of two at or above
+// twice the mean pairs per expert, within 1..min(8, n_tokens). LATTE_MOE_GROUP_TOKENS (1-8) fixes it.
+int moe_group_tokens(int pairs, int n_experts, int n_tokens) {
+  static const int fixed = [] {
+    const char* v = std::getenv("LATTE_MOE_GROUP_TOKENS");
+    return v ? std::clamp(std::atoi(v), 1, gemv_max_tokens) : 0;
+  }();
+  const int cap = std::min(gemv_max_tokens, std::max(1, n_tokens));
+  if (fixed > 0) return std::min(fixed, cap);
+  int g = 1;
+  while (g < cap && g * n_experts < 2 * pairs) g *= 2;
+  return std::min(g, cap);
+}
+
 // One token, every expert held, split-int8 GEMVs: choice j of the token goes through expert ids[j] into
 // slot j, straight from the router's ids (no sort into groups), and the combine reads the slots in order.
 void decode_one_token(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeExpertsCall& c, cudaStream_t stream) {
@@ -126,7 +141,7 @@ MoeWorkspace::MoeWorkspace(const MoeWorkspaceShape& shape) : shape_(shape) {
   token_of_slot = DeviceBuffer<int32_t>(slots, "MoE token table");
   tiles = DeviceBuffer<GemmTile>(static_cast<size_t>(moe_max_tiles(pairs, shape.n_experts)), "MoE GEMM tiles");
   const int decode_tokens = std::min(shape.max_tokens, moe_gemv_max_tokens);
-  groups = DeviceBuffer<GemvGroup>(static_cast<size_t>(moe_max_groups(decode_tokens * shape.k, shape.n_experts)),
+  groups = DeviceBuffer<GemvGroup>(static_cast<size_t>(moe_max_groups(decode_tokens * shape.k, shape.n_experts, 1)),
                                    "MoE GEMV groups");
   counts = DeviceBuffer<int32_t>(2, "MoE counts");
   gate_out = DeviceBuffer<float>(slots * static_cast<size_t>(shape.ffn), "MoE gate output");
@@ -160,10 +175,15 @@ void moe_experts_decode(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeEx
     decode_one_token(w, ws, c, stream);
     return;
   }
-  const int max_groups = moe_max_groups(pairs, w.n_experts);
+  // Tokens per group: the GEMV is compiled for 1, 2, 4 or 8 of them, and a block pays for its build's
+  // count (registers, staged records) whatever its group holds; so groups of about twice the mean
+  // tokens per expert (8 tokens x 6 of 64 experts: groups of 2), an expert with more split in several.
+  const int group_tokens = moe_group_tokens(pairs, w.n_experts, c.n_tokens);
+  const int max_groups = moe_max_groups(pairs, w.n_experts, group_tokens);
   MoeSortParams sort = sort_params(w, ws, c);
   sort.groups = ws.groups.data();
   sort.n_groups = ws.counts.data() + 1;
+  sort.group_tokens = group_tokens;
   moe_sort(sort, stream);
   GemvParams g = on_stack(GemvParams{.n_rows = w.ffn,
                                      .k = w.hidden,
@@ -174,7 +194,7 @@ void moe_experts_decode(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeEx
                                      .groups = ws.groups.data(),
                                      .n_groups = ws.counts.data() + 1,
                                      .max_groups = max_groups,
-                                     .max_tokens_per_group = std::min(c.n_tokens, gemv_max_tokens),
+                                     .max_tokens_per_group = group_tokens,
                                      .x_q = c.x_q,
                                      .x_q_stride = c.x_q_stride},
                           w.gate);
@@ -208,11 +228,11 @@ void moe_experts_decode(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeEx
                                      .groups = ws.groups.data(),
                                      .n_groups = ws.counts.data() + 1,
                                      .max_groups = max_groups,
-                                     .max_tokens_per_group = std::min(c.n_tokens, gemv_max_tokens)},
+                                     .max_tokens_per_group = group_tokens},
                           w.down);
   d.x_row_is_y_row = true;  // the groups' x rows are tokens; down reads the slot's activations
   if (c.x_q != nullptr && ws.act_q.size() >= static_cast<size_t>(pairs * x_int8_record_bytes(w.ffn)) &&
-      gemv_reads_x_int8(w.down.type, w.ffn, std::min(c.n_tokens, gemv_max_tokens))) {
+      gemv_reads_x_int8(w.down.type, w.ffn, group_tokens)) {
     // the tokens' slots of activations as records, for the split-int8 down GEMV
     const int64_t stride = x_int8_record_bytes(w.ffn);
     quantize_x_int8({.x = ws.gate_out.data(),

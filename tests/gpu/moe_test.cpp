@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <numeric>
 
 #include "cuda/moe_dispatch.hpp"
@@ -265,9 +266,11 @@ TEST_CASE("moe_sort is a stable per-expert permutation and moe_combine sums each
   check_close("moe_combine", "37 tokens k 6", compare(download(d_out.data(), d_out.size()), want), 1e-6);
 }
 
-TEST_CASE("moe_experts_decode and moe_experts_prefill match a float64 expert FFN") {
-  auto rng = make_rng("moe_experts");
-  const int E = 8, H = 512, F = 160, k = 3;
+namespace {
+// moe_experts_decode (tokens <= 64, fp32 x and split-int8 records) and moe_experts_prefill against a
+// float64 expert FFN, E experts of H -> F -> H, k choices per token.
+template <class Rng>
+void check_moe_experts(int E, int H, int F, int k, std::initializer_list<int> token_counts, Rng& rng) {
   const auto gate_h = random_rows(GgmlType::q4_k, int64_t{E} * F, H, rng);
   const auto up_h = random_rows(GgmlType::q4_k, int64_t{E} * F, H, rng);
   const auto down_h = random_rows(GgmlType::q8_0, int64_t{E} * H, F, rng);
@@ -289,9 +292,8 @@ TEST_CASE("moe_experts_decode and moe_experts_prefill match a float64 expert FFN
                            .ffn = F};
   w.gate.type = w.up.type = GgmlType::q4_k;
   w.down.type = GgmlType::q8_0;
-  cuda::MoeWorkspace ws({.max_tokens = 130, .k = k, .n_experts = E, .hidden = H, .ffn = F});
-  // 29 and 64 tokens: decode groups of at most 8 of an expert's tokens, several per expert
-  for (int tokens : {1, 3, 8, 29, 64, 130}) {
+  cuda::MoeWorkspace ws({.max_tokens = std::max(token_counts), .k = k, .n_experts = E, .hidden = H, .ffn = F});
+  for (int tokens : token_counts) {
     const bool decode = tokens <= cuda::moe_gemv_max_tokens;
     trace("moe_experts " + std::to_string(tokens) + " tokens");
     const RoutedInputs in = random_routed_inputs(tokens, E, k, H, rng);
@@ -346,6 +348,16 @@ TEST_CASE("moe_experts_decode and moe_experts_prefill match a float64 expert FFN
                   compare(download(out.data(), out.size()), want), 1e-4);
     }
   }
+}
+}  // namespace
+
+TEST_CASE("moe_experts_decode and moe_experts_prefill match a float64 expert FFN") {
+  auto rng = make_rng("moe_experts");
+  // 8 experts, 3 choices: 29 and 64 tokens make decode groups of at most 8 of an expert's tokens, several
+  // per expert; 3 tokens groups of 3
+  check_moe_experts(8, 512, 160, 3, {1, 3, 8, 29, 64, 130}, rng);
+  // 64 experts, 6 choices: 2 tokens in groups of 1, 8 in groups of 2, 20 in groups of 4 (moe_group_tokens)
+  check_moe_experts(64, 256, 64, 6, {2, 8, 20}, rng);
 }
 
 TEST_CASE("moe_route rejects invalid configurations with latte::Error") {
