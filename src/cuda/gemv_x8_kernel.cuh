@@ -157,11 +157,14 @@ __device__ __forceinline__ bool x8_group(const GemvParams& p, X8Rows<NT>& r) {
 /// trips to L2). Paired (n_units even): within each of the five planes unit u
 /// goes to slot u / 2 (even u) or n_units / 2 + u / 2 (odd u), so that a warp whose lane l reads units 2 l
 /// and 2 l + 1 reads 32 consecutive 16-byte words per load (no bank conflicts) -- x8_pair_slot.
+/// Where a paired staging (x8_stage_records) puts unit u of n.
+__device__ __forceinline__ int x8_pair_slot(int u, int n) { return (u & 1) * (n / 2) + (u >> 1); }
+
 template <int NT, bool Paired = false>
 __device__ __forceinline__ void x8_stage_records(const GemvParams& p, const X8Rows<NT>& r, int n_units,
                                                  uint4* x_record) {
   constexpr int kBatch = 4;
-  const int words = 5 * n_units, half = n_units / 2;
+  const int words = 5 * n_units;
   const int threads = static_cast<int>(blockDim.x);
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
@@ -180,16 +183,13 @@ __device__ __forceinline__ void x8_stage_records(const GemvParams& p, const X8Ro
         int dst = i;
         if constexpr (Paired) {
           const int plane = i / n_units, u = i - plane * n_units;
-          dst = plane * n_units + (u & 1) * half + (u >> 1);
+          dst = plane * n_units + x8_pair_slot(u, n_units);
         }
         x_record[t * words + dst] = v[c];
       }
     }
   }
 }
-
-/// Where a paired staging (x8_stage_records) put unit u of n.
-__device__ __forceinline__ int x8_pair_slot(int u, int n) { return (u & 1) * (n / 2) + (u >> 1); }
 
 /// A sub-block's codes (32 bytes as 8 words) against a loaded x unit.
 __device__ __forceinline__ float x8_unit(const uint32_t (&c)[8], const X8XUnit& x, float scale, float offset) {
@@ -335,7 +335,7 @@ __global__ void __launch_bounds__(128, 4) gemv_x8_kernel(const GemvParams p, con
     wait_for_producers();
     allow_dependents();
   }
-  x8_stage_records<NT, true>(p, rows, n_units, x_record);  // item i's units at slots i and n / 2 + i
+  x8_stage_records<NT, true>(p, rows, n_units, x_record);  // item i's units 2i, 2i + 1 at x8_pair_slot
   __syncthreads();
   const uint8_t* xs = reinterpret_cast<const uint8_t*>(x_record);
 
@@ -349,15 +349,16 @@ __global__ void __launch_bounds__(128, 4) gemv_x8_kernel(const GemvParams p, con
     if (next_tile < tiles) load(next_tile, next_s, next);
     const int item = lane + 32 * s;
     if (item < items) {
-      // both rows' codes once, then each token's x units once for both rows
+      // both rows' codes once (a row past the end decodes registers never loaded; its sums are never
+      // written), then each token's x units once for both rows
       X8ItemCodes c[R];
 #pragma unroll
       for (int j = 0; j < R; ++j) x8_item_codes<T>(cur[j], item, c[j]);
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
         if (t >= rows.count) continue;
-        const X8XUnit xa = x8_x_unit(xs + t * record, n_units, item);
-        const X8XUnit xb = x8_x_unit(xs + t * record, n_units, n_units / 2 + item);
+        const X8XUnit xa = x8_x_unit(xs + t * record, n_units, x8_pair_slot(2 * item, n_units));
+        const X8XUnit xb = x8_x_unit(xs + t * record, n_units, x8_pair_slot(2 * item + 1, n_units));
 #pragma unroll
         for (int j = 0; j < R; ++j) {
           acc[j][t] += x8_unit(c[j].ca, xa, c[j].sa, c[j].oa) + x8_unit(c[j].cb, xb, c[j].sb, c[j].ob);
@@ -386,7 +387,7 @@ __device__ __forceinline__ void x8_words(const uint8_t* s, int off, uint32_t (&w
 }
 
 /// One 32-value unit of weights decoded once for all tokens: codes (8 words of 4), the scale of each 16-value
-/// half and, for the types with a minimum, the offset m; `bias` is the integer offset of the codes.
+/// half and, for the types with a minimum, the offset m.
 struct X8UnitCodes {
   uint32_t c[8];
   float s0, s1;  ///< scale of values 0-15 and 16-31
@@ -699,13 +700,18 @@ inline constexpr int kGemvX8MaxRecordBytes = 64 * 1024;
 /// Tokens per block a launch of `tokens` (1-8) is compiled for: 1, 2, 4 or 8.
 inline constexpr int gemv_x8_tokens(int tokens) { return tokens <= 1 ? 1 : tokens <= 2 ? 2 : tokens <= 4 ? 4 : 8; }
 
+/// Most tokens one block of the launch multiplies: a choice's one, a group's bound, or the dense count.
+inline int gemv_x8_block_tokens(const GemvParams& p) {
+  return p.choice_ids ? 1 : p.groups ? p.max_tokens_per_group : p.n_tokens;
+}
+
 /// Whether launch_gemv_x8 takes this launch (see GemvParams::x_q).
 template <GgmlType T>
 inline bool gemv_x8_applies(const GemvParams& p) {
   if constexpr (!kGemvX8Type<T>) {
     return false;
   } else {
-    const int tokens = p.choice_ids ? 1 : p.groups ? p.max_tokens_per_group : p.n_tokens;
+    const int tokens = gemv_x8_block_tokens(p);
     // the K-quant kernel loads super-blocks as 16-byte words: rows and matrices 16-byte aligned
     const bool aligned = kGemvX8Legacy<T> ||
                          (reinterpret_cast<uintptr_t>(p.weight) % 16 == 0 &&
@@ -751,7 +757,7 @@ void launch_gemv_x8_as(const GemvParams& p, cudaStream_t stream) {
 template <GgmlType T>
 void launch_gemv_x8(const GemvParams& p, cudaStream_t stream) {
   if constexpr (kGemvX8Type<T>) {
-    const int tokens = p.choice_ids ? 1 : p.groups ? p.max_tokens_per_group : p.n_tokens;
+    const int tokens = gemv_x8_block_tokens(p);
     switch (gemv_x8_tokens(tokens)) {
       case 1:
         return launch_gemv_x8_as<T, 1>(p, stream);

@@ -53,8 +53,8 @@ __global__ void __launch_bounds__(kSortThreads) moe_sort_kernel(const MoeSortPar
   }
   __syncthreads();
 
-  // GEMV groups: an expert's pairs in groups of at most gemv_max_tokens; this expert's first group index
-  // is the number of groups of the experts before it
+  // GEMV groups: an expert's pairs in groups of at most group_tokens; this expert's first group index is
+  // the number of groups of the experts before it
   const int G = p.group_tokens;
   int group_index = 0;
   if (p.groups != nullptr) {

@@ -23,7 +23,7 @@ constexpr int moe_max_tiles(int n_pairs, int n_experts) {
 inline constexpr int moe_gemv_max_tokens = 64;
 /// Upper bound on the GEMV groups of n_pairs pairs over n_experts experts: an expert's pairs in groups of
 /// at most `group_tokens`, so at most n_experts + n_pairs / group_tokens of them (and n_pairs).
-constexpr int moe_max_groups(int n_pairs, int n_experts, int group_tokens = gemv_max_tokens) {
+constexpr int moe_max_groups(int n_pairs, int n_experts, int group_tokens) {
   const int bound = n_experts + n_pairs / group_tokens;
   return n_pairs < bound ? n_pairs : bound;
 }

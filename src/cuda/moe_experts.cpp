@@ -141,8 +141,8 @@ MoeWorkspace::MoeWorkspace(const MoeWorkspaceShape& shape) : shape_(shape) {
   token_of_slot = DeviceBuffer<int32_t>(slots, "MoE token table");
   tiles = DeviceBuffer<GemmTile>(static_cast<size_t>(moe_max_tiles(pairs, shape.n_experts)), "MoE GEMM tiles");
   const int decode_tokens = std::min(shape.max_tokens, moe_gemv_max_tokens);
-  groups = DeviceBuffer<GemvGroup>(static_cast<size_t>(moe_max_groups(decode_tokens * shape.k, shape.n_experts, 1)),
-                                   "MoE GEMV groups");
+  // at most one GEMV group per pair (groups of a single token)
+  groups = DeviceBuffer<GemvGroup>(static_cast<size_t>(decode_tokens * shape.k), "MoE GEMV groups");
   counts = DeviceBuffer<int32_t>(2, "MoE counts");
   gate_out = DeviceBuffer<float>(slots * static_cast<size_t>(shape.ffn), "MoE gate output");
   up_out = DeviceBuffer<float>(slots * static_cast<size_t>(shape.ffn), "MoE up output");

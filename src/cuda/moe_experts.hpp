@@ -1,7 +1,8 @@
 // The routed-expert FFN of a MoE layer on the GPU, given the router's choices:
 //   out[t] (+)= sum_j w[t, j] * down_e( silu(gate_e x[t]) * up_e x[t] ),  e = ids[t, j]
-// decode (n_tokens <= 8): moe_sort into per-expert GEMV groups; one gated GEMV over gate+up (each
-//   expert's rows read once for all tokens that chose it), one gathered GEMV over down, moe_combine.
+// decode (n_tokens <= 64): moe_sort into per-expert GEMV groups of up to 8 tokens (sized to the step); one
+//   gated GEMV over gate+up (each group's expert rows read once for its tokens), one gathered GEMV over
+//   down, moe_combine. One token: the router's choices as the groups, no sort.
 // prefill: moe_sort into GEMM tiles; grouped fused GEMMs for gate and up (A rows gathered by token),
 //   silu_gate to bf16, grouped GEMM for down, moe_combine.
 // Shared experts are a plain dense FFN (gemv_quant / gemm_quant with the *_shexp tensors).
@@ -58,13 +59,13 @@ class MoeWorkspace {
   DeviceBuffer<int32_t> slot_of_pair;    ///< [T k]
   DeviceBuffer<int32_t> token_of_slot;   ///< [T k]
   DeviceBuffer<GemmTile> tiles;          ///< [moe_max_tiles]
-  DeviceBuffer<GemvGroup> groups;        ///< [moe_max_groups(8 k, E)]
+  DeviceBuffer<GemvGroup> groups;        ///< [min(max_tokens, moe_gemv_max_tokens) k]: one per pair at most
   DeviceBuffer<int32_t> counts;          ///< [2]: n_tiles, n_groups
   DeviceBuffer<float> gate_out;          ///< fp32 [T k, F] (decode: the gated product)
   DeviceBuffer<float> up_out;            ///< fp32 [T k, F]
   DeviceBuffer<__nv_bfloat16> act_bf16;  ///< bf16 [T k, F] prefill input of down
   DeviceBuffer<float> down_out;          ///< fp32 [T k, H]
-  DeviceBuffer<uint8_t> act_q;           ///< decode: down's input as split-int8 records [min(max_tokens, 8) k]
+  DeviceBuffer<uint8_t> act_q;           ///< decode: down's input as split-int8 records [min(max_tokens, moe_gemv_max_tokens) k]
   DeviceBuffer<int32_t> choice_slots;    ///< [k]: 0 .. k-1, the slots of one token's choices
 
  private:
