@@ -21,6 +21,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace latte::cuda {
 
@@ -225,6 +226,20 @@ class CudaMlaBackend final : public CudaAttentionBackend {
     return {.values_per_token = c_.kv_lora_rank + c_.qk_rope_head_dim, .element_type = GgmlType::bf16};
   }
 
+  QueryTargets query_targets(int il, int n_rows) override {
+    if (n_rows > kTargetRows) return {};
+    QueryTargets q;
+    const size_t heads = static_cast<size_t>(n_rows) * c_.n_head;
+    if (reads_q_nope_records(layer(il), n_rows)) {
+      q.records_stride = x_int8_record_bytes(c_.qk_nope_head_dim);
+      q.nope_records = grow_scratch(q_nope_q_, heads * static_cast<size_t>(q.records_stride), "mla q_nope int8");
+    }
+    q.rope_bf16 = grow_scratch(q_rope_bf16_, heads * c_.qk_rope_head_dim, "mla q_rope bf16");
+    targets_for_ = {il, n_rows};
+    targets_ = q;
+    return q;
+  }
+
   void forward_device(const AttentionInput& in, const DeviceStep& step) override {
     const int T = in.n_rows, N = c_.n_head, L = c_.kv_lora_rank, R = c_.qk_rope_head_dim, P = c_.qk_nope_head_dim;
     const int V = c_.v_head_dim, qk = P + R, row = L + R;
@@ -234,6 +249,8 @@ class CudaMlaBackend final : public CudaAttentionBackend {
     const size_t TN = static_cast<size_t>(T) * N;
     const int64_t* pages = step.attn_pages + static_cast<size_t>(table) * T;
     const std::byte* base = step.attn_base[table];
+    const QueryTargets given = targets_for_ == std::pair{in.layer, T} ? targets_ : QueryTargets{};
+    targets_for_ = {-1, 0};
 
     // Cache rows: c (L) then k_pe (R), bf16.
     const PagedRows<__nv_bfloat16> cache = row_pages<__nv_bfloat16>(base, pages, row, 0);
@@ -260,17 +277,21 @@ class CudaMlaBackend final : public CudaAttentionBackend {
     __nv_bfloat16* q_rope_bf16 = grow_scratch(q_rope_bf16_, TN * R, "mla q_rope bf16");
     float* o_lat = grow_scratch(o_lat_, TN * L, "mla o_lat");
     const HeadGroups::Groups groups = groups_.get(T, N);
-    // decode: each token's and head's q_nope as a split-int8 record for the int8 GEMV (W_UK's rows are short)
+    // decode: each token's and head's q_nope as a split-int8 record for the int8 GEMV (W_UK's rows are
+    // short), and q_pe as bf16: written by the rope launch when the caller took query_targets, else here
     uint8_t* q_nope_q = nullptr;
-    if (T <= 8 * gemv_max_tokens && gemv_reads_x_int8(w.k_b.type, P, std::min(T, gemv_max_tokens))) {
-      const int64_t stride = x_int8_record_bytes(P);
-      q_nope_q = grow_scratch(q_nope_q_, TN * static_cast<size_t>(stride), "mla q_nope int8");
-      quantize_x_int8({.x = in.q, .x_stride = qk, .rows = static_cast<int>(TN), .k = P, .out = q_nope_q,
-                       .out_stride = stride},
-                      stream);
+    if (reads_q_nope_records(w, T)) {
+      if (given.nope_records != nullptr) {
+        q_nope_q = given.nope_records;
+      } else {
+        q_nope_q = grow_scratch(q_nope_q_, TN * static_cast<size_t>(x_int8_record_bytes(P)), "mla q_nope int8");
+        quantize_x_int8({.x = in.q, .x_stride = qk, .rows = static_cast<int>(TN), .k = P, .out = q_nope_q,
+                         .out_stride = x_int8_record_bytes(P)},
+                        stream);
+      }
     }
     per_head_gemv(w.k_b, L, groups, in.q, qk, nullptr, L, stream, q_lat_bf16, q_nope_q);  // bf16 for the kernel
-    convert_to_bf16(in.q + P, qk, q_rope_bf16, R, static_cast<int>(TN), R, stream);
+    if (given.rope_bf16 == nullptr) convert_to_bf16(in.q + P, qk, q_rope_bf16, R, static_cast<int>(TN), R, stream);
 
     MlaDecodeParams p{.q_latent = q_lat_bf16,
                       .q_latent_token_stride = static_cast<int64_t>(N) * L,
@@ -302,6 +323,11 @@ class CudaMlaBackend final : public CudaAttentionBackend {
  private:
   /// Dense prefill chunks of one sequence of at least this many tokens run decompressed.
   static constexpr int kMinDecompressedChunk = 16;
+
+  /// Whether the absorbed path of T rows runs W_UK as the split-int8 GEMV over q_nope records.
+  [[nodiscard]] bool reads_q_nope_records(const DeviceLayer& w, int T) const {
+    return T <= 8 * gemv_max_tokens && gemv_reads_x_int8(w.k_b.type, c_.qk_nope_head_dim, std::min(T, gemv_max_tokens));
+  }
 
   [[nodiscard]] bool decompressed_prefill(const AttentionInput& in) const {
     return !absorbed_only_ && in.selection == nullptr && in.sequences.size() == 1 &&
@@ -421,6 +447,9 @@ class CudaMlaBackend final : public CudaAttentionBackend {
   DeviceBuffer<float> o_lat_;
   DeviceBuffer<__nv_bfloat16> q_lat_bf16_, q_rope_bf16_;
   DeviceBuffer<uint8_t> q_nope_q_;  // decode: q_nope per token and head as split-int8 records
+  static constexpr int kTargetRows = 64;      // query_targets: up to this many rows
+  std::pair<int, int> targets_for_{-1, 0};     // (layer, rows) whose query_targets were handed out
+  QueryTargets targets_{};
   DeviceBuffer<std::byte> workspace_;
 };
 

@@ -17,6 +17,8 @@
 
 #include <latte/attention.hpp>
 
+#include <cuda_bf16.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -76,6 +78,17 @@ class CudaAttentionBackend : public AttentionBackend {
   virtual void forward_device(const AttentionInput& input, const DeviceStep& step) = 0;
   /// Builds the tables of this one layer from input.sequences, then forward_device.
   void forward(const AttentionInput& input) override;
+  /// Where the producer of q (the rope launch) may also write what the next forward_device of layer `il`
+  /// with `n_rows` rows would otherwise make from q itself: the split-int8 records (x_int8.hpp) of each
+  /// row's and head's q_nope, row t head h at nope_records + (t n_head + h) records_stride, and q_pe as
+  /// bf16 [n_rows, n_head, R]. A null pointer: that forward does not want it. A caller that takes the
+  /// targets must fill every one that is set before that forward.
+  struct QueryTargets {
+    uint8_t* nope_records = nullptr;
+    int64_t records_stride = 0;
+    __nv_bfloat16* rope_bf16 = nullptr;
+  };
+  virtual QueryTargets query_targets(int /*il*/, int /*n_rows*/) { return {}; }
   void prepare(std::span<const AttentionLayerWeights> layers) override { n_layer_ = static_cast<int>(layers.size()); }
 
  protected:

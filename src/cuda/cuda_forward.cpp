@@ -228,6 +228,7 @@ class CudaForward final : public CudaRankForward {
     DeviceBuffer<float> k_rope;           // [T, R]
     DeviceBuffer<float> attn;             // [T, N V] attention output before attn_output
     DeviceBuffer<float> hidden;           // [T, F] gated FFN activations
+    DeviceBuffer<float> shared_out;       // [min(T, 8), H] the shared expert's output beside the routed ones
     DeviceBuffer<float> gate_up;          // [T, 2F] gate|up products (beyond 8 rows)
     DeviceBuffer<float> router;           // [T, E] router logits
     DeviceBuffer<int32_t> ids;            // [T, K] chosen experts
@@ -421,6 +422,7 @@ class CudaForward final : public CudaRankForward {
     a.gate_up = DeviceBuffer<float>(t * 2 * F, "FFN gate|up");
     if (c_.n_expert > 0) {
       a.router = DeviceBuffer<float>(t * c_.n_expert, "router logits");
+      a.shared_out = DeviceBuffer<float>(std::min<size_t>(t, gemv_max_tokens) * H, "shared expert output");
       a.ids = DeviceBuffer<int32_t>(t * c_.n_expert_used, "expert ids");
       a.weights = DeviceBuffer<float>(t * c_.n_expert_used, "expert weights");
       a.xn_bf16 = DeviceBuffer<__nv_bfloat16>(t * H, "bf16 activations");
@@ -529,20 +531,11 @@ class CudaForward final : public CudaRankForward {
     return n;
   }
 
-  /// Rotates n_heads heads of `data` (in place, or out of place from `src`) and, when `pair_src` is
-  /// set, k_pe from pair_src into k_rope, in one launch.
-  void rope(float* data, int64_t token_stride, int n_heads, int64_t head_stride, int rot_offset, int T,
-            const float* src = nullptr, int64_t src_token_stride = 0, const float* pair_src = nullptr,
-            int64_t pair_src_stride = 0) {
+  /// The rotation of n_heads heads of `data` in place over T tokens (the caller adds an out-of-place source,
+  /// a second target, ... to the returned parameters, then runs rope_yarn).
+  RopeYarnParams rope_params(float* data, int64_t token_stride, int n_heads, int64_t head_stride, int rot_offset,
+                             int T) const {
     RopeYarnParams p = rope_;
-    p.src = src;
-    p.src_token_stride = src_token_stride;
-    if (pair_src != nullptr) {
-      p.pair_src = pair_src;
-      p.pair_src_stride = pair_src_stride;
-      p.pair_dst = act_.k_rope.data();
-      p.pair_dst_stride = c_.qk_rope_head_dim;
-    }
     p.data = data;
     p.token_stride = token_stride;
     p.n_heads = n_heads;
@@ -551,7 +544,7 @@ class CudaForward final : public CudaRankForward {
     p.n_rot = c_.qk_rope_head_dim;
     p.positions = step_.positions;
     p.n_tokens = T;
-    rope_yarn(p, stream());
+    return p;
   }
 
   // ---- activation taps ------------------------------------------------------------------------
@@ -636,7 +629,6 @@ class CudaForward final : public CudaRankForward {
       linear(w.attn_query, a.xn.data(), H, T, a.proj.data() + layout_.query_offset, width, nullptr, xq);
       linear(w.attn_kv_a, a.xn.data(), H, T, a.proj.data() + layout_.latent_offset, width, nullptr, xq);
     }
-    rms(a.proj.data() + layout_.latent_offset, width, w.kv_a_norm, L, T, a.latent.data(), L);
     // q before rotation comes from q_b (q_lora_rank > 0) or straight from the projection row (q_src),
     // which the rope launch copies into a.q while rotating it, k_pe into k_rope too: one launch
     const int64_t q_row = static_cast<int64_t>(N) * qk;
@@ -650,8 +642,32 @@ class CudaForward final : public CudaRankForward {
     if (tapping(il, "q", tap)) {
       emit_device(tap, il, {T, N, qk}, q_src ? q_src : a.q.data(), T, q_row, q_src ? width : q_row);
     }
+    // one launch: q rotated (copied out of the projection row when q_src is set), k_pe rotated into
+    // k_rope, the latent normalised (kv_a_norm), and what the attention backend wants made of q
+    RopeYarnParams rp = rope_params(a.q.data(), q_row, N, qk, P, T);
+    rp.src = q_src;
+    rp.src_token_stride = width;
+    rp.pair_src = a.proj.data() + layout_.latent_offset + L;
+    rp.pair_src_stride = width;
+    rp.pair_dst = a.k_rope.data();
+    rp.pair_dst_stride = R;
+    rp.norm_src = a.proj.data() + layout_.latent_offset;
+    rp.norm_src_stride = width;
+    rp.norm_weight = w.kv_a_norm;
+    rp.norm_dst = a.latent.data();
+    rp.norm_dst_stride = L;
+    rp.norm_n = L;
+    rp.norm_eps = c_.rms_norm_eps;
+    const CudaAttentionBackend::QueryTargets targets = backend_.query_targets(il, T);
+    if (P % 32 == 0) {
+      rp.nope_q = targets.nope_records;
+      rp.nope_q_stride = targets.records_stride;
+    } else if (targets.nope_records != nullptr) {
+      throw Error(ErrorCode::internal, "attention: q_nope records wanted for " + std::to_string(P) + " dims");
+    }
+    rp.rot_bf16 = targets.rope_bf16;
+    rope_yarn(rp, stream());
     if (tapping(il, "kv_latent", tap)) emit_device(tap, il, {T, L}, a.latent.data(), T, L, L);
-    rope(a.q.data(), q_row, N, qk, P, T, q_src, width, a.proj.data() + layout_.latent_offset + L, width);
     if (tapping(il, "q_pe", tap)) emit_device(tap, il, {T, N, R}, a.q.data() + P, static_cast<int64_t>(T) * N, R, qk);
     if (tapping(il, "k_pe", tap)) emit_device(tap, il, {T, R}, a.k_rope.data(), T, R, R);
 
@@ -682,8 +698,8 @@ class CudaForward final : public CudaRankForward {
     const bool tap_out = tapping(il, "attn_out", tap);
     if (tap_out) keep_residual();
     begin_share();
-    // 2-8 tokens: the heads' outputs as records for the split-int8 GEMV (one token: the fp32 GEMV is as
-    // fast as the quantization launch it would need)
+    // 2-8 tokens: the heads' outputs as records for the split-int8 GEMV (one token: the GEMV quantizes
+    // them itself, Linear)
     uint8_t* attn_q = nullptr;
     if (T >= 2 && T <= gemv_max_tokens && nv % 32 == 0 &&
         a.xq.size() >= static_cast<size_t>(T * x_int8_record_bytes(nv)) &&
@@ -716,7 +732,7 @@ class CudaForward final : public CudaRankForward {
                 .out = a.index_keys.data(),
                 .out_stride = dI},
                stream());
-    rope(a.index_keys.data(), dI, 1, dI, 0, T);
+    rope_yarn(rope_params(a.index_keys.data(), dI, 1, dI, 0, T), stream());
     const size_t table = static_cast<size_t>(il) * static_cast<size_t>(T);
     PagedRows<__nv_bfloat16> keys{
         .data = reinterpret_cast<__nv_bfloat16*>(const_cast<std::byte*>(step_.index_base[il])),
@@ -737,7 +753,7 @@ class CudaForward final : public CudaRankForward {
 
     const int64_t q_stride = static_cast<int64_t>(kDsaIndexHeads) * dI;
     linear(w.indexer_q_b, a.qa.data(), c_.q_lora_rank, T, a.index_q.data(), q_stride);
-    rope(a.index_q.data(), q_stride, nI, dI, 0, T);
+    rope_yarn(rope_params(a.index_q.data(), q_stride, nI, dI, 0, T), stream());
     convert_to_bf16(a.index_q.data(), q_stride, a.index_q_bf16.data(), q_stride, T, static_cast<int>(q_stride),
                     stream());
     linear(w.indexer_proj, a.xn.data(), H, T, a.index_w.data(), kDsaIndexHeads);
@@ -789,6 +805,14 @@ class CudaForward final : public CudaRankForward {
     begin_share();
     if (!c_.is_moe_layer(il)) {
       gated_ffn(w.dense, T);
+    } else if (w.shared && concurrent_shared(T)) {
+      // decode: the shared expert on the side stream while the router and the routed experts run here,
+      // its output added in their combine (the GPU is mostly idle during the router's small launches)
+      fork_.record(stream());
+      LATTE_CUDA_CHECK(cudaStreamWaitEvent(side_.get(), fork_.get(), 0));
+      gated_ffn(w.shared, T, side_.get(), a.shared_out.data(), nullptr);
+      join_.record(side_.get());
+      routed_experts(il, w, T, a.shared_out.data(), join_.get());
     } else {
       routed_experts(il, w, T);
       if (w.shared) gated_ffn(w.shared, T);
@@ -797,40 +821,67 @@ class CudaForward final : public CudaRankForward {
     if (tap_out) emit_update(tap, il);
   }
 
-  /// x += down(silu(gate xn) * up xn).
-  void gated_ffn(const DeviceGatedFfn& f, int T) {
+  /// Whether a decode step of T rows runs the shared expert alongside the routed ones (one GEMV pass per
+  /// product, nothing shared with the main stream but read-only inputs; LATTE_MOE_CONCURRENT_SHARED=0: no).
+  bool concurrent_shared(int T) const {
+    static const bool on = [] {
+      const char* v = std::getenv("LATTE_MOE_CONCURRENT_SHARED");
+      return v == nullptr || std::string_view(v) != "0";
+    }();
+    return on && T <= gemv_max_tokens && T <= moe_gemv_tokens() && act_.shared_out.size() >= static_cast<size_t>(T) * c_.n_embd;
+  }
+
+  /// out = down(silu(gate xn) * up xn) + residual, on `on` (default: the step's stream, out = residual = x).
+  void gated_ffn(const DeviceGatedFfn& f, int T, cudaStream_t on = nullptr, float* out = nullptr,
+                 const float* residual = nullptr) {
     Activations& a = act_;
+    if (on == nullptr) {
+      on = stream();
+      out = a.x.data();
+      residual = a.x.data();
+    }
     const int64_t F = f.gate.rows;
-    linear_.gated(f, a.xn.data(), c_.n_embd, T, a.hidden.data(), F, a.gate_up.data(), stream(), hidden_record(T));
-    uint8_t* hq = nullptr;
-    if (T <= gemv_max_tokens && a.hq.size() >= static_cast<size_t>(T * x_int8_record_bytes(F)) &&
+    linear_.gated(f, a.xn.data(), c_.n_embd, T, a.hidden.data(), F, a.gate_up.data(), on, hidden_record(T));
+    uint8_t* hq = nullptr;  // one token: the down GEMV quantizes the activations itself (Linear)
+    if ((T >= 2 || !gemv_self_quantize()) && T <= gemv_max_tokens && a.hq.size() >= static_cast<size_t>(T * x_int8_record_bytes(F)) &&
         gemv_reads_x_int8(f.down.type, F, T)) {
       hq = a.hq.data();  // the activations as records for the split-int8 down GEMV
       quantize_x_int8({.x = a.hidden.data(), .x_stride = F, .rows = T, .k = static_cast<int>(F), .out = hq,
                        .out_stride = x_int8_record_bytes(F)},
-                      stream());
+                      on);
     }
-    linear(f.down, a.hidden.data(), F, T, a.x.data(), c_.n_embd, a.x.data(), hq);
+    linear_(f.down,
+            {.x = a.hidden.data(),
+             .x_stride = F,
+             .rows = T,
+             .y = out,
+             .y_stride = c_.n_embd,
+             .residual = residual,
+             .x_q = hq,
+             .x_q_stride = x_int8_record_bytes(F)},
+            on);
   }
 
-  void routed_experts(int il, const DeviceLayer& w, int T) {
+  /// x += the routed experts of the step's rows (+ `add`, ready once `add_ready` is, in the decode combine).
+  void routed_experts(int il, const DeviceLayer& w, int T, const float* add = nullptr, cudaEvent_t add_ready = nullptr) {
     Activations& a = act_;
     const int H = c_.n_embd, E = c_.n_expert, K = c_.n_expert_used, F = c_.n_ff_expert;
+    const MoeRouterParams route{
+        .logits = a.router.data(),
+        .logits_stride = E,
+        .n_tokens = T,
+        .n_experts = E,
+        .selection_bias = w.exp_probs_b,
+        .gating = c_.expert_gating == ExpertGating::sigmoid ? MoeGating::sigmoid : MoeGating::softmax,
+        .k = K,
+        .n_groups = c_.n_expert_group,
+        .groups_used = c_.n_expert_group_used,
+        .normalize = c_.expert_weights_norm,
+        .scale = c_.expert_weights_scale,
+        .ids = a.ids.data(),
+        .weights = a.weights.data()};
     linear(w.router, a.xn.data(), H, T, a.router.data(), E);
-    moe_route({.logits = a.router.data(),
-               .logits_stride = E,
-               .n_tokens = T,
-               .n_experts = E,
-               .selection_bias = w.exp_probs_b,
-               .gating = c_.expert_gating == ExpertGating::sigmoid ? MoeGating::sigmoid : MoeGating::softmax,
-               .k = K,
-               .n_groups = c_.n_expert_group,
-               .groups_used = c_.n_expert_group_used,
-               .normalize = c_.expert_weights_norm,
-               .scale = c_.expert_weights_scale,
-               .ids = a.ids.data(),
-               .weights = a.weights.data()},
-              stream());
+    moe_route(route, stream());
     std::string tap;
     if (tapping(il, "router_logits", tap)) emit_device(tap, il, {T, E}, a.router.data(), T, E, E);
     emit_experts(il);
@@ -879,7 +930,10 @@ class CudaForward final : public CudaRankForward {
                           .out = a.x.data() + row0,
                           .out_stride = H,
                           .accumulate = true,
-                          .held_first = held_first_},
+                          .held_first = held_first_,
+                          .add = add ? add + row0 : nullptr,
+                          .add_stride = H,
+                          .add_ready = t0 == 0 ? add_ready : nullptr},
                          stream());
     }
   }
@@ -960,6 +1014,8 @@ class CudaForward final : public CudaRankForward {
   detail::AttentionInputLayout layout_;
   RopeYarnParams rope_{};
   Stream stream_;
+  Stream side_;  // decode: the shared expert beside the routed ones (fork_ / join_ order it)
+  Event fork_{cudaEventDisableTiming}, join_{cudaEventDisableTiming};
   Linear linear_;
   Activations act_;
   std::unique_ptr<MoeWorkspace> moe_;

@@ -104,10 +104,12 @@ class Stream {
   cudaStream_t stream_ = nullptr;
 };
 
-/// A CUDA event (timing enabled).
+/// A CUDA event (timing enabled unless made with flags).
 class Event {
  public:
   Event() { LATTE_CUDA_CHECK(cudaEventCreate(&event_)); }
+  /// With cudaEventCreateWithFlags' flags (cudaEventDisableTiming: an ordering point between streams).
+  explicit Event(unsigned int flags) { LATTE_CUDA_CHECK(cudaEventCreateWithFlags(&event_, flags)); }
   Event(Event&& o) noexcept : event_(std::exchange(o.event_, nullptr)) {}
   Event& operator=(Event&& o) noexcept {
     if (this != &o) {

@@ -10,9 +10,11 @@
 #include <latte/error.hpp>
 
 #include <cstdint>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <tuple>
 
 namespace latte::cuda {
@@ -34,6 +36,14 @@ bool gemv_reads_x_int8(GgmlType type, int64_t k, int tokens) noexcept {
     }
   });
   return reads;
+}
+
+bool gemv_self_quantize() noexcept {
+  static const bool on = [] {
+    const char* v = std::getenv("LATTE_GEMV_SELF_QUANTIZE");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  return on;
 }
 
 void gemv_quant(const GemvParams& p, cudaStream_t stream) {
@@ -76,9 +86,9 @@ void gemv_quant(const GemvParams& p, cudaStream_t stream) {
     require_arg(p.matrix_stride_bytes >= rb * p.n_rows, "matrix_stride_bytes is smaller than one matrix");
   }
   if (p.choice_ids != nullptr) {
-    require_arg(p.groups == nullptr && p.x_q != nullptr && p.max_groups >= 1 && p.max_groups <= 65535 &&
-                    p.matrix_stride_bytes >= rb * p.n_rows,
-                "choice_ids needs x_q, no groups, max_groups in 1..65535 and a matrix stride");
+    require_arg(p.groups == nullptr && (p.x_q != nullptr || p.x_quantize) && p.max_groups >= 1 &&
+                    p.max_groups <= 65535 && p.matrix_stride_bytes >= rb * p.n_rows,
+                "choice_ids needs x_q or x_quantize, no groups, max_groups in 1..65535 and a matrix stride");
     require_arg(p.choices_per_token >= 0, "choices_per_token must not be negative");
     bool reads = false;
     GemvTypes::dispatch(p.type, [&]<GgmlType T>() { reads = gemv_x8_applies<T>(p); });
@@ -86,6 +96,7 @@ void gemv_quant(const GemvParams& p, cudaStream_t stream) {
       throw Error(ErrorCode::unsupported, "gemv_quant: choice_ids needs the split-int8 GEMV (type " + type_name + ")");
     }
   }
+  require_arg(p.x_q == nullptr || !p.x_quantize, "x_q and x_quantize exclude each other");
   if (p.x_q != nullptr) {
     require_arg(reinterpret_cast<uintptr_t>(p.x_q) % 16 == 0 && p.x_q_stride % 16 == 0 && p.k % 32 == 0 &&
                     p.x_q_stride >= x_int8_record_bytes(p.k),

@@ -63,6 +63,11 @@ struct GemvParams {
   /// choices_per_token is 0; x_row_is_y_row: row j) into y row j. MoE decode without the sort into groups.
   const int32_t* choice_ids = nullptr;
   int choices_per_token = 0;
+  /// Without x_q: the split-int8 path quantizes each block's fp32 x rows into its shared memory itself
+  /// (the records quantize_x_int8 would write, so the same sums), where gemv_reads_x_int8 says it reads
+  /// records; one launch less for x that nothing else reads as records. For one token per block: with
+  /// more, every block repeats the quantization of all its tokens' rows.
+  bool x_quantize = false;
 };
 
 /// Launches y = W x (see GemvParams). Throws Error(invalid_argument) on a violated precondition and
@@ -76,6 +81,10 @@ bool gemv_supports(GgmlType type) noexcept;
 /// is given (the split-int8 GEMV: Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, the records in 64 KB; not
 /// with LATTE_GEMV_INT8=0), so that a caller can skip making records nobody reads.
 bool gemv_reads_x_int8(GgmlType type, int64_t k, int tokens = 1) noexcept;
+
+/// Whether one-token GEMVs without records quantize x themselves (GemvParams::x_quantize) where their
+/// callers leave it to this switch (Linear): LATTE_GEMV_SELF_QUANTIZE=0 keeps them on the fp32 GEMV.
+bool gemv_self_quantize() noexcept;
 
 /// Bytes the launch must move at least (weights read once, x read, y written); dense mode.
 double gemv_min_bytes(const GemvParams& p);

@@ -151,21 +151,47 @@ __device__ __forceinline__ bool x8_group(const GemvParams& p, X8Rows<NT>& r) {
   return true;
 }
 
-/// The block's tokens' x records (n_units units each, rows x_row[t] of p.x_q) into shared memory, record t
-/// at x_record + 5 n_units t; the caller syncs. Each thread issues four 16-byte loads before it stores them
-/// (8 tokens' records are 40 KB at k = 2048: one load in flight per thread would serialise ~20 round
-/// trips to L2). Paired (n_units even): within each of the five planes unit u
-/// goes to slot u / 2 (even u) or n_units / 2 + u / 2 (odd u), so that a warp whose lane l reads units 2 l
-/// and 2 l + 1 reads 32 consecutive 16-byte words per load (no bank conflicts) -- x8_pair_slot.
-/// Where a paired staging (x8_stage_records) puts unit u of n.
+/// Where a paired staging (x8_stage_records) puts unit u of n: within each of the five planes, unit u goes
+/// to slot u / 2 (even u) or n / 2 + u / 2 (odd u), so that a warp whose lane l reads units 2 l and 2 l + 1
+/// reads 32 consecutive 16-byte words per load (no bank conflicts).
 __device__ __forceinline__ int x8_pair_slot(int u, int n) { return (u & 1) * (n / 2) + (u >> 1); }
 
+/// The block's tokens' x records (n_units units each) into shared memory, record t at x_record + 5 n_units t;
+/// the caller syncs. Paired (n_units even): units at x8_pair_slot.
+///  - from p.x_q (rows x_row[t]): copied; each thread issues four 16-byte loads before it stores them (8
+///    tokens' records are 40 KB at k = 2048: one load in flight per thread would serialise ~20 round trips
+///    to L2);
+///  - without x_q (GemvParams::x_quantize): made from the fp32 rows x_row[t] of p.x, four threads a unit
+///    (split_int8::quantize_unit_quad, the same records quantize_x_int8 writes). The trip count is the
+///    block's, so every lane of a quad takes part in its shuffles.
 template <int NT, bool Paired = false>
 __device__ __forceinline__ void x8_stage_records(const GemvParams& p, const X8Rows<NT>& r, int n_units,
                                                  uint4* x_record) {
+  const int threads = static_cast<int>(blockDim.x);
+  if (p.x_q == nullptr) {
+    const int q = static_cast<int>(threadIdx.x) % 4;
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      if (t >= r.count) break;
+      const float* x = p.x + static_cast<int64_t>(r.x_row[t]) * p.x_stride;
+      uint8_t* area = reinterpret_cast<uint8_t*>(x_record + t * 5 * n_units);
+      for (int base = 0; base < n_units; base += threads / 4) {
+        const int u = base + static_cast<int>(threadIdx.x) / 4;
+        const bool active = u < n_units;
+        float v[8] = {};
+        if (active) {
+          const float4 a = __ldg(reinterpret_cast<const float4*>(x + 32 * u + 8 * q));
+          const float4 b = __ldg(reinterpret_cast<const float4*>(x + 32 * u + 8 * q + 4));
+          v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+        }
+        const int slot = !active ? 0 : Paired ? x8_pair_slot(u, n_units) : u;
+        split_int8::quantize_unit_quad(area, n_units, slot, v, q, active);
+      }
+    }
+    return;
+  }
   constexpr int kBatch = 4;
   const int words = 5 * n_units;
-  const int threads = static_cast<int>(blockDim.x);
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
     if (t >= r.count) break;
@@ -705,7 +731,7 @@ inline int gemv_x8_block_tokens(const GemvParams& p) {
   return p.choice_ids ? 1 : p.groups ? p.max_tokens_per_group : p.n_tokens;
 }
 
-/// Whether launch_gemv_x8 takes this launch (see GemvParams::x_q).
+/// Whether launch_gemv_x8 takes this launch (see GemvParams::x_q and x_quantize).
 template <GgmlType T>
 inline bool gemv_x8_applies(const GemvParams& p) {
   if constexpr (!kGemvX8Type<T>) {
@@ -717,7 +743,7 @@ inline bool gemv_x8_applies(const GemvParams& p) {
                          (reinterpret_cast<uintptr_t>(p.weight) % 16 == 0 &&
                           (p.weight_up == nullptr || reinterpret_cast<uintptr_t>(p.weight_up) % 16 == 0) &&
                           p.matrix_stride_bytes % 16 == 0);
-    return p.x_q != nullptr && tokens >= 1 && tokens <= gemv_max_tokens && p.k % kGemvX8BlockValues<T> == 0 &&
+    return (p.x_q != nullptr || p.x_quantize) && tokens >= 1 && tokens <= gemv_max_tokens && p.k % kGemvX8BlockValues<T> == 0 &&
            gemv_x8_tokens(tokens) * x_int8_record_bytes(p.k) <= kGemvX8MaxRecordBytes && aligned &&
            gemv_int8_enabled();
   }

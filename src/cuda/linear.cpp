@@ -114,10 +114,12 @@ void Linear::operator()(const DeviceMatrix& w, const LinearCall& c, cudaStream_t
   }
   for (int r0 = 0; r0 < c.rows; r0 += gemv_max_tokens) {
     const int n = std::min(gemv_max_tokens, c.rows - r0);
-    gemv_quant(gemv_params(w, c.x + r0 * c.x_stride, c.x_stride, c.y + r0 * c.y_stride, c.y_stride,
-                           c.residual ? c.residual + r0 * c.y_stride : nullptr, n,
-                           c.x_q ? c.x_q + r0 * c.x_q_stride : nullptr, c.x_q_stride),
-               stream);
+    GemvParams p = gemv_params(w, c.x + r0 * c.x_stride, c.x_stride, c.y + r0 * c.y_stride, c.y_stride,
+                               c.residual ? c.residual + r0 * c.y_stride : nullptr, n,
+                               c.x_q ? c.x_q + r0 * c.x_q_stride : nullptr, c.x_q_stride);
+    // one token without records: the split-int8 GEMV (where the type has one) quantizes x in its blocks
+    p.x_quantize = p.x_q == nullptr && n == 1 && gemv_self_quantize();
+    gemv_quant(p, stream);
   }
 }
 

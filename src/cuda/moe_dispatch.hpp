@@ -64,6 +64,8 @@ struct MoeCombineParams {
   float* out = nullptr;  ///< fp32 [n_tokens, out_stride]
   int64_t out_stride = 0;
   bool accumulate = false;
+  const float* add = nullptr;  ///< optional fp32 [n_tokens, add_stride]: added too (a shared expert's output)
+  int64_t add_stride = 0;
 };
 
 /// Launches the combine. Throws Error(invalid_argument) on bad sizes or misalignment.

@@ -54,7 +54,13 @@ Params on_stack(Params p, const ExpertStack& stack) {
 }
 
 // out[t] (+)= sum_j weights[t, j] * down_out[slot of pair (t, j)].
+/// The combine waits for the call's addend (a shared expert on another stream) where it has one.
+void wait_for_add(const MoeExpertsCall& c, cudaStream_t stream) {
+  if (c.add_ready != nullptr) LATTE_CUDA_CHECK(cudaStreamWaitEvent(stream, c.add_ready, 0));
+}
+
 void combine_slots(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeExpertsCall& c, cudaStream_t stream) {
+  wait_for_add(c, stream);
   moe_combine({.expert_out = ws.down_out.data(),
                .ld = w.hidden,
                .slot_of_pair = ws.slot_of_pair.data(),
@@ -64,7 +70,9 @@ void combine_slots(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeExperts
                .hidden = w.hidden,
                .out = c.out,
                .out_stride = c.out_stride,
-               .accumulate = c.accumulate},
+               .accumulate = c.accumulate,
+               .add = c.add,
+               .add_stride = c.add_stride},
               stream);
 }
 
@@ -98,10 +106,14 @@ void decode_one_token(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeExpe
                           w.gate);
   g.weight_up = w.up.data;
   gemv_quant(g, stream);
+  // down quantizes each slot's activations in its blocks (GemvParams::x_quantize): no records launch
+  const bool records = !gemv_self_quantize();
   const int64_t stride = x_int8_record_bytes(w.ffn);
-  quantize_x_int8(
-      {.x = ws.gate_out.data(), .x_stride = w.ffn, .rows = c.k, .k = w.ffn, .out = ws.act_q.data(), .out_stride = stride},
-      stream);
+  if (records) {
+    quantize_x_int8({.x = ws.gate_out.data(), .x_stride = w.ffn, .rows = c.k, .k = w.ffn, .out = ws.act_q.data(),
+                     .out_stride = stride},
+                    stream);
+  }
   GemvParams d = on_stack(GemvParams{.n_rows = w.hidden,
                                      .k = w.ffn,
                                      .x = ws.gate_out.data(),
@@ -110,11 +122,13 @@ void decode_one_token(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeExpe
                                      .y_stride = w.hidden,
                                      .max_groups = c.k,
                                      .x_row_is_y_row = true,
-                                     .x_q = ws.act_q.data(),
-                                     .x_q_stride = stride,
-                                     .choice_ids = c.ids},
+                                     .x_q = records ? ws.act_q.data() : nullptr,
+                                     .x_q_stride = records ? stride : 0,
+                                     .choice_ids = c.ids,
+                                     .x_quantize = !records},
                           w.down);
   gemv_quant(d, stream);
+  wait_for_add(c, stream);
   moe_combine({.expert_out = ws.down_out.data(),
                .ld = w.hidden,
                .slot_of_pair = ws.choice_slots.data(),
@@ -124,7 +138,9 @@ void decode_one_token(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeExpe
                .hidden = w.hidden,
                .out = c.out,
                .out_stride = c.out_stride,
-               .accumulate = c.accumulate},
+               .accumulate = c.accumulate,
+               .add = c.add,
+               .add_stride = c.add_stride},
               stream);
 }
 
@@ -251,6 +267,9 @@ void moe_experts_decode(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeEx
 
 void moe_experts_prefill(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeExpertsCall& c, cudaStream_t stream) {
   check_call(w, ws, c, "moe_experts_prefill");
+  if (c.add != nullptr || c.add_ready != nullptr) {
+    throw Error(ErrorCode::invalid_argument, "moe_experts_prefill: an addend is for the decode path");
+  }
   if (!c.x_bf16) throw Error(ErrorCode::invalid_argument, "moe_experts_prefill: x_bf16 must be set");
   for (const ExpertStack* s : {&w.gate, &w.up, &w.down}) {
     if (!gemm_quant_supports(s->type)) {

@@ -89,6 +89,11 @@ struct MoeExpertsCall {
   /// Expert parallelism: the weights hold experts [held_first, held_first + n_experts) of the model
   /// and `ids` are the model's ids; choices of other experts add nothing. -1: ids index the weights.
   int held_first = -1;
+  /// Decode, optional: out also gets add [n_tokens, add_stride] (fp32), in the combine, which first waits
+  /// for `add_ready` (when set) on the stream: a shared expert computed alongside on another stream.
+  const float* add = nullptr;
+  int64_t add_stride = 0;
+  cudaEvent_t add_ready = nullptr;
 };
 
 /// Decode path (n_tokens <= moe_gemv_max_tokens, fp32 x): GEMVs over groups of at most 8 of an expert's

@@ -12,6 +12,8 @@
 #include "cuda/check.hpp"
 #include "cuda/launch.cuh"
 #include "cuda/rope_angle.cuh"
+#include "cuda/split_int8_dot.cuh"
+#include "cuda/x_int8.hpp"
 
 namespace latte::cuda {
 namespace {
@@ -36,7 +38,28 @@ __global__ void __launch_bounds__(kRopeThreads)
     rope_cos_sin(pos, i, inv.of[i], p.freq_scale, p.ext_factor, p.corr, cos_of[i], sin_of[i]);
   }
   __syncthreads();
-  if (p.pair_dst != nullptr && static_cast<int>(blockIdx.y) == static_cast<int>(gridDim.y) - 1) {
+  const int extra = static_cast<int>(blockIdx.y) - (static_cast<int>(gridDim.y) - (p.pair_dst != nullptr) -
+                                                     (p.norm_dst != nullptr));
+  if (p.norm_dst != nullptr && extra == (p.pair_dst != nullptr ? 1 : 0)) {
+    // the normalisation block: sum of squares over the block, then the scaled row
+    __shared__ float partial[kRopeThreads / 32];
+    const float* x = p.norm_src + t * p.norm_src_stride;
+    float sum_sq = 0.0f;
+    for (int i = static_cast<int>(threadIdx.x); i < p.norm_n; i += static_cast<int>(blockDim.x)) sum_sq += x[i] * x[i];
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, o);
+    if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = sum_sq;
+    __syncthreads();
+    float total = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kRopeThreads / 32; ++w) total += partial[w];
+    const float inv = rsqrtf(total / static_cast<float>(p.norm_n) + p.norm_eps);
+    for (int i = static_cast<int>(threadIdx.x); i < p.norm_n; i += static_cast<int>(blockDim.x)) {
+      p.norm_dst[t * p.norm_dst_stride + i] = x[i] * inv * p.norm_weight[i];
+    }
+    return;
+  }
+  if (p.pair_dst != nullptr && extra == 0) {
     // the second target: one head of n_rot dims, out of place
     for (int i = static_cast<int>(threadIdx.x); i < pairs; i += static_cast<int>(blockDim.x)) {
       const float2 x = *reinterpret_cast<const float2*>(p.pair_src + t * p.pair_src_stride + 2 * i);
@@ -57,13 +80,34 @@ __global__ void __launch_bounds__(kRopeThreads)
   }
   const float* from = p.src != nullptr ? p.src : p.data;
   const int64_t from_stride = p.src != nullptr ? p.src_token_stride : p.token_stride;
+  if (p.nope_q != nullptr) {
+    // the unrotated dims as records, four threads a unit of 32 values; the trip count is the block's,
+    // so every lane of a quad takes part in its shuffles (before the in-place rotation overwrites
+    // nothing it reads: the rotated dims start at rot_offset)
+    const int units = p.rot_offset / 32, n_units = heads * units, q = static_cast<int>(threadIdx.x) % 4;
+    for (int base = 0; base < n_units; base += static_cast<int>(blockDim.x) / 4) {
+      const int u = base + static_cast<int>(threadIdx.x) / 4;
+      const bool active = u < n_units;
+      const int h = h0 + (active ? u / units : 0), unit = active ? u % units : 0;
+      const float* x = from + t * from_stride + h * p.head_stride + 32 * unit + 8 * q;
+      float v[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = active ? x[j] : 0.0f;
+      split_int8::quantize_unit_quad(p.nope_q + (static_cast<int64_t>(t) * p.n_heads + h) * p.nope_q_stride, units,
+                                     unit, v, q, active);
+    }
+  }
   const int n = heads * pairs;
   for (int e = static_cast<int>(threadIdx.x); e < n; e += static_cast<int>(blockDim.x)) {
     const int h = h0 + e / pairs, i = e % pairs;
     const int64_t dim = h * p.head_stride + p.rot_offset + 2 * i;
     const float2 x = *reinterpret_cast<const float2*>(from + t * from_stride + dim);
-    *reinterpret_cast<float2*>(p.data + t * p.token_stride + dim) =
-        make_float2(x.x * cos_of[i] - x.y * sin_of[i], x.x * sin_of[i] + x.y * cos_of[i]);
+    const float2 r = make_float2(x.x * cos_of[i] - x.y * sin_of[i], x.x * sin_of[i] + x.y * cos_of[i]);
+    *reinterpret_cast<float2*>(p.data + t * p.token_stride + dim) = r;
+    if (p.rot_bf16 != nullptr) {
+      *reinterpret_cast<__nv_bfloat162*>(p.rot_bf16 + (static_cast<int64_t>(t) * p.n_heads + h) * p.n_rot + 2 * i) =
+          __floats2bfloat162_rn(r.x, r.y);
+    }
   }
 }
 
@@ -114,6 +158,24 @@ void rope_yarn(const RopeYarnParams& p, cudaStream_t stream) {
     throw Error(ErrorCode::invalid_argument,
                 "rope_yarn: the second target needs both pointers, 8-byte aligned, with strides of at least n_rot");
   }
+  if (p.nope_q != nullptr &&
+      (p.rot_offset == 0 || p.rot_offset % 32 != 0 || reinterpret_cast<uintptr_t>(p.nope_q) % 16 != 0 ||
+       p.nope_q_stride % 16 != 0 || p.nope_q_stride < x_int8_record_bytes(p.rot_offset))) {
+    throw Error(ErrorCode::invalid_argument,
+                "rope_yarn: q_nope records need rot_offset a positive multiple of 32 (" +
+                    std::to_string(p.rot_offset) + "), a 16-byte aligned target and a stride of at least " +
+                    std::to_string(x_int8_record_bytes(std::max(p.rot_offset, 0))) + " bytes, a multiple of 16");
+  }
+  if (p.rot_bf16 != nullptr && reinterpret_cast<uintptr_t>(p.rot_bf16) % 4 != 0) {
+    throw Error(ErrorCode::invalid_argument, "rope_yarn: the bf16 copy of the rotated dims must be 4-byte aligned");
+  }
+  if (p.norm_dst != nullptr &&
+      (p.norm_src == nullptr || p.norm_weight == nullptr || p.norm_n <= 0 ||
+       (p.n_tokens > 1 && (p.norm_src_stride < p.norm_n || p.norm_dst_stride < p.norm_n)) || !(p.norm_eps >= 0.0f))) {
+    throw Error(ErrorCode::invalid_argument,
+                "rope_yarn: the normalisation needs its source, weight, n > 0 (" + std::to_string(p.norm_n) +
+                    "), row strides of at least n and eps >= 0");
+  }
   if (p.n_tokens == 0) return;
   // Enough blocks per token to fill the GPU when there are few tokens (decode); one block per token otherwise.
   const int pairs = p.n_rot / 2;
@@ -121,7 +183,8 @@ void rope_yarn(const RopeYarnParams& p, cudaStream_t stream) {
   int heads_per_block = (p.n_heads + blocks_per_token - 1) / blocks_per_token;
   heads_per_block = std::max(heads_per_block, std::max(1, kRopeThreads / std::max(1, pairs)));
   const int head_blocks = (p.n_heads + heads_per_block - 1) / heads_per_block;
-  const dim3 grid(static_cast<unsigned>(p.n_tokens), static_cast<unsigned>(head_blocks + (p.pair_dst ? 1 : 0)));
+  const dim3 grid(static_cast<unsigned>(p.n_tokens),
+                  static_cast<unsigned>(head_blocks + (p.pair_dst ? 1 : 0) + (p.norm_dst ? 1 : 0)));
   InverseFrequencies inv;
   for (int i = 0; i < pairs; ++i) inv.of[i] = std::pow(static_cast<double>(p.freq_base), -2.0 * i / p.n_rot);
   launch_kernel(rope_yarn_kernel, grid, kRopeThreads, 0, stream, p, heads_per_block, inv);

@@ -4,7 +4,9 @@
 //   ramp(i) = 1 - clamp((i - corr_low) / max(0.001, corr_high - corr_low), 0, 1)
 //   theta = theta_interp * (1 - ramp * ext) + theta_extrap * ramp * ext
 // cos/sin are NOT scaled (YaRN's magnitude factor goes into the attention scale). Applied in place to
-// n_rot dims starting at rot_offset of each head: q's last R dims, k_pe, or the indexer's first 64.
+// n_rot dims starting at rot_offset of each head: q's last R dims, k_pe, or the indexer's first 64;
+// optionally also writes the dims before rot_offset (q_nope) as split-int8 records and the rotated ones as
+// bf16, and normalises one more row per token (the latent): one launch for what decode needs of q and c.
 // Angles are computed in double, so positions up to millions keep full fp32 accuracy.
 //
 //   auto corr = latte::cuda::yarn_corr_dims(64, 4096, 10000.f, 32.f, 1.f);
@@ -12,6 +14,7 @@
 //                           .rot_offset = 128, .n_rot = 64, .positions = pos, .n_tokens = t, ...}, stream);
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -42,6 +45,24 @@ struct RopeYarnParams {
   int64_t pair_src_stride = 0;
   float* pair_dst = nullptr;
   int64_t pair_dst_stride = 0;
+  /// Optional split-int8 records (x_int8.hpp) of each head's unrotated dims [0, rot_offset) as read
+  /// (from src, or from data before the rotation): token t head h at nope_q[(t*n_heads + h)*nope_q_stride].
+  /// For the decode GEMV of W_UK, which reads q_nope this way: one launch less per layer.
+  uint8_t* nope_q = nullptr;
+  int64_t nope_q_stride = 0;
+  /// Optional: the rotated dims of each head also as bf16, token t head h at rot_bf16[(t*n_heads + h)*n_rot]
+  /// (the MLA decode kernel's q_rope).
+  __nv_bfloat16* rot_bf16 = nullptr;
+  /// Optional RMS normalisation in the same launch, one more block per token (the MLA latent's kv_a_norm):
+  /// norm_dst[t*norm_dst_stride + i] = x_i / sqrt(mean(x^2) + norm_eps) * norm_weight[i] for the norm_n
+  /// values x of norm_src[t*norm_src_stride ..] (fp32 sums, as rms_norm).
+  const float* norm_src = nullptr;
+  int64_t norm_src_stride = 0;
+  const float* norm_weight = nullptr;
+  float* norm_dst = nullptr;
+  int64_t norm_dst_stride = 0;
+  int norm_n = 0;
+  float norm_eps = 1e-6f;
   int n_heads = 1;
   int64_t head_stride = 0;
   int rot_offset = 0;                  ///< first rotated dim within a head
@@ -54,8 +75,8 @@ struct RopeYarnParams {
   YarnCorrDims corr{};
 };
 
-/// Launches the rotation (blocks of (token, group of heads); the second target, if any, in one more
-/// block per token). Throws Error(invalid_argument) on bad shapes.
+/// Launches the rotation (blocks of (token, group of heads); the second target and the normalisation,
+/// if any, in one more block per token each). Throws Error(invalid_argument) on bad shapes.
 void rope_yarn(const RopeYarnParams& p, cudaStream_t stream);
 
 }  // namespace latte::cuda

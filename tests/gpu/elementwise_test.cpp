@@ -9,6 +9,7 @@
 #include "cuda/logits_transfer.hpp"
 #include "cuda/norms.hpp"
 #include "cuda/rope_yarn.hpp"
+#include "cuda/x_int8.hpp"
 #include "gpu_test_support.hpp"
 
 using namespace latte;
@@ -214,6 +215,127 @@ TEST_CASE("rope_yarn out of place: q from a wider projection row, k_pe as the se
   check_close("rope_yarn", "k_pe second target", compare(download(k.data(), k.size()), want_k), 1e-6);
   // the source is left as it was
   CHECK(download(dproj.data(), dproj.size()) == proj);
+}
+
+TEST_CASE("rope_yarn's extra targets: q_nope records equal to quantize_x_int8's, q_pe as bf16, the latent normalised") {
+  auto rng = make_rng("rope_yarn q_nope records");
+  const auto corr = cuda::yarn_corr_dims(64, 4096, 10000.0f, 32.0f, 1.0f);
+  const int qk = 192, nope = 128, rot = 64;
+  const int64_t rec = cuda::x_int8_record_bytes(nope) + 16;  // a stride wider than one record
+  struct Case {
+    int heads, tokens;
+    bool out_of_place;
+  };
+  for (const Case& c : {Case{16, 1, true}, Case{16, 3, true}, Case{16, 8, true}, Case{128, 1, false},
+                        Case{128, 5, false}, Case{16, 64, false}, Case{16, 200, true}, Case{128, 40, false}}) {
+    CAPTURE(c.heads);
+    CAPTURE(c.tokens);
+    CAPTURE(c.out_of_place);
+    const int q_row = c.heads * qk, width = q_row + 576, T = c.tokens;
+    std::vector<int32_t> pos(static_cast<size_t>(T));
+    for (int t = 0; t < T; ++t) pos[static_cast<size_t>(t)] = 17 * t + 5;
+    const auto dpos = upload(pos);
+    // varied magnitudes per head so the scales differ between units
+    auto src = random_floats(static_cast<size_t>(T) * width, rng);
+    for (size_t i = 0; i < src.size(); ++i) src[i] *= static_cast<float>(1 + (i / 32) % 7);
+    const auto dsrc = upload(src);
+    DeviceBuffer<float> q(static_cast<size_t>(T) * q_row);
+    if (c.out_of_place) {
+      poison(q.data(), q.bytes());
+    } else {
+      std::vector<float> in_place(static_cast<size_t>(T) * q_row);
+      for (int t = 0; t < T; ++t)
+        std::copy_n(src.begin() + static_cast<int64_t>(t) * width, q_row, in_place.begin() + int64_t{t} * q_row);
+      LATTE_CUDA_CHECK(cudaMemcpy(q.data(), in_place.data(), q.bytes(), cudaMemcpyHostToDevice));
+    }
+    const size_t n_rec = static_cast<size_t>(T) * c.heads;
+    DeviceBuffer<uint8_t> got(n_rec * rec), want(n_rec * rec);
+    poison(got.data(), got.bytes());
+    // the bf16 copy of the rotated dims and the latent's normalisation (the last 512 of the source row)
+    DeviceBuffer<uint16_t> rot16(n_rec * rot);
+    poison(rot16.data(), rot16.bytes());
+    const int L = 512;
+    const auto norm_w = random_floats(L, rng);
+    const auto dnorm_w = upload(norm_w);
+    DeviceBuffer<float> latent(static_cast<size_t>(T) * L);
+    poison(latent.data(), latent.bytes());
+    cuda::RopeYarnParams p{.data = q.data(),
+                           .token_stride = q_row,
+                           .nope_q = got.data(),
+                           .nope_q_stride = rec,
+                           .rot_bf16 = reinterpret_cast<__nv_bfloat16*>(rot16.data()),
+                           .norm_src = dsrc.data() + q_row + 64,
+                           .norm_src_stride = width,
+                           .norm_weight = dnorm_w.data(),
+                           .norm_dst = latent.data(),
+                           .norm_dst_stride = L,
+                           .norm_n = L,
+                           .norm_eps = 1e-6f,
+                           .n_heads = c.heads,
+                           .head_stride = qk,
+                           .rot_offset = nope,
+                           .n_rot = rot,
+                           .positions = dpos.data(),
+                           .n_tokens = T,
+                           .freq_base = 10000.0f,
+                           .freq_scale = 1.0f / 40.0f,
+                           .ext_factor = 1.0f,
+                           .corr = corr};
+    if (c.out_of_place) {
+      p.src = dsrc.data();
+      p.src_token_stride = width;
+    }
+    cuda::rope_yarn(p, nullptr);
+    // the nope dims of q after the launch are the source's, unchanged: quantize them independently
+    poison(want.data(), want.bytes());
+    cuda::quantize_x_int8({.x = q.data(), .x_stride = qk, .rows = static_cast<int>(n_rec), .k = nope,
+                           .out = want.data(), .out_stride = rec},
+                          nullptr);
+    const auto g = download(got.data(), got.size()), w = download(want.data(), want.size());
+    int64_t differ = 0;
+    for (size_t r = 0; r < n_rec; ++r) {
+      for (int64_t b = 0; b < cuda::x_int8_record_bytes(nope); ++b) differ += g[r * rec + b] != w[r * rec + b];
+    }
+    CHECK_MESSAGE(differ == 0, differ << " record bytes differ from quantize_x_int8's");
+    // and the rotation is what it is without records
+    std::vector<double> want_q(static_cast<size_t>(T) * q_row);
+    for (int t = 0; t < T; ++t)
+      for (int i = 0; i < q_row; ++i)
+        want_q[static_cast<size_t>(t) * q_row + i] = src[static_cast<size_t>(t) * width + i];
+    reference_rope(want_q, q_row, c.heads, qk, nope, rot, pos, p);
+    const auto got_q = download(q.data(), q.size());
+    check_close("rope_yarn", "q with records", compare(got_q, want_q), 1e-6);
+    // bf16 of the rotated dims: the nearest bf16 of the fp32 rotation the launch wrote
+    const auto bits = download(rot16.data(), rot16.size());
+    int64_t bf16_differ = 0;
+    for (size_t r = 0; r < n_rec; ++r)
+      for (int d = 0; d < rot; ++d) bf16_differ += bits[r * rot + d] != fp32_to_bf16(got_q[r * qk + nope + d]);
+    CHECK_MESSAGE(bf16_differ == 0, bf16_differ << " bf16 values differ");
+    // the normalised latent against float64
+    std::vector<double> want_latent(static_cast<size_t>(T) * L);
+    for (int t = 0; t < T; ++t) {
+      const float* x = &src[static_cast<size_t>(t) * width + q_row + 64];
+      double ss = 0.0;
+      for (int i = 0; i < L; ++i) ss += static_cast<double>(x[i]) * x[i];
+      const double inv = 1.0 / std::sqrt(ss / L + 1e-6);
+      for (int i = 0; i < L; ++i) want_latent[static_cast<size_t>(t) * L + i] = x[i] * inv * norm_w[static_cast<size_t>(i)];
+    }
+    check_close("rope_yarn", "latent normalised", compare(download(latent.data(), latent.size()), want_latent), 1e-5);
+  }
+  DeviceBuffer<float> buf(4096);
+  DeviceBuffer<uint8_t> rec_buf(4096);
+  DeviceBuffer<int32_t> one(1);
+  // an offset that is not a multiple of 32, and a stride shorter than a record
+  CHECK_THROWS_AS(cuda::rope_yarn({.data = buf.data(), .token_stride = 192, .nope_q = rec_buf.data(),
+                                   .nope_q_stride = 400, .head_stride = 192, .rot_offset = 112, .n_rot = 64,
+                                   .positions = one.data(), .n_tokens = 1},
+                                  nullptr),
+                  Error);
+  CHECK_THROWS_AS(cuda::rope_yarn({.data = buf.data(), .token_stride = 192, .nope_q = rec_buf.data(),
+                                   .nope_q_stride = 304, .head_stride = 192, .rot_offset = 128, .n_rot = 64,
+                                   .positions = one.data(), .n_tokens = 1},
+                                  nullptr),
+                  Error);
 }
 
 TEST_CASE("silu_gate and convert_to_bf16") {

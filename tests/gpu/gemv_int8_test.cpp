@@ -277,6 +277,81 @@ TEST_CASE("gemv on split-int8 x: gated + residual over gathered single-token gro
   }
 }
 
+TEST_CASE("gemv quantizing fp32 x in its blocks (x_quantize) equals the launch on quantize_x_int8's records") {
+  // the records are the same bytes, so the sums are the same floats: bit-equal outputs, for each kernel
+  // (K-quant, legacy / Q6_K, short rows), dense 1 and 3 tokens, and expert choices with x per slot
+  Rng rng;
+  struct Shape {
+    GgmlType type;
+    int64_t rows, k;
+  };
+  for (const Shape s : {Shape{GgmlType::q4_k, 2048, 2048}, Shape{GgmlType::q5_k, 37, 2816},
+                        Shape{GgmlType::q6_k, 300, 2816}, Shape{GgmlType::q8_0, 2048, 1408},
+                        Shape{GgmlType::q5_0, 512, 128}, Shape{GgmlType::q4_0, 70, 32}, Shape{GgmlType::q4_k, 5, 256}}) {
+    CAPTURE(latte::type_name(s.type));
+    CAPTURE(s.rows);
+    CAPTURE(s.k);
+    const int experts = 3, slots = 4;
+    const Matrix w = random_matrix(s.type, s.rows * experts, s.k, rng);
+    const auto dw = upload(w.bytes);
+    auto x = random_vector(static_cast<size_t>(slots * s.k), rng);
+    x[5] *= 300.0f;
+    const auto dx = upload(x);
+    const auto rec = records_of(dx, slots, static_cast<int>(s.k));
+    const int64_t matrix_bytes = static_cast<int64_t>(latte::row_bytes(s.type, static_cast<uint64_t>(s.k))) * s.rows;
+    const std::vector<int32_t> ids = {2, 0, 2, 1};
+    const auto dids = upload(ids);
+    for (int mode = 0; mode < 3; ++mode) {
+      CAPTURE(mode);  // 0: one token, 1: three tokens, 2: four choices, x row = y row
+      latte::cuda::GemvParams p{.type = s.type,
+                                .weight = dw.data(),
+                                .weight_bytes = static_cast<int64_t>(w.bytes.size()),
+                                .matrix_stride_bytes = matrix_bytes,
+                                .n_rows = static_cast<int>(s.rows),
+                                .k = static_cast<int>(s.k),
+                                .x = dx.data(),
+                                .x_stride = s.k,
+                                .y_stride = s.rows,
+                                .n_tokens = mode == 1 ? 3 : 1};
+      if (mode == 2) {
+        p.max_groups = slots;
+        p.x_row_is_y_row = true;
+        p.choice_ids = dids.data();
+      }
+      const size_t outs = static_cast<size_t>(slots * s.rows);
+      latte::cuda::DeviceBuffer<float> from_records(outs), self(outs);
+      poison(from_records.data(), from_records.bytes());
+      poison(self.data(), self.bytes());
+      latte::cuda::GemvParams a = p;
+      a.y = from_records.data();
+      a.x_q = rec.data();
+      a.x_q_stride = latte::cuda::x_int8_record_bytes(s.k);
+      latte::cuda::gemv_quant(a, nullptr);
+      latte::cuda::GemvParams b = p;
+      b.y = self.data();
+      b.x_quantize = true;
+      latte::cuda::gemv_quant(b, nullptr);
+      const auto ga = download(from_records.data(), outs), gb = download(self.data(), outs);
+      const size_t written = static_cast<size_t>(mode == 0 ? 1 : mode == 1 ? 3 : slots) * s.rows;
+      int differ = 0, nan = 0;
+      for (size_t i = 0; i < written; ++i) {
+        differ += std::memcmp(&ga[i], &gb[i], sizeof(float)) != 0;
+        nan += std::isnan(ga[i]);
+      }
+      CHECK(nan == 0);
+      CHECK_MESSAGE(differ == 0, differ << " of " << written << " outputs differ");
+    }
+  }
+  // both at once is a contradiction
+  latte::cuda::DeviceBuffer<float> x(256), y(256);
+  latte::cuda::DeviceBuffer<uint8_t> rec(1024), w(4096);
+  CHECK_THROWS_AS(latte::cuda::gemv_quant({.type = GgmlType::q8_0, .weight = w.data(), .weight_bytes = 4096,
+                                           .n_rows = 4, .k = 256, .x = x.data(), .x_stride = 256, .y = y.data(),
+                                           .y_stride = 4, .x_q = rec.data(), .x_q_stride = 640, .x_quantize = true},
+                                          nullptr),
+                  latte::Error);
+}
+
 TEST_CASE("rms_norm's int8 record equals quantize_x_int8 of its output, in place and with a residual") {
   Rng rng;
   const int rows = 3;

@@ -264,6 +264,28 @@ TEST_CASE("moe_sort is a stable per-expert permutation and moe_combine sums each
       for (int c = 0; c < hidden; ++c)
         want[t * hidden + c] += static_cast<double>(weights[t * k + j]) * expert_out[sop[t * k + j] * hidden + c];
   check_close("moe_combine", "37 tokens k 6", compare(download(d_out.data(), d_out.size()), want), 1e-6);
+
+  // with an addend (a shared expert's output, rows of a wider buffer) and without accumulating
+  const int add_stride = hidden + 8;
+  const auto addend = random_floats(static_cast<size_t>(tokens * add_stride), rng);
+  const auto d_add = upload(addend);
+  poison(d_out.data(), d_out.bytes());
+  cuda::moe_combine({.expert_out = d_eo.data(),
+                     .ld = hidden,
+                     .slot_of_pair = slot_of_pair.data(),
+                     .weights = d_w.data(),
+                     .n_tokens = tokens,
+                     .k = k,
+                     .hidden = hidden,
+                     .out = d_out.data(),
+                     .out_stride = hidden,
+                     .add = d_add.data(),
+                     .add_stride = add_stride},
+                    nullptr);
+  for (int t = 0; t < tokens; ++t)
+    for (int c = 0; c < hidden; ++c)
+      want[t * hidden + c] += addend[static_cast<size_t>(t * add_stride + c)] - base[static_cast<size_t>(t * hidden + c)];
+  check_close("moe_combine", "37 tokens k 6 + addend", compare(download(d_out.data(), d_out.size()), want), 1e-6);
 }
 
 namespace {
