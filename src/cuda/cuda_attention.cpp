@@ -8,11 +8,11 @@
 #include "cuda/gemm_bf16.hpp"
 #include "cuda/gemm_quant.hpp"
 #include "cuda/gemv_quant.hpp"
-#include "cuda/x_int8.hpp"
 #include "cuda/kv_cache_append.hpp"
 #include "cuda/linear.hpp"
 #include "cuda/mla_decode.hpp"
 #include "cuda/standard_decode.hpp"
+#include "cuda/x_int8.hpp"
 
 #include <latte/error.hpp>
 
@@ -285,7 +285,11 @@ class CudaMlaBackend final : public CudaAttentionBackend {
         q_nope_q = given.nope_records;
       } else {
         q_nope_q = grow_scratch(q_nope_q_, TN * static_cast<size_t>(x_int8_record_bytes(P)), "mla q_nope int8");
-        quantize_x_int8({.x = in.q, .x_stride = qk, .rows = static_cast<int>(TN), .k = P, .out = q_nope_q,
+        quantize_x_int8({.x = in.q,
+                         .x_stride = qk,
+                         .rows = static_cast<int>(TN),
+                         .k = P,
+                         .out = q_nope_q,
                          .out_stride = x_int8_record_bytes(P)},
                         stream);
       }
@@ -446,9 +450,9 @@ class CudaMlaBackend final : public CudaAttentionBackend {
   HeadGroups groups_;
   DeviceBuffer<float> o_lat_;
   DeviceBuffer<__nv_bfloat16> q_lat_bf16_, q_rope_bf16_;
-  DeviceBuffer<uint8_t> q_nope_q_;  // decode: q_nope per token and head as split-int8 records
-  static constexpr int kTargetRows = 64;      // query_targets: up to this many rows
-  std::pair<int, int> targets_for_{-1, 0};     // (layer, rows) whose query_targets were handed out
+  DeviceBuffer<uint8_t> q_nope_q_;          // decode: q_nope per token and head as split-int8 records
+  static constexpr int kTargetRows = 64;    // query_targets: up to this many rows
+  std::pair<int, int> targets_for_{-1, 0};  // (layer, rows) whose query_targets were handed out
   QueryTargets targets_{};
   DeviceBuffer<std::byte> workspace_;
 };

@@ -62,7 +62,7 @@ class DeviceStepTables {
 
  private:
   std::vector<const std::byte*> attn_base_, index_base_;
-  size_t bytes_ = 0;                // of the staged tables
+  size_t bytes_ = 0;                 // of the staged tables
   PinnedBuffer<std::byte> staging_;  // page tables (int64) first, then rows, positions, kv_lens (int32)
   DeviceBuffer<std::byte> device_;
 };

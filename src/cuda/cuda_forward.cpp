@@ -30,8 +30,8 @@
 #include "cuda/moe_experts.hpp"
 #include "cuda/moe_router.hpp"
 #include "cuda/norms.hpp"
-#include "cuda/x_int8.hpp"
 #include "cuda/rope_yarn.hpp"
+#include "cuda/x_int8.hpp"
 #include "model/deepseek2.hpp"
 #include "parallel/communicator.hpp"
 
@@ -228,7 +228,7 @@ class CudaForward final : public CudaRankForward {
     DeviceBuffer<float> k_rope;           // [T, R]
     DeviceBuffer<float> attn;             // [T, N V] attention output before attn_output
     DeviceBuffer<float> hidden;           // [T, F] gated FFN activations
-    DeviceBuffer<float> shared_out;       // [min(T, 8), H] the shared expert's output beside the routed ones
+    DeviceBuffer<float> shared_out;       // [min(T, 64), H] the shared expert's output beside the routed ones
     DeviceBuffer<float> gate_up;          // [T, 2F] gate|up products (beyond 8 rows)
     DeviceBuffer<float> router;           // [T, E] router logits
     DeviceBuffer<int32_t> ids;            // [T, K] chosen experts
@@ -408,8 +408,9 @@ class CudaForward final : public CudaRankForward {
     a.xn = DeviceBuffer<float>(t * H, "normalised activations");
     // split-int8 records of up to kRecordRows rows (the GEMVs' inputs)
     const size_t record_rows = static_cast<size_t>(std::min(T, kRecordRows));
-    a.xq = DeviceBuffer<uint8_t>(record_rows * static_cast<size_t>(x_int8_record_bytes(std::max(H, N * c_.v_head_dim) / 32 * 32)) + 16,
-                                 "int8 activations");
+    a.xq = DeviceBuffer<uint8_t>(
+        record_rows * static_cast<size_t>(x_int8_record_bytes(std::max(H, N * c_.v_head_dim) / 32 * 32)) + 16,
+        "int8 activations");
     a.proj = DeviceBuffer<float>(t * layout_.width, "attention input projection");
     a.qa = DeviceBuffer<float>(t * std::max(1, c_.q_lora_rank), "query latent");
     a.q = DeviceBuffer<float>(t * N * qk, "queries");
@@ -422,7 +423,7 @@ class CudaForward final : public CudaRankForward {
     a.gate_up = DeviceBuffer<float>(t * 2 * F, "FFN gate|up");
     if (c_.n_expert > 0) {
       a.router = DeviceBuffer<float>(t * c_.n_expert, "router logits");
-      a.shared_out = DeviceBuffer<float>(std::min<size_t>(t, gemv_max_tokens) * H, "shared expert output");
+      a.shared_out = DeviceBuffer<float>(std::min<size_t>(t, moe_gemv_max_tokens) * H, "shared expert output");
       a.ids = DeviceBuffer<int32_t>(t * c_.n_expert_used, "expert ids");
       a.weights = DeviceBuffer<float>(t * c_.n_expert_used, "expert weights");
       a.xn_bf16 = DeviceBuffer<__nv_bfloat16>(t * H, "bf16 activations");
@@ -705,7 +706,11 @@ class CudaForward final : public CudaRankForward {
         a.xq.size() >= static_cast<size_t>(T * x_int8_record_bytes(nv)) &&
         gemv_reads_x_int8(w.attn_output.type, nv, T)) {
       attn_q = a.xq.data();
-      quantize_x_int8({.x = a.attn.data(), .x_stride = nv, .rows = T, .k = static_cast<int>(nv), .out = attn_q,
+      quantize_x_int8({.x = a.attn.data(),
+                       .x_stride = nv,
+                       .rows = T,
+                       .k = static_cast<int>(nv),
+                       .out = attn_q,
                        .out_stride = x_int8_record_bytes(nv)},
                       stream());
     }
@@ -821,49 +826,57 @@ class CudaForward final : public CudaRankForward {
     if (tap_out) emit_update(tap, il);
   }
 
-  /// Whether a decode step of T rows runs the shared expert alongside the routed ones (one GEMV pass per
-  /// product, nothing shared with the main stream but read-only inputs; LATTE_MOE_CONCURRENT_SHARED=0: no).
+  /// Whether a decode step of T rows runs the shared expert alongside the routed ones (T up to the MoE
+  /// decode path's; side_linear_ and buffers of its own, nothing shared with the main stream but read-only
+  /// inputs; LATTE_MOE_CONCURRENT_SHARED=0: no).
   bool concurrent_shared(int T) const {
     static const bool on = [] {
       const char* v = std::getenv("LATTE_MOE_CONCURRENT_SHARED");
       return v == nullptr || std::string_view(v) != "0";
     }();
-    return on && T <= gemv_max_tokens && T <= moe_gemv_tokens() && act_.shared_out.size() >= static_cast<size_t>(T) * c_.n_embd;
+    return on && T <= moe_gemv_tokens() && act_.shared_out.size() >= static_cast<size_t>(T) * c_.n_embd;
   }
 
-  /// out = down(silu(gate xn) * up xn) + residual, on `on` (default: the step's stream, out = residual = x).
+  /// out = down(silu(gate xn) * up xn) + residual, on `on` (default: the step's stream, out = residual = x;
+  /// else the side stream with side_linear_).
   void gated_ffn(const DeviceGatedFfn& f, int T, cudaStream_t on = nullptr, float* out = nullptr,
                  const float* residual = nullptr) {
     Activations& a = act_;
+    Linear& lin = on == nullptr ? linear_ : side_linear_;
     if (on == nullptr) {
       on = stream();
       out = a.x.data();
       residual = a.x.data();
     }
     const int64_t F = f.gate.rows;
-    linear_.gated(f, a.xn.data(), c_.n_embd, T, a.hidden.data(), F, a.gate_up.data(), on, hidden_record(T));
+    lin.gated(f, a.xn.data(), c_.n_embd, T, a.hidden.data(), F, a.gate_up.data(), on, hidden_record(T));
     uint8_t* hq = nullptr;  // one token: the down GEMV quantizes the activations itself (Linear)
-    if ((T >= 2 || !gemv_self_quantize()) && T <= gemv_max_tokens && a.hq.size() >= static_cast<size_t>(T * x_int8_record_bytes(F)) &&
-        gemv_reads_x_int8(f.down.type, F, T)) {
+    if ((T >= 2 || !gemv_self_quantize()) && T <= gemv_max_tokens &&
+        a.hq.size() >= static_cast<size_t>(T * x_int8_record_bytes(F)) && gemv_reads_x_int8(f.down.type, F, T)) {
       hq = a.hq.data();  // the activations as records for the split-int8 down GEMV
-      quantize_x_int8({.x = a.hidden.data(), .x_stride = F, .rows = T, .k = static_cast<int>(F), .out = hq,
+      quantize_x_int8({.x = a.hidden.data(),
+                       .x_stride = F,
+                       .rows = T,
+                       .k = static_cast<int>(F),
+                       .out = hq,
                        .out_stride = x_int8_record_bytes(F)},
                       on);
     }
-    linear_(f.down,
-            {.x = a.hidden.data(),
-             .x_stride = F,
-             .rows = T,
-             .y = out,
-             .y_stride = c_.n_embd,
-             .residual = residual,
-             .x_q = hq,
-             .x_q_stride = x_int8_record_bytes(F)},
-            on);
+    lin(f.down,
+        {.x = a.hidden.data(),
+         .x_stride = F,
+         .rows = T,
+         .y = out,
+         .y_stride = c_.n_embd,
+         .residual = residual,
+         .x_q = hq,
+         .x_q_stride = x_int8_record_bytes(F)},
+        on);
   }
 
   /// x += the routed experts of the step's rows (+ `add`, ready once `add_ready` is, in the decode combine).
-  void routed_experts(int il, const DeviceLayer& w, int T, const float* add = nullptr, cudaEvent_t add_ready = nullptr) {
+  void routed_experts(int il, const DeviceLayer& w, int T, const float* add = nullptr,
+                      cudaEvent_t add_ready = nullptr) {
     Activations& a = act_;
     const int H = c_.n_embd, E = c_.n_expert, K = c_.n_expert_used, F = c_.n_ff_expert;
     const MoeRouterParams route{
@@ -1017,6 +1030,7 @@ class CudaForward final : public CudaRankForward {
   Stream side_;  // decode: the shared expert beside the routed ones (fork_ / join_ order it)
   Event fork_{cudaEventDisableTiming}, join_{cudaEventDisableTiming};
   Linear linear_;
+  Linear side_linear_;  // the side stream's products (its own bf16 staging and cuBLAS handle)
   Activations act_;
   std::unique_ptr<MoeWorkspace> moe_;
   int capacity_ = 0;

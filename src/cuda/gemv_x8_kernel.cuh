@@ -68,9 +68,9 @@ inline bool gemv_int8_enabled() {
 
 /// One lane's loads for one item (64 values) of one row.
 struct X8Item {
-  uint4 head;    ///< d, dmin, scales[12]
-  uint4 qs[2];   ///< qs bytes [32 j, 32 j + 32) of the super-block
-  uint4 qh[2];   ///< Q5_K: the super-block's qh[32]
+  uint4 head;   ///< d, dmin, scales[12]
+  uint4 qs[2];  ///< qs bytes [32 j, 32 j + 32) of the super-block
+  uint4 qh[2];  ///< Q5_K: the super-block's qh[32]
 };
 
 template <GgmlType T>
@@ -102,7 +102,8 @@ struct X8XUnit {
 };
 __device__ __forceinline__ X8XUnit x8_x_unit(const uint8_t* xs, int n, int u) {
   return {*reinterpret_cast<const uint4*>(xs + 16 * u), *reinterpret_cast<const uint4*>(xs + 16 * (n + u)),
-          *reinterpret_cast<const uint4*>(xs + 16 * (2 * n + u)), *reinterpret_cast<const uint4*>(xs + 16 * (3 * n + u)),
+          *reinterpret_cast<const uint4*>(xs + 16 * (2 * n + u)),
+          *reinterpret_cast<const uint4*>(xs + 16 * (3 * n + u)),
           *reinterpret_cast<const split_int8::Meta*>(xs + 64 * n + 16 * u)};
 }
 
@@ -264,7 +265,6 @@ __device__ __forceinline__ void x8_item_codes(const X8Item& w, int item, X8ItemC
   o.ob = dmin * static_cast<float>((mw >> (shift + 8)) & 0xFFu);
 }
 
-
 /// Reduces a warp's two row sums of one token and writes them (lane 0): gated silu(acc0) * acc1 at row r0,
 /// else rows r0 and r1; + residual or as bf16 as the launch asks. Every lane calls it.
 __device__ __forceinline__ void x8_finish(const GemvParams& p, int y_row, int r0, int r1, float (&acc)[2], int lane) {
@@ -345,7 +345,7 @@ __global__ void __launch_bounds__(128, 4) gemv_x8_kernel(const GemvParams p, con
     return gated ? pair : R * pair + j;
   };
   // the loads of step (tile, s): item lane + 32 s of the warp's rows, where both exist
-  auto load = [&](int tile, int s, X8Item (&w)[R]) {
+  auto load = [&](int tile, int s, X8Item(&w)[R]) {
     const int item = lane + 32 * s;
 #pragma unroll
     for (int j = 0; j < R; ++j) {
@@ -449,7 +449,7 @@ __device__ __forceinline__ float x8_q6k_dot(const X8UnitCodes& w, const X8XUnit&
 template <GgmlType T>
 __device__ __forceinline__ void x8_block_codes(const uint8_t* st, int off, X8UnitCodes& o) {
   constexpr bool kMin = T == GgmlType::q4_1 || T == GgmlType::q5_1;  // {d, m, ...}: value = d c + m
-  constexpr int kData = kMin ? 4 : 2;                                  // bytes before qh / qs
+  constexpr int kData = kMin ? 4 : 2;                                // bytes before qh / qs
   o.s0 = o.s1 = quant::half_bits_to_float(*reinterpret_cast<const uint16_t*>(st + off));
   o.mn = kMin ? quant::half_bits_to_float(*reinterpret_cast<const uint16_t*>(st + off + 2)) : 0.0f;
   if constexpr (T == GgmlType::q8_0) {
@@ -500,9 +500,9 @@ __global__ void __launch_bounds__(128, 4) gemv_x8_legacy_kernel(const GemvParams
   constexpr int kWarps = 4;
   constexpr int R = 2;
   constexpr int kBytes = quant::BlockTraits<T>::bytes;
-  constexpr int kUnitsPerBlock = quant::BlockTraits<T>::values / 32;  // 8 for Q6_K, else 1
+  constexpr int kUnitsPerBlock = quant::BlockTraits<T>::values / 32;      // 8 for Q6_K, else 1
   constexpr int kChunks = (32 / kUnitsPerBlock * kBytes + 15 + 15) / 16;  // one step of a row, misaligned
-  constexpr int CPL = (kChunks + 31) / 32;               // chunks per lane
+  constexpr int CPL = (kChunks + 31) / 32;                                // chunks per lane
   // + one spare chunk: x8_words reads one word past a block
   __shared__ __align__(16) uint4 stage[kWarps][R][32 * CPL + 1];
   extern __shared__ __align__(16) uint4 x_record[];
@@ -537,7 +537,7 @@ __global__ void __launch_bounds__(128, 4) gemv_x8_legacy_kernel(const GemvParams
   // step's byte misalignment (0-15) per row in mis
   uint4 regs[R][CPL];
   int mis[R], next_mis[R];
-  auto load = [&](int tile, int s, int (&m)[R]) {
+  auto load = [&](int tile, int s, int(&m)[R]) {
 #pragma unroll
     for (int j = 0; j < R; ++j) {
       const int row = out_row(tile, j);
@@ -642,7 +642,7 @@ __global__ void __launch_bounds__(128, 4) gemv_x8_short_rows_kernel(const GemvPa
   }
   X8Rows<NT> rows;
   if (!x8_group(p, rows)) return;
-  const int G = p.k / 32;          // blocks per row (a power of two below 32)
+  const int G = p.k / 32;  // blocks per row (a power of two below 32)
   const int record = 80 * G;
   const int rows_per_step = 32 / G;
   const int64_t row_bytes = static_cast<int64_t>(G) * kBytes;
@@ -652,7 +652,7 @@ __global__ void __launch_bounds__(128, 4) gemv_x8_short_rows_kernel(const GemvPa
   auto first_row = [&](int tile, int j) { return ((tile * kWarps + warp) * R + j) * rows_per_step; };
   uint4 regs[R][CPL];
   int mis[R], next_mis[R];
-  auto load = [&](int tile, int (&m)[R]) {
+  auto load = [&](int tile, int(&m)[R]) {
 #pragma unroll
     for (int j = 0; j < R; ++j) {
       const int r0 = first_row(tile, j);
@@ -693,7 +693,8 @@ __global__ void __launch_bounds__(128, 4) gemv_x8_short_rows_kernel(const GemvPa
     for (int j = 0; j < R; ++j) {
       const int row = first_row(tile, j) + lane / G;
       X8UnitCodes c{};
-      if (row < p.n_rows) x8_block_codes<T>(reinterpret_cast<const uint8_t*>(stage[warp][j]), mis[j] + lane * kBytes, c);
+      if (row < p.n_rows)
+        x8_block_codes<T>(reinterpret_cast<const uint8_t*>(stage[warp][j]), mis[j] + lane * kBytes, c);
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
         if (t >= rows.count) break;
@@ -739,13 +740,13 @@ inline bool gemv_x8_applies(const GemvParams& p) {
   } else {
     const int tokens = gemv_x8_block_tokens(p);
     // the K-quant kernel loads super-blocks as 16-byte words: rows and matrices 16-byte aligned
-    const bool aligned = kGemvX8Legacy<T> ||
-                         (reinterpret_cast<uintptr_t>(p.weight) % 16 == 0 &&
-                          (p.weight_up == nullptr || reinterpret_cast<uintptr_t>(p.weight_up) % 16 == 0) &&
-                          p.matrix_stride_bytes % 16 == 0);
-    return (p.x_q != nullptr || p.x_quantize) && tokens >= 1 && tokens <= gemv_max_tokens && p.k % kGemvX8BlockValues<T> == 0 &&
-           gemv_x8_tokens(tokens) * x_int8_record_bytes(p.k) <= kGemvX8MaxRecordBytes && aligned &&
-           gemv_int8_enabled();
+    const bool aligned =
+        kGemvX8Legacy<T> || (reinterpret_cast<uintptr_t>(p.weight) % 16 == 0 &&
+                             (p.weight_up == nullptr || reinterpret_cast<uintptr_t>(p.weight_up) % 16 == 0) &&
+                             p.matrix_stride_bytes % 16 == 0);
+    return (p.x_q != nullptr || p.x_quantize) && tokens >= 1 && tokens <= gemv_max_tokens &&
+           p.k % kGemvX8BlockValues<T> == 0 &&
+           gemv_x8_tokens(tokens) * x_int8_record_bytes(p.k) <= kGemvX8MaxRecordBytes && aligned && gemv_int8_enabled();
   }
 }
 
@@ -754,8 +755,8 @@ void launch_gemv_x8_as(const GemvParams& p, cudaStream_t stream) {
   void (*kernel)(const GemvParams, const int) = nullptr;
   const int units = p.k / 32;
   // rows of 1-16 blocks (a power of two), not gated: several rows per staged step
-  const bool short_rows = kGemvX8Legacy<T> && T != GgmlType::q6_k && units < 32 && (units & (units - 1)) == 0 &&
-                          p.weight_up == nullptr;
+  const bool short_rows =
+      kGemvX8Legacy<T> && T != GgmlType::q6_k && units < 32 && (units & (units - 1)) == 0 && p.weight_up == nullptr;
   if constexpr (kGemvX8KQuant<T>) {
     kernel = gemv_x8_kernel<T, NT>;
   } else if constexpr (T == GgmlType::q6_k) {

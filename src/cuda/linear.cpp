@@ -56,10 +56,9 @@ BlasHandle& Linear::blas() {
 
 void Linear::residual_into_y(const DeviceMatrix& w, const LinearCall& c, cudaStream_t stream) {
   if (c.residual == nullptr || c.residual == c.y) return;
-  LATTE_CUDA_CHECK(cudaMemcpy2DAsync(c.y, static_cast<size_t>(c.y_stride) * sizeof(float), c.residual,
-                                     static_cast<size_t>(c.y_stride) * sizeof(float),
-                                     static_cast<size_t>(w.rows) * sizeof(float), static_cast<size_t>(c.rows),
-                                     cudaMemcpyDeviceToDevice, stream));
+  LATTE_CUDA_CHECK(cudaMemcpy2DAsync(
+      c.y, static_cast<size_t>(c.y_stride) * sizeof(float), c.residual, static_cast<size_t>(c.y_stride) * sizeof(float),
+      static_cast<size_t>(w.rows) * sizeof(float), static_cast<size_t>(c.rows), cudaMemcpyDeviceToDevice, stream));
 }
 
 void Linear::operator()(const DeviceMatrix& w, const LinearCall& c, cudaStream_t stream) {

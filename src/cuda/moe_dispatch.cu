@@ -160,8 +160,8 @@ void moe_combine(const MoeCombineParams& p, cudaStream_t stream) {
               "moe_combine", "hidden, ld and out_stride must be multiples of 4 with ld, out_stride >= hidden");
   require_arg(reinterpret_cast<uintptr_t>(p.expert_out) % 16 == 0 && reinterpret_cast<uintptr_t>(p.out) % 16 == 0,
               "moe_combine", "expert_out and out must be 16-byte aligned");
-  require_arg(p.add == nullptr || (reinterpret_cast<uintptr_t>(p.add) % 16 == 0 && p.add_stride % 4 == 0 &&
-                                   p.add_stride >= p.hidden),
+  require_arg(p.add == nullptr ||
+                  (reinterpret_cast<uintptr_t>(p.add) % 16 == 0 && p.add_stride % 4 == 0 && p.add_stride >= p.hidden),
               "moe_combine", "add must be 16-byte aligned with add_stride a multiple of 4, >= hidden");
   require_arg(p.k >= 1 && p.k <= moe_max_k && p.n_tokens >= 0 && p.n_tokens <= 65535, "moe_combine",
               "k outside 1..8 or n_tokens outside 0..65535");

@@ -38,14 +38,14 @@ struct MoeSortParams {
   /// a pair whose id is outside gets no slot (slot_of_pair = -1, moe_combine skips it). -1: every id
   /// is one of the n_experts (clamped into range).
   int held_first = -1;
-  int32_t* expert_offsets = nullptr;  ///< [n_experts + 1] first slot of each expert
-  int32_t* slot_of_pair = nullptr;    ///< [n_tokens * k]
-  int32_t* token_of_slot = nullptr;   ///< [n_tokens * k]
-  GemmTile* tiles = nullptr;          ///< optional [moe_max_tiles]: grouped GEMM tiles
-  int32_t* n_tiles = nullptr;         ///< with tiles: [1]
-  GemvGroup* groups = nullptr;        ///< optional [moe_max_groups]: GEMV groups (n_tokens <= 64)
-  int group_tokens = gemv_max_tokens; ///< with groups: most tokens per group (1..8)
-  int32_t* n_groups = nullptr;        ///< with groups: [1]
+  int32_t* expert_offsets = nullptr;   ///< [n_experts + 1] first slot of each expert
+  int32_t* slot_of_pair = nullptr;     ///< [n_tokens * k]
+  int32_t* token_of_slot = nullptr;    ///< [n_tokens * k]
+  GemmTile* tiles = nullptr;           ///< optional [moe_max_tiles]: grouped GEMM tiles
+  int32_t* n_tiles = nullptr;          ///< with tiles: [1]
+  GemvGroup* groups = nullptr;         ///< optional [moe_max_groups]: GEMV groups (n_tokens <= 64)
+  int group_tokens = gemv_max_tokens;  ///< with groups: most tokens per group (1..8)
+  int32_t* n_groups = nullptr;         ///< with groups: [1]
 };
 
 /// Sorts pairs by expert (one block per expert). Throws Error(invalid_argument) on bad sizes.

@@ -110,7 +110,11 @@ void decode_one_token(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeExpe
   const bool records = !gemv_self_quantize();
   const int64_t stride = x_int8_record_bytes(w.ffn);
   if (records) {
-    quantize_x_int8({.x = ws.gate_out.data(), .x_stride = w.ffn, .rows = c.k, .k = w.ffn, .out = ws.act_q.data(),
+    quantize_x_int8({.x = ws.gate_out.data(),
+                     .x_stride = w.ffn,
+                     .rows = c.k,
+                     .k = w.ffn,
+                     .out = ws.act_q.data(),
                      .out_stride = stride},
                     stream);
   }
@@ -167,27 +171,27 @@ MoeWorkspace::MoeWorkspace(const MoeWorkspaceShape& shape) : shape_(shape) {
   std::vector<int32_t> identity(static_cast<size_t>(shape.k));
   for (int j = 0; j < shape.k; ++j) identity[static_cast<size_t>(j)] = j;
   choice_slots = DeviceBuffer<int32_t>(identity.size(), "MoE choice slots");
-  LATTE_CUDA_CHECK(cudaMemcpy(choice_slots.data(), identity.data(), identity.size() * sizeof(int32_t),
-                              cudaMemcpyHostToDevice));
+  LATTE_CUDA_CHECK(
+      cudaMemcpy(choice_slots.data(), identity.data(), identity.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
   if (shape.ffn % 32 == 0) {
-    act_q = DeviceBuffer<uint8_t>(static_cast<size_t>(decode_tokens * shape.k) *
-                                      static_cast<size_t>(x_int8_record_bytes(shape.ffn)),
-                                  "MoE activations (int8)");
+    act_q = DeviceBuffer<uint8_t>(
+        static_cast<size_t>(decode_tokens * shape.k) * static_cast<size_t>(x_int8_record_bytes(shape.ffn)),
+        "MoE activations (int8)");
   }
 }
 
 void moe_experts_decode(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeExpertsCall& c, cudaStream_t stream) {
   check_call(w, ws, c, "moe_experts_decode");
   if (c.n_tokens > moe_gemv_max_tokens) {
-    throw Error(ErrorCode::invalid_argument, "moe_experts_decode: n_tokens > " + std::to_string(moe_gemv_max_tokens) +
-                                                 ", use moe_experts_prefill");
+    throw Error(ErrorCode::invalid_argument,
+                "moe_experts_decode: n_tokens > " + std::to_string(moe_gemv_max_tokens) + ", use moe_experts_prefill");
   }
   if (!c.x) throw Error(ErrorCode::invalid_argument, "moe_experts_decode: x (fp32) must be set");
   if (c.n_tokens == 0) return;
   const int pairs = c.n_tokens * c.k;
-  if (c.n_tokens == 1 && c.held_first < 0 && c.x_q != nullptr && ws.act_q.size() > 0 &&
-      w.gate.type == w.up.type && w.gate.matrix_stride_bytes == w.up.matrix_stride_bytes &&
-      gemv_reads_x_int8(w.gate.type, w.hidden) && gemv_reads_x_int8(w.down.type, w.ffn)) {
+  if (c.n_tokens == 1 && c.held_first < 0 && c.x_q != nullptr && ws.act_q.size() > 0 && w.gate.type == w.up.type &&
+      w.gate.matrix_stride_bytes == w.up.matrix_stride_bytes && gemv_reads_x_int8(w.gate.type, w.hidden) &&
+      gemv_reads_x_int8(w.down.type, w.ffn)) {
     decode_one_token(w, ws, c, stream);
     return;
   }

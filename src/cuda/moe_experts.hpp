@@ -65,8 +65,8 @@ class MoeWorkspace {
   DeviceBuffer<float> up_out;            ///< fp32 [T k, F]
   DeviceBuffer<__nv_bfloat16> act_bf16;  ///< bf16 [T k, F] prefill input of down
   DeviceBuffer<float> down_out;          ///< fp32 [T k, H]
-  DeviceBuffer<uint8_t> act_q;           ///< decode: down's input as split-int8 records [min(max_tokens, moe_gemv_max_tokens) k]
-  DeviceBuffer<int32_t> choice_slots;    ///< [k]: 0 .. k-1, the slots of one token's choices
+  DeviceBuffer<uint8_t> act_q;  ///< decode: down's input as split-int8 records [min(max_tokens, moe_gemv_max_tokens) k]
+  DeviceBuffer<int32_t> choice_slots;  ///< [k]: 0 .. k-1, the slots of one token's choices
 
  private:
   MoeWorkspaceShape shape_;

@@ -38,8 +38,8 @@ __global__ void __launch_bounds__(kRopeThreads)
     rope_cos_sin(pos, i, inv.of[i], p.freq_scale, p.ext_factor, p.corr, cos_of[i], sin_of[i]);
   }
   __syncthreads();
-  const int extra = static_cast<int>(blockIdx.y) - (static_cast<int>(gridDim.y) - (p.pair_dst != nullptr) -
-                                                     (p.norm_dst != nullptr));
+  const int extra =
+      static_cast<int>(blockIdx.y) - (static_cast<int>(gridDim.y) - (p.pair_dst != nullptr) - (p.norm_dst != nullptr));
   if (p.norm_dst != nullptr && extra == (p.pair_dst != nullptr ? 1 : 0)) {
     // the normalisation block: sum of squares over the block, then the scaled row
     __shared__ float partial[kRopeThreads / 32];
@@ -162,8 +162,8 @@ void rope_yarn(const RopeYarnParams& p, cudaStream_t stream) {
       (p.rot_offset == 0 || p.rot_offset % 32 != 0 || reinterpret_cast<uintptr_t>(p.nope_q) % 16 != 0 ||
        p.nope_q_stride % 16 != 0 || p.nope_q_stride < x_int8_record_bytes(p.rot_offset))) {
     throw Error(ErrorCode::invalid_argument,
-                "rope_yarn: q_nope records need rot_offset a positive multiple of 32 (" +
-                    std::to_string(p.rot_offset) + "), a 16-byte aligned target and a stride of at least " +
+                "rope_yarn: q_nope records need rot_offset a positive multiple of 32 (" + std::to_string(p.rot_offset) +
+                    "), a 16-byte aligned target and a stride of at least " +
                     std::to_string(x_int8_record_bytes(std::max(p.rot_offset, 0))) + " bytes, a multiple of 16");
   }
   if (p.rot_bf16 != nullptr && reinterpret_cast<uintptr_t>(p.rot_bf16) % 4 != 0) {
@@ -172,9 +172,9 @@ void rope_yarn(const RopeYarnParams& p, cudaStream_t stream) {
   if (p.norm_dst != nullptr &&
       (p.norm_src == nullptr || p.norm_weight == nullptr || p.norm_n <= 0 ||
        (p.n_tokens > 1 && (p.norm_src_stride < p.norm_n || p.norm_dst_stride < p.norm_n)) || !(p.norm_eps >= 0.0f))) {
-    throw Error(ErrorCode::invalid_argument,
-                "rope_yarn: the normalisation needs its source, weight, n > 0 (" + std::to_string(p.norm_n) +
-                    "), row strides of at least n and eps >= 0");
+    throw Error(ErrorCode::invalid_argument, "rope_yarn: the normalisation needs its source, weight, n > 0 (" +
+                                                 std::to_string(p.norm_n) +
+                                                 "), row strides of at least n and eps >= 0");
   }
   if (p.n_tokens == 0) return;
   // Enough blocks per token to fill the GPU when there are few tokens (decode); one block per token otherwise.

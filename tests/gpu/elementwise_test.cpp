@@ -288,8 +288,12 @@ TEST_CASE("rope_yarn's extra targets: q_nope records equal to quantize_x_int8's,
     cuda::rope_yarn(p, nullptr);
     // the nope dims of q after the launch are the source's, unchanged: quantize them independently
     poison(want.data(), want.bytes());
-    cuda::quantize_x_int8({.x = q.data(), .x_stride = qk, .rows = static_cast<int>(n_rec), .k = nope,
-                           .out = want.data(), .out_stride = rec},
+    cuda::quantize_x_int8({.x = q.data(),
+                           .x_stride = qk,
+                           .rows = static_cast<int>(n_rec),
+                           .k = nope,
+                           .out = want.data(),
+                           .out_stride = rec},
                           nullptr);
     const auto g = download(got.data(), got.size()), w = download(want.data(), want.size());
     int64_t differ = 0;
@@ -318,7 +322,8 @@ TEST_CASE("rope_yarn's extra targets: q_nope records equal to quantize_x_int8's,
       double ss = 0.0;
       for (int i = 0; i < L; ++i) ss += static_cast<double>(x[i]) * x[i];
       const double inv = 1.0 / std::sqrt(ss / L + 1e-6);
-      for (int i = 0; i < L; ++i) want_latent[static_cast<size_t>(t) * L + i] = x[i] * inv * norm_w[static_cast<size_t>(i)];
+      for (int i = 0; i < L; ++i)
+        want_latent[static_cast<size_t>(t) * L + i] = x[i] * inv * norm_w[static_cast<size_t>(i)];
     }
     check_close("rope_yarn", "latent normalised", compare(download(latent.data(), latent.size()), want_latent), 1e-5);
   }
@@ -326,14 +331,26 @@ TEST_CASE("rope_yarn's extra targets: q_nope records equal to quantize_x_int8's,
   DeviceBuffer<uint8_t> rec_buf(4096);
   DeviceBuffer<int32_t> one(1);
   // an offset that is not a multiple of 32, and a stride shorter than a record
-  CHECK_THROWS_AS(cuda::rope_yarn({.data = buf.data(), .token_stride = 192, .nope_q = rec_buf.data(),
-                                   .nope_q_stride = 400, .head_stride = 192, .rot_offset = 112, .n_rot = 64,
-                                   .positions = one.data(), .n_tokens = 1},
+  CHECK_THROWS_AS(cuda::rope_yarn({.data = buf.data(),
+                                   .token_stride = 192,
+                                   .nope_q = rec_buf.data(),
+                                   .nope_q_stride = 400,
+                                   .head_stride = 192,
+                                   .rot_offset = 112,
+                                   .n_rot = 64,
+                                   .positions = one.data(),
+                                   .n_tokens = 1},
                                   nullptr),
                   Error);
-  CHECK_THROWS_AS(cuda::rope_yarn({.data = buf.data(), .token_stride = 192, .nope_q = rec_buf.data(),
-                                   .nope_q_stride = 304, .head_stride = 192, .rot_offset = 128, .n_rot = 64,
-                                   .positions = one.data(), .n_tokens = 1},
+  CHECK_THROWS_AS(cuda::rope_yarn({.data = buf.data(),
+                                   .token_stride = 192,
+                                   .nope_q = rec_buf.data(),
+                                   .nope_q_stride = 304,
+                                   .head_stride = 192,
+                                   .rot_offset = 128,
+                                   .n_rot = 64,
+                                   .positions = one.data(),
+                                   .n_tokens = 1},
                                   nullptr),
                   Error);
 }

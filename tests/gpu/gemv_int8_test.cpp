@@ -161,7 +161,6 @@ TEST_CASE("split-int8 records: every value within dx / 508 of x, NaN spreads to 
   }
 }
 
-
 TEST_CASE("gemv on split-int8 x: K-quant and legacy types, dense rows and tiles walked, within the record's bound") {
   Rng rng;
   struct Shape {
@@ -173,8 +172,8 @@ TEST_CASE("gemv on split-int8 x: K-quant and legacy types, dense rows and tiles 
   const std::vector<Shape> kquant = {{4400, 2048}, {37, 2816}, {5, 256}};
   // 300 x 128 and 70 x 32: short rows (4 blocks, 1 block), several rows per staged step
   const std::vector<Shape> legacy = {{37, 1408}, {3, 96}, {300, 128}, {70, 32}};
-  for (GgmlType type : {GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k, GgmlType::q8_0, GgmlType::q5_0,
-                        GgmlType::q4_0, GgmlType::q4_1, GgmlType::q5_1}) {
+  for (GgmlType type : {GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k, GgmlType::q8_0, GgmlType::q5_0, GgmlType::q4_0,
+                        GgmlType::q4_1, GgmlType::q5_1}) {
     const bool is_k = latte::type_traits(type).block_values == 256;
     std::vector<Shape> shapes = is_k ? kquant : legacy;
     if (type == GgmlType::q8_0) shapes.push_back({4400, 2048});
@@ -236,7 +235,8 @@ TEST_CASE("gemv on split-int8 x: gated + residual over gathered single-token gro
     int bad = 0, untouched = 0;
     for (const auto& g : groups) {
       if (g.count == 0) continue;
-      const std::vector<uint8_t> row(rec_host.begin() + g.x_row[0] * stride, rec_host.begin() + (g.x_row[0] + 1) * stride);
+      const std::vector<uint8_t> row(rec_host.begin() + g.x_row[0] * stride,
+                                     rec_host.begin() + (g.x_row[0] + 1) * stride);
       const DecodedRecord d = decode_record(row, static_cast<int>(k));
       const float* xt = &x[static_cast<size_t>(g.x_row[0] * k)];
       for (int64_t r = 0; r < rows; ++r) {
@@ -285,9 +285,10 @@ TEST_CASE("gemv quantizing fp32 x in its blocks (x_quantize) equals the launch o
     GgmlType type;
     int64_t rows, k;
   };
-  for (const Shape s : {Shape{GgmlType::q4_k, 2048, 2048}, Shape{GgmlType::q5_k, 37, 2816},
-                        Shape{GgmlType::q6_k, 300, 2816}, Shape{GgmlType::q8_0, 2048, 1408},
-                        Shape{GgmlType::q5_0, 512, 128}, Shape{GgmlType::q4_0, 70, 32}, Shape{GgmlType::q4_k, 5, 256}}) {
+  for (const Shape s :
+       {Shape{GgmlType::q4_k, 2048, 2048}, Shape{GgmlType::q5_k, 37, 2816}, Shape{GgmlType::q6_k, 300, 2816},
+        Shape{GgmlType::q8_0, 2048, 1408}, Shape{GgmlType::q5_0, 512, 128}, Shape{GgmlType::q4_0, 70, 32},
+        Shape{GgmlType::q4_k, 5, 256}}) {
     CAPTURE(latte::type_name(s.type));
     CAPTURE(s.rows);
     CAPTURE(s.k);
@@ -345,9 +346,18 @@ TEST_CASE("gemv quantizing fp32 x in its blocks (x_quantize) equals the launch o
   // both at once is a contradiction
   latte::cuda::DeviceBuffer<float> x(256), y(256);
   latte::cuda::DeviceBuffer<uint8_t> rec(1024), w(4096);
-  CHECK_THROWS_AS(latte::cuda::gemv_quant({.type = GgmlType::q8_0, .weight = w.data(), .weight_bytes = 4096,
-                                           .n_rows = 4, .k = 256, .x = x.data(), .x_stride = 256, .y = y.data(),
-                                           .y_stride = 4, .x_q = rec.data(), .x_q_stride = 640, .x_quantize = true},
+  CHECK_THROWS_AS(latte::cuda::gemv_quant({.type = GgmlType::q8_0,
+                                           .weight = w.data(),
+                                           .weight_bytes = 4096,
+                                           .n_rows = 4,
+                                           .k = 256,
+                                           .x = x.data(),
+                                           .x_stride = 256,
+                                           .y = y.data(),
+                                           .y_stride = 4,
+                                           .x_q = rec.data(),
+                                           .x_q_stride = 640,
+                                           .x_quantize = true},
                                           nullptr),
                   latte::Error);
 }
@@ -406,16 +416,18 @@ TEST_CASE("rms_norm's int8 record equals quantize_x_int8 of its output, in place
 TEST_CASE("split-int8 records and the int8 GEMV reject violated preconditions with latte::Error") {
   latte::cuda::DeviceBuffer<float> x(64);
   latte::cuda::DeviceBuffer<uint8_t> rec(4096);
-  CHECK_THROWS_AS(latte::cuda::quantize_x_int8(
-                      {.x = x.data(), .x_stride = 48, .rows = 1, .k = 48, .out = rec.data(), .out_stride = 160}, nullptr),
-                  latte::Error);  // k not a multiple of 32
-  CHECK_THROWS_AS(latte::cuda::quantize_x_int8(
-                      {.x = x.data(), .x_stride = 64, .rows = 1, .k = 64, .out = rec.data() + 4, .out_stride = 160},
-                      nullptr),
-                  latte::Error);  // misaligned record
-  CHECK_THROWS_AS(latte::cuda::quantize_x_int8(
-                      {.x = x.data(), .x_stride = 64, .rows = 2, .k = 64, .out = rec.data(), .out_stride = 144}, nullptr),
-                  latte::Error);  // records closer than 160 bytes
+  CHECK_THROWS_AS(
+      latte::cuda::quantize_x_int8(
+          {.x = x.data(), .x_stride = 48, .rows = 1, .k = 48, .out = rec.data(), .out_stride = 160}, nullptr),
+      latte::Error);  // k not a multiple of 32
+  CHECK_THROWS_AS(
+      latte::cuda::quantize_x_int8(
+          {.x = x.data(), .x_stride = 64, .rows = 1, .k = 64, .out = rec.data() + 4, .out_stride = 160}, nullptr),
+      latte::Error);  // misaligned record
+  CHECK_THROWS_AS(
+      latte::cuda::quantize_x_int8(
+          {.x = x.data(), .x_stride = 64, .rows = 2, .k = 64, .out = rec.data(), .out_stride = 144}, nullptr),
+      latte::Error);  // records closer than 160 bytes
   const latte::cuda::DeviceBuffer<uint8_t> w(static_cast<size_t>(latte::row_bytes(GgmlType::q4_k, 256)));
   latte::cuda::DeviceBuffer<float> y(1);
   CHECK_THROWS_AS(latte::cuda::gemv_quant({.type = GgmlType::q4_k,
@@ -647,8 +659,8 @@ TEST_CASE("gemv on split-int8 x: 2-8 tokens in one pass, dense rows, within each
   };
   // K-quants: 1000 x 2048 (tiles walked), 37 x 2816 (a partial second item per lane); legacy: 37 x 1408,
   // 300 x 128 (short rows)
-  for (GgmlType type : {GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k, GgmlType::q8_0, GgmlType::q5_0,
-                        GgmlType::q4_1}) {
+  for (GgmlType type :
+       {GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k, GgmlType::q8_0, GgmlType::q5_0, GgmlType::q4_1}) {
     const bool is_k = latte::type_traits(type).block_values == 256;
     const std::vector<Shape> shapes =
         is_k ? std::vector<Shape>{{1000, 2048}, {37, 2816}} : std::vector<Shape>{{37, 1408}, {300, 128}};

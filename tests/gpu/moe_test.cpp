@@ -14,9 +14,9 @@
 
 #include "cuda/moe_dispatch.hpp"
 #include "cuda/moe_experts.hpp"
-#include "cuda/x_int8.hpp"
 #include "cuda/moe_router.hpp"
 #include "cuda/standalone_params.hpp"
+#include "cuda/x_int8.hpp"
 #include "gpu_test_support.hpp"
 
 using namespace latte;
@@ -284,7 +284,8 @@ TEST_CASE("moe_sort is a stable per-expert permutation and moe_combine sums each
                     nullptr);
   for (int t = 0; t < tokens; ++t)
     for (int c = 0; c < hidden; ++c)
-      want[t * hidden + c] += addend[static_cast<size_t>(t * add_stride + c)] - base[static_cast<size_t>(t * hidden + c)];
+      want[t * hidden + c] +=
+          addend[static_cast<size_t>(t * add_stride + c)] - base[static_cast<size_t>(t * hidden + c)];
   check_close("moe_combine", "37 tokens k 6 + addend", compare(download(d_out.data(), d_out.size()), want), 1e-6);
 }
 
@@ -358,9 +359,9 @@ void check_moe_experts(int E, int H, int F, int k, std::initializer_list<int> to
       // rounding (each value within 1/64516 of its group's largest) bounds the difference
       const int64_t stride = cuda::x_int8_record_bytes(H);
       DeviceBuffer<uint8_t> records(static_cast<size_t>(tokens * stride));
-      cuda::quantize_x_int8({.x = in.d_x.data(), .x_stride = H, .rows = tokens, .k = H, .out = records.data(),
-                             .out_stride = stride},
-                            nullptr);
+      cuda::quantize_x_int8(
+          {.x = in.d_x.data(), .x_stride = H, .rows = tokens, .k = H, .out = records.data(), .out_stride = stride},
+          nullptr);
       cuda::MoeExpertsCall q = call;
       q.x_q = records.data();
       q.x_q_stride = stride;
