@@ -236,7 +236,6 @@ class CudaMlaBackend final : public CudaAttentionBackend {
     }
     q.rope_bf16 = grow_scratch(q_rope_bf16_, heads * c_.qk_rope_head_dim, "mla q_rope bf16");
     targets_for_ = {il, n_rows};
-    targets_ = q;
     return q;
   }
 
@@ -249,7 +248,9 @@ class CudaMlaBackend final : public CudaAttentionBackend {
     const size_t TN = static_cast<size_t>(T) * N;
     const int64_t* pages = step.attn_pages + static_cast<size_t>(table) * T;
     const std::byte* base = step.attn_base[table];
-    const QueryTargets given = targets_for_ == std::pair{in.layer, T} ? targets_ : QueryTargets{};
+    // the rope launch wrote q_nope's records (where this forward reads them) and q_pe's bf16 into
+    // q_nope_q_ and q_rope_bf16_, sized for these rows, when the caller took query_targets for them
+    const bool given = targets_for_ == std::pair{in.layer, T};
     targets_for_ = {-1, 0};
 
     // Cache rows: c (L) then k_pe (R), bf16.
@@ -281,8 +282,8 @@ class CudaMlaBackend final : public CudaAttentionBackend {
     // short), and q_pe as bf16: written by the rope launch when the caller took query_targets, else here
     uint8_t* q_nope_q = nullptr;
     if (reads_q_nope_records(w, T)) {
-      if (given.nope_records != nullptr) {
-        q_nope_q = given.nope_records;
+      if (given) {
+        q_nope_q = q_nope_q_.data();
       } else {
         q_nope_q = grow_scratch(q_nope_q_, TN * static_cast<size_t>(x_int8_record_bytes(P)), "mla q_nope int8");
         quantize_x_int8({.x = in.q,
@@ -295,7 +296,7 @@ class CudaMlaBackend final : public CudaAttentionBackend {
       }
     }
     per_head_gemv(w.k_b, L, groups, in.q, qk, nullptr, L, stream, q_lat_bf16, q_nope_q);  // bf16 for the kernel
-    if (given.rope_bf16 == nullptr) convert_to_bf16(in.q + P, qk, q_rope_bf16, R, static_cast<int>(TN), R, stream);
+    if (!given) convert_to_bf16(in.q + P, qk, q_rope_bf16, R, static_cast<int>(TN), R, stream);
 
     MlaDecodeParams p{.q_latent = q_lat_bf16,
                       .q_latent_token_stride = static_cast<int64_t>(N) * L,
@@ -453,7 +454,6 @@ class CudaMlaBackend final : public CudaAttentionBackend {
   DeviceBuffer<uint8_t> q_nope_q_;          // decode: q_nope per token and head as split-int8 records
   static constexpr int kTargetRows = 64;    // query_targets: up to this many rows
   std::pair<int, int> targets_for_{-1, 0};  // (layer, rows) whose query_targets were handed out
-  QueryTargets targets_{};
   DeviceBuffer<std::byte> workspace_;
 };
 

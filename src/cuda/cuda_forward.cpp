@@ -660,12 +660,8 @@ class CudaForward final : public CudaRankForward {
     rp.norm_n = L;
     rp.norm_eps = c_.rms_norm_eps;
     const CudaAttentionBackend::QueryTargets targets = backend_.query_targets(il, T);
-    if (P % 32 == 0) {
-      rp.nope_q = targets.nope_records;
-      rp.nope_q_stride = targets.records_stride;
-    } else if (targets.nope_records != nullptr) {
-      throw Error(ErrorCode::internal, "attention: q_nope records wanted for " + std::to_string(P) + " dims");
-    }
+    rp.nope_q = targets.nope_records;  // rope_yarn checks P against the records' units of 32
+    rp.nope_q_stride = targets.records_stride;
     rp.rot_bf16 = targets.rope_bf16;
     rope_yarn(rp, stream());
     if (tapping(il, "kv_latent", tap)) emit_device(tap, il, {T, L}, a.latent.data(), T, L, L);
@@ -879,22 +875,21 @@ class CudaForward final : public CudaRankForward {
                       cudaEvent_t add_ready = nullptr) {
     Activations& a = act_;
     const int H = c_.n_embd, E = c_.n_expert, K = c_.n_expert_used, F = c_.n_ff_expert;
-    const MoeRouterParams route{
-        .logits = a.router.data(),
-        .logits_stride = E,
-        .n_tokens = T,
-        .n_experts = E,
-        .selection_bias = w.exp_probs_b,
-        .gating = c_.expert_gating == ExpertGating::sigmoid ? MoeGating::sigmoid : MoeGating::softmax,
-        .k = K,
-        .n_groups = c_.n_expert_group,
-        .groups_used = c_.n_expert_group_used,
-        .normalize = c_.expert_weights_norm,
-        .scale = c_.expert_weights_scale,
-        .ids = a.ids.data(),
-        .weights = a.weights.data()};
     linear(w.router, a.xn.data(), H, T, a.router.data(), E);
-    moe_route(route, stream());
+    moe_route({.logits = a.router.data(),
+               .logits_stride = E,
+               .n_tokens = T,
+               .n_experts = E,
+               .selection_bias = w.exp_probs_b,
+               .gating = c_.expert_gating == ExpertGating::sigmoid ? MoeGating::sigmoid : MoeGating::softmax,
+               .k = K,
+               .n_groups = c_.n_expert_group,
+               .groups_used = c_.n_expert_group_used,
+               .normalize = c_.expert_weights_norm,
+               .scale = c_.expert_weights_scale,
+               .ids = a.ids.data(),
+               .weights = a.weights.data()},
+              stream());
     std::string tap;
     if (tapping(il, "router_logits", tap)) emit_device(tap, il, {T, E}, a.router.data(), T, E, E);
     emit_experts(il);
