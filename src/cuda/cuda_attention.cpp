@@ -226,9 +226,13 @@ class CudaMlaBackend final : public CudaAttentionBackend {
     return {.values_per_token = c_.kv_lora_rank + c_.qk_rope_head_dim, .element_type = GgmlType::bf16};
   }
 
-  QueryTargets query_targets(int il, int n_rows) override {
+  QueryTargets query_targets(int il, int n_rows, const DeviceStep& step) override {
     if (n_rows > kTargetRows) return {};
     QueryTargets q;
+    if (cache_from_rope()) {
+      q.cache = latent_rows(in_layer_table(step, il), step, n_rows);
+      q.cache_batch = step.rows;
+    }
     const size_t heads = static_cast<size_t>(n_rows) * c_.n_head;
     if (reads_q_nope_records(layer(il), n_rows)) {
       q.records_stride = x_int8_record_bytes(c_.qk_nope_head_dim);
@@ -242,31 +246,33 @@ class CudaMlaBackend final : public CudaAttentionBackend {
   void forward_device(const AttentionInput& in, const DeviceStep& step) override {
     const int T = in.n_rows, N = c_.n_head, L = c_.kv_lora_rank, R = c_.qk_rope_head_dim, P = c_.qk_nope_head_dim;
     const int V = c_.v_head_dim, qk = P + R, row = L + R;
-    const int table = step.n_layer == 1 ? 0 : in.layer;
+    const int table = in_layer_table(step, in.layer);
     const DeviceLayer& w = layer(in.layer);
     auto stream = static_cast<cudaStream_t>(in.stream);
     const size_t TN = static_cast<size_t>(T) * N;
     const int64_t* pages = step.attn_pages + static_cast<size_t>(table) * T;
     const std::byte* base = step.attn_base[table];
-    // the rope launch wrote q_nope's records (where this forward reads them) and q_pe's bf16 into
-    // q_nope_q_ and q_rope_bf16_, sized for these rows, when the caller took query_targets for them
+    // the rope launch wrote q_nope's records (where this forward reads them), q_pe's bf16 into
+    // q_nope_q_ and q_rope_bf16_, sized for these rows, and (cache_from_rope) the rows' latent and k_pe
+    // into the cache, when the caller took query_targets for them
     const bool given = targets_for_ == std::pair{in.layer, T};
     targets_for_ = {-1, 0};
 
     // Cache rows: c (L) then k_pe (R), bf16.
-    const PagedRows<__nv_bfloat16> cache = row_pages<__nv_bfloat16>(base, pages, row, 0);
-    run_kv_cache_append({.src = in.latent,
-                         .src_token_stride = L,
-                         .n_tokens = T,
-                         .dim = L,
-                         .dst = cache,
-                         .batch_index = step.rows,
-                         .positions = step.positions,
-                         .tail_src = in.k_rope,
-                         .tail_src_token_stride = R,
-                         .tail_dim = R,
-                         .tail_dst_offset = L},
-                        stream);
+    if (!given || !cache_from_rope()) {
+      run_kv_cache_append({.src = in.latent,
+                           .src_token_stride = L,
+                           .n_tokens = T,
+                           .dim = L,
+                           .dst = latent_rows(table, step, T),
+                           .batch_index = step.rows,
+                           .positions = step.positions,
+                           .tail_src = in.k_rope,
+                           .tail_src_token_stride = R,
+                           .tail_dim = R,
+                           .tail_dst_offset = L},
+                          stream);
+    }
 
     if (decompressed_prefill(in)) {
       prefill_decompressed(in, w, stream);
@@ -451,7 +457,23 @@ class CudaMlaBackend final : public CudaAttentionBackend {
   HeadGroups groups_;
   DeviceBuffer<float> o_lat_;
   DeviceBuffer<__nv_bfloat16> q_lat_bf16_, q_rope_bf16_;
-  DeviceBuffer<uint8_t> q_nope_q_;          // decode: q_nope per token and head as split-int8 records
+  DeviceBuffer<uint8_t> q_nope_q_;  // decode: q_nope per token and head as split-int8 records
+  /// The page table of layer il among the step's (one table: that layer's, whatever il is).
+  static int in_layer_table(const DeviceStep& step, int il) { return step.n_layer == 1 ? 0 : il; }
+  /// The latent cache rows c | k_pe of the step's n_rows rows in page table `table`.
+  PagedRows<__nv_bfloat16> latent_rows(int table, const DeviceStep& step, int n_rows) const {
+    return row_pages<__nv_bfloat16>(step.attn_base[table], step.attn_pages + static_cast<size_t>(table) * n_rows,
+                                    c_.kv_lora_rank + c_.qk_rope_head_dim, 0);
+  }
+  /// Whether query_targets hands out the cache rows (LATTE_ROPE_WRITES_CACHE=0: the forward appends).
+  static bool cache_from_rope() {
+    static const bool on = [] {
+      const char* v = std::getenv("LATTE_ROPE_WRITES_CACHE");
+      return v == nullptr || std::string_view(v) != "0";
+    }();
+    return on;
+  }
+
   static constexpr int kTargetRows = 64;    // query_targets: up to this many rows
   std::pair<int, int> targets_for_{-1, 0};  // (layer, rows) whose query_targets were handed out
   DeviceBuffer<std::byte> workspace_;

@@ -13,6 +13,7 @@
 
 #include "cuda/device_buffer.hpp"
 #include "cuda/device_weights.hpp"
+#include "cuda/kv_cache_layout.hpp"
 #include "cuda/linear.hpp"
 
 #include <latte/attention.hpp>
@@ -81,14 +82,18 @@ class CudaAttentionBackend : public AttentionBackend {
   /// Where the producer of q (the rope launch) may also write what the next forward_device of layer `il`
   /// with `n_rows` rows would otherwise make from q itself: the split-int8 records (x_int8.hpp) of each
   /// row's and head's q_nope, row t head h at nope_records + (t n_head + h) records_stride, and q_pe as
-  /// bf16 [n_rows, n_head, R]. A null pointer: that forward does not want it. A caller that takes the
-  /// targets must fill every one that is set before that forward.
+  /// bf16 [n_rows, n_head, R]; and the rows' cache rows (row t at cache(cache_batch[t], positions[t]),
+  /// the normalised latent from element 0, k_pe from kv_lora_rank, bf16) for that launch to write instead
+  /// of the forward's append. A null pointer: that forward does not want it. A caller that takes the
+  /// targets must fill every one that is set before that forward, for the rows and positions of `step`.
   struct QueryTargets {
     uint8_t* nope_records = nullptr;
     int64_t records_stride = 0;
     __nv_bfloat16* rope_bf16 = nullptr;
+    PagedRows<__nv_bfloat16> cache{};
+    const int32_t* cache_batch = nullptr;
   };
-  virtual QueryTargets query_targets(int /*il*/, int /*n_rows*/) { return {}; }
+  virtual QueryTargets query_targets(int /*il*/, int /*n_rows*/, const DeviceStep& /*step*/) { return {}; }
   void prepare(std::span<const AttentionLayerWeights> layers) override { n_layer_ = static_cast<int>(layers.size()); }
 
  protected:

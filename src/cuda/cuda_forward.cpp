@@ -659,10 +659,14 @@ class CudaForward final : public CudaRankForward {
     rp.norm_dst_stride = L;
     rp.norm_n = L;
     rp.norm_eps = c_.rms_norm_eps;
-    const CudaAttentionBackend::QueryTargets targets = backend_.query_targets(il, T);
+    const CudaAttentionBackend::QueryTargets targets = backend_.query_targets(il, T, step_);
     rp.nope_q = targets.nope_records;  // rope_yarn checks P against the records' units of 32
     rp.nope_q_stride = targets.records_stride;
     rp.rot_bf16 = targets.rope_bf16;
+    rp.cache = targets.cache;
+    rp.cache_batch = targets.cache_batch;
+    rp.cache_norm_offset = 0;
+    rp.cache_pair_offset = L;
     rope_yarn(rp, stream());
     if (tapping(il, "kv_latent", tap)) emit_device(tap, il, {T, L}, a.latent.data(), T, L, L);
     if (tapping(il, "q_pe", tap)) emit_device(tap, il, {T, N, R}, a.q.data() + P, static_cast<int64_t>(T) * N, R, qk);

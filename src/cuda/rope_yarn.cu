@@ -10,6 +10,7 @@
 #include <string>
 
 #include "cuda/check.hpp"
+#include "cuda/kv_cache_layout.cuh"
 #include "cuda/launch.cuh"
 #include "cuda/rope_angle.cuh"
 #include "cuda/split_int8_dot.cuh"
@@ -25,6 +26,13 @@ constexpr int kRopeMaxPairs = 256;  // n_rot up to 512
 struct InverseFrequencies {
   double of[kRopeMaxPairs];
 };
+
+/// Token t's cache row (RopeYarnParams::cache), or null without one.
+__device__ __forceinline__ __nv_bfloat16* cache_row(const RopeYarnParams& p, int t) {
+  if (p.cache.data == nullptr) return nullptr;
+  const int b = p.cache_batch != nullptr ? p.cache_batch[t] : 0;
+  return p.cache.data + paged_rows_offset(p.cache, b, p.positions[t]);
+}
 
 __global__ void __launch_bounds__(kRopeThreads)
     rope_yarn_kernel(const RopeYarnParams p, const int heads_per_block, const InverseFrequencies inv) {
@@ -54,17 +62,24 @@ __global__ void __launch_bounds__(kRopeThreads)
 #pragma unroll
     for (int w = 0; w < kRopeThreads / 32; ++w) total += partial[w];
     const float inv = rsqrtf(total / static_cast<float>(p.norm_n) + p.norm_eps);
+    __nv_bfloat16* row = cache_row(p, t);
     for (int i = static_cast<int>(threadIdx.x); i < p.norm_n; i += static_cast<int>(blockDim.x)) {
-      p.norm_dst[t * p.norm_dst_stride + i] = x[i] * inv * p.norm_weight[i];
+      const float v = x[i] * inv * p.norm_weight[i];
+      p.norm_dst[t * p.norm_dst_stride + i] = v;
+      if (row != nullptr) row[p.cache_norm_offset + i] = __float2bfloat16_rn(v);
     }
     return;
   }
   if (p.pair_dst != nullptr && extra == 0) {
     // the second target: one head of n_rot dims, out of place
+    __nv_bfloat16* row = cache_row(p, t);
     for (int i = static_cast<int>(threadIdx.x); i < pairs; i += static_cast<int>(blockDim.x)) {
       const float2 x = *reinterpret_cast<const float2*>(p.pair_src + t * p.pair_src_stride + 2 * i);
-      *reinterpret_cast<float2*>(p.pair_dst + t * p.pair_dst_stride + 2 * i) =
-          make_float2(x.x * cos_of[i] - x.y * sin_of[i], x.x * sin_of[i] + x.y * cos_of[i]);
+      const float2 r = make_float2(x.x * cos_of[i] - x.y * sin_of[i], x.x * sin_of[i] + x.y * cos_of[i]);
+      *reinterpret_cast<float2*>(p.pair_dst + t * p.pair_dst_stride + 2 * i) = r;
+      if (row != nullptr) {
+        *reinterpret_cast<__nv_bfloat162*>(row + p.cache_pair_offset + 2 * i) = __floats2bfloat162_rn(r.x, r.y);
+      }
     }
     return;
   }
@@ -175,6 +190,17 @@ void rope_yarn(const RopeYarnParams& p, cudaStream_t stream) {
     throw Error(ErrorCode::invalid_argument, "rope_yarn: the normalisation needs its source, weight, n > 0 (" +
                                                  std::to_string(p.norm_n) +
                                                  "), row strides of at least n and eps >= 0");
+  }
+  if (p.cache.data != nullptr) {
+    check_paged_rows(p.cache, "rope_yarn", "the cache rows");
+    if (p.norm_dst == nullptr || p.pair_dst == nullptr || p.cache_norm_offset < 0 || p.cache_pair_offset < 0 ||
+        p.cache_pair_offset % 2 != 0 || p.cache.token_stride < p.cache_norm_offset + p.norm_n ||
+        p.cache.token_stride < p.cache_pair_offset + p.n_rot) {
+      throw Error(ErrorCode::invalid_argument,
+                  "rope_yarn: cache rows need the normalisation and the second target, and both segments (from " +
+                      std::to_string(p.cache_norm_offset) + " and " + std::to_string(p.cache_pair_offset) +
+                      ", the second even) inside a row of " + std::to_string(p.cache.token_stride) + " elements");
+    }
   }
   if (p.n_tokens == 0) return;
   // Enough blocks per token to fill the GPU when there are few tokens (decode); one block per token otherwise.

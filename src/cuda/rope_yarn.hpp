@@ -6,13 +6,16 @@
 // cos/sin are NOT scaled (YaRN's magnitude factor goes into the attention scale). Applied in place to
 // n_rot dims starting at rot_offset of each head: q's last R dims, k_pe, or the indexer's first 64;
 // optionally also writes the dims before rot_offset (q_nope) as split-int8 records and the rotated ones as
-// bf16, and normalises one more row per token (the latent): one launch for what decode needs of q and c.
+// bf16, normalises one more row per token (the latent) and writes the latent and k_pe into their cache
+// rows: one launch for what decode needs of q and c.
 // Angles are computed in double, so positions up to millions keep full fp32 accuracy.
 //
 //   auto corr = latte::cuda::yarn_corr_dims(64, 4096, 10000.f, 32.f, 1.f);
 //   latte::cuda::rope_yarn({.data = q, .token_stride = 3072, .n_heads = 16, .head_stride = 192,
 //                           .rot_offset = 128, .n_rot = 64, .positions = pos, .n_tokens = t, ...}, stream);
 #pragma once
+
+#include "cuda/kv_cache_layout.hpp"
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -63,6 +66,14 @@ struct RopeYarnParams {
   int64_t norm_dst_stride = 0;
   int norm_n = 0;
   float norm_eps = 1e-6f;
+  /// Optional (with both the second target and the normalisation): their results also as bf16 into
+  /// per-token cache rows, token t's row at cache(cache_batch[t] or 0, positions[t]): the normalised
+  /// values from element cache_norm_offset, the rotated second target from cache_pair_offset (even). The
+  /// MLA latent cache's c | k_pe, which the attention would otherwise append in a launch of its own.
+  PagedRows<__nv_bfloat16> cache{};
+  const int32_t* cache_batch = nullptr;
+  int cache_norm_offset = 0;
+  int cache_pair_offset = 0;
   int n_heads = 1;
   int64_t head_stride = 0;
   int rot_offset = 0;                  ///< first rotated dim within a head

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "cuda/activations.hpp"
+#include "cuda/kv_cache_append.hpp"
 #include "cuda/logits_transfer.hpp"
 #include "cuda/norms.hpp"
 #include "cuda/rope_yarn.hpp"
@@ -353,6 +354,140 @@ TEST_CASE("rope_yarn's extra targets: q_nope records equal to quantize_x_int8's,
                                    .n_tokens = 1},
                                   nullptr),
                   Error);
+}
+
+TEST_CASE("rope_yarn's cache rows: the latent and k_pe written where and as kv_cache_append writes them") {
+  auto rng = make_rng("rope_yarn cache rows");
+  const auto corr = cuda::yarn_corr_dims(64, 4096, 10000.0f, 32.0f, 1.0f);
+  const int L = 512, R = 64, row = L + R, qk = 192, heads = 16, q_row = heads * qk, width = q_row + row;
+  // a paged cache: pages of 4 positions, two sequences whose pages are interleaved in the pool
+  const int page_size = 4, pages_per_seq = 8, n_pages = 2 * pages_per_seq;
+  std::vector<int64_t> table(2 * pages_per_seq);
+  for (int b = 0; b < 2; ++b)
+    for (int i = 0; i < pages_per_seq; ++i)
+      table[static_cast<size_t>(b * pages_per_seq + i)] = (n_pages - 1) - (2 * i + b);
+  const auto dtable = upload(table);
+  const cuda::PagedRows<__nv_bfloat16> layout{.page_table = dtable.data(),
+                                              .page_stride = int64_t{page_size} * row,
+                                              .token_stride = row,
+                                              .page_size = page_size,
+                                              .page_table_stride = pages_per_seq};
+  for (int T : {1, 3, 9}) {
+    CAPTURE(T);
+    std::vector<int32_t> pos(static_cast<size_t>(T)), batch(static_cast<size_t>(T));
+    for (int t = 0; t < T; ++t) {
+      batch[static_cast<size_t>(t)] = t % 2;
+      pos[static_cast<size_t>(t)] = (7 * t + 3) % (page_size * pages_per_seq);
+    }
+    const auto dpos = upload(pos), dbatch = upload(batch);
+    auto src = random_floats(static_cast<size_t>(T) * width, rng);
+    const auto dsrc = upload(src);
+    const auto norm_w = random_floats(L, rng);
+    const auto dnorm_w = upload(norm_w);
+    DeviceBuffer<float> q(static_cast<size_t>(T) * q_row), latent(static_cast<size_t>(T) * L),
+        k_pe(static_cast<size_t>(T) * R);
+    DeviceBuffer<uint16_t> got(static_cast<size_t>(n_pages) * page_size * row), want(got.size());
+    poison(got.data(), got.bytes());
+    LATTE_CUDA_CHECK(cudaMemcpy(want.data(), got.data(), got.bytes(), cudaMemcpyDeviceToDevice));
+    cuda::PagedRows<__nv_bfloat16> cache = layout;
+    cache.data = reinterpret_cast<__nv_bfloat16*>(got.data());
+    cuda::rope_yarn({.data = q.data(),
+                     .token_stride = q_row,
+                     .src = dsrc.data(),
+                     .src_token_stride = width,
+                     .pair_src = dsrc.data() + q_row + L,
+                     .pair_src_stride = width,
+                     .pair_dst = k_pe.data(),
+                     .pair_dst_stride = R,
+                     .norm_src = dsrc.data() + q_row,
+                     .norm_src_stride = width,
+                     .norm_weight = dnorm_w.data(),
+                     .norm_dst = latent.data(),
+                     .norm_dst_stride = L,
+                     .norm_n = L,
+                     .norm_eps = 1e-6f,
+                     .cache = cache,
+                     .cache_batch = dbatch.data(),
+                     .cache_norm_offset = 0,
+                     .cache_pair_offset = L,
+                     .n_heads = heads,
+                     .head_stride = qk,
+                     .rot_offset = qk - R,
+                     .n_rot = R,
+                     .positions = dpos.data(),
+                     .n_tokens = T,
+                     .freq_base = 10000.0f,
+                     .freq_scale = 1.0f / 40.0f,
+                     .ext_factor = 1.0f,
+                     .corr = corr},
+                    nullptr);
+    // the append of the launch's own fp32 outputs into a copy of the poisoned pool
+    cache.data = reinterpret_cast<__nv_bfloat16*>(want.data());
+    cuda::run_kv_cache_append({.src = latent.data(),
+                               .src_token_stride = L,
+                               .n_tokens = T,
+                               .dim = L,
+                               .dst = cache,
+                               .batch_index = dbatch.data(),
+                               .positions = dpos.data(),
+                               .tail_src = k_pe.data(),
+                               .tail_src_token_stride = R,
+                               .tail_dim = R,
+                               .tail_dst_offset = L},
+                              nullptr);
+    const auto g = download(got.data(), got.size()), w = download(want.data(), want.size());
+    int64_t differ = 0;
+    for (size_t i = 0; i < g.size(); ++i) differ += g[i] != w[i];
+    CHECK_MESSAGE(differ == 0, differ << " cache values differ from the append's (rows written, rows left alone)");
+    // and those outputs are the latent's normalisation (float64) and a rotation of k_pe that keeps its norm
+    const auto lat = download(latent.data(), latent.size());
+    const auto kp = download(k_pe.data(), k_pe.size());
+    for (int t = 0; t < T; ++t) {
+      const float* x = &src[static_cast<size_t>(t) * width + q_row];
+      double ss = 0.0;
+      for (int i = 0; i < L; ++i) ss += static_cast<double>(x[i]) * x[i];
+      const double inv = 1.0 / std::sqrt(ss / L + 1e-6);
+      double worst = 0.0;
+      for (int i = 0; i < L; ++i) {
+        const double want_v = x[i] * inv * norm_w[static_cast<size_t>(i)];
+        worst = std::max(worst, std::abs(lat[static_cast<size_t>(t) * L + i] - want_v) / (std::abs(want_v) + 1e-3));
+      }
+      CHECK(worst < 1e-5);
+      for (int i = 0; i < R; i += 2) {
+        const double a = x[L + i], b = x[L + i + 1];
+        const double ra = kp[static_cast<size_t>(t) * R + i], rb = kp[static_cast<size_t>(t) * R + i + 1];
+        CHECK(std::abs(std::hypot(ra, rb) - std::hypot(a, b)) <= 1e-5 * (1.0 + std::hypot(a, b)));
+      }
+    }
+  }
+  // cache rows without the second target, and a k_pe segment that leaves the row
+  DeviceBuffer<float> buf(8192);
+  DeviceBuffer<uint16_t> pool(8192);
+  DeviceBuffer<int32_t> one(1);
+  LATTE_CUDA_CHECK(cudaMemset(one.data(), 0, one.bytes()));  // position 0
+  LATTE_CUDA_CHECK(cudaMemset(buf.data(), 0, buf.bytes()));
+  cuda::PagedRows<__nv_bfloat16> small{
+      .data = reinterpret_cast<__nv_bfloat16*>(pool.data()), .page_stride = 0, .token_stride = row};
+  cuda::RopeYarnParams bad{.data = buf.data(),
+                           .token_stride = qk,
+                           .norm_src = buf.data(),
+                           .norm_weight = buf.data(),
+                           .norm_dst = buf.data() + 1024,
+                           .norm_n = L,
+                           .cache = small,
+                           .cache_pair_offset = L,
+                           .head_stride = qk,
+                           .rot_offset = qk - R,
+                           .n_rot = R,
+                           .positions = one.data(),
+                           .n_tokens = 1};
+  CHECK_THROWS_AS(cuda::rope_yarn(bad, nullptr), Error);
+  bad.pair_src = buf.data() + 4096;
+  bad.pair_dst = buf.data() + 6144;
+  bad.cache_pair_offset = L + 8;
+  CHECK_THROWS_AS(cuda::rope_yarn(bad, nullptr), Error);
+  bad.cache_pair_offset = L;
+  CHECK_NOTHROW(cuda::rope_yarn(bad, nullptr));
 }
 
 TEST_CASE("silu_gate and convert_to_bf16") {

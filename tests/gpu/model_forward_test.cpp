@@ -238,6 +238,37 @@ TEST_CASE("batched decode of several sequences equals decoding each alone") {
   }
 }
 
+/// Each MoE block's router logits and chosen experts, per layer, rows of every run appended in order.
+struct RoutingRecord {
+  std::map<int, std::vector<float>> ids, logits;
+  int k = 0, n_expert = 0;
+
+  [[nodiscard]] latte::TapObserver observer() {
+    return {.wants = [](std::string_view n) { return n.ends_with(".expert_ids") || n.ends_with(".router_logits"); },
+            .on_tap =
+                [this](const latte::Tap& t) {
+                  const bool ids_tap = t.name.ends_with(".expert_ids");
+                  (ids_tap ? k : n_expert) = static_cast<int>(t.shape[1]);
+                  auto& dst = ids_tap ? ids[t.layer] : logits[t.layer];
+                  dst.insert(dst.end(), t.data.begin(), t.data.end());
+                }};
+  }
+  /// The first MoE layer where row r's experts differ from `other`'s, or -1.
+  [[nodiscard]] int first_divergence(const RoutingRecord& other, int r) const {
+    for (const auto& [layer, v] : ids) {
+      const auto& w = other.ids.at(layer);
+      const auto row = static_cast<size_t>(r) * k;
+      if (!std::equal(v.begin() + row, v.begin() + row + k, w.begin() + row)) return layer;
+    }
+    return -1;
+  }
+  [[nodiscard]] std::vector<float> logits_row(int layer, int r) const {
+    const auto& v = logits.at(layer);
+    const auto row = static_cast<size_t>(r) * n_expert;
+    return {v.begin() + row, v.begin() + row + n_expert};
+  }
+};
+
 TEST_CASE("a batch mixing a prefill chunk and decode tokens of other sequences equals running them apart") {
   ModelPair& m = model_pair("test-v3");
   const latte::ModelConfig& c = m.gpu.config();
@@ -247,62 +278,108 @@ TEST_CASE("a batch mixing a prefill chunk and decode tokens of other sequences e
     auto backend = latte::AttentionRegistry::instance().create(backend_name, c, m.gpu.device());
     backend->prepare(state.weights.attention_weights());
     auto pass = latte::cuda::create_cuda_forward(state, *backend);
-    auto a1 = std::make_unique<latte::detail::KvCache>(c.n_layer_main(), backend->kv_layout(), 0, 256);
-    auto a2 = std::make_unique<latte::detail::KvCache>(c.n_layer_main(), backend->kv_layout(), 0, 256);
-    auto b1 = std::make_unique<latte::detail::KvCache>(c.n_layer_main(), backend->kv_layout(), 0, 256);
-    auto b2 = std::make_unique<latte::detail::KvCache>(c.n_layer_main(), backend->kv_layout(), 0, 256);
-    const auto history = latte::test::fresh_tokens(9, c.n_vocab);
-    const auto chunk = latte::test::fresh_tokens(12, c.n_vocab);
+    auto new_cache = [&] {
+      return std::make_unique<latte::detail::KvCache>(c.n_layer_main(), backend->kv_layout(), 0, 256);
+    };
+    uint64_t history_seed = 0, chunk_seed = 0;
+    const auto history = latte::test::fresh_tokens(9, c.n_vocab, &history_seed);
+    const auto chunk = latte::test::fresh_tokens(12, c.n_vocab, &chunk_seed);
+    CAPTURE(history_seed);
+    CAPTURE(chunk_seed);
     std::vector<float> scratch(static_cast<size_t>(c.n_vocab));
-    for (auto* cache : {a2.get(), b2.get()}) {
-      const latte::detail::BatchSequence seq{.cache = cache, .n_tokens = 9};
+    auto with_history = [&] {
+      auto cache = new_cache();
+      const latte::detail::BatchSequence seq{.cache = cache.get(), .n_tokens = 9};
       pass->run({.tokens = history, .sequences = std::span(&seq, 1), .logit_rows = {}, .logits = scratch.data()});
-    }
-    // Apart: sequence 1 prefills 12 tokens; sequence 2 decodes one token.
-    std::vector<float> apart(static_cast<size_t>(c.n_vocab) * 13), together(apart.size());
-    std::vector<int> rows(12);
-    for (int i = 0; i < 12; ++i) rows[static_cast<size_t>(i)] = i;
+      return cache;
+    };
+    const size_t V = static_cast<size_t>(c.n_vocab);
+    // Apart: sequence 1 prefills 12 tokens; sequence 2 (9 tokens of history) decodes one token.
+    RoutingRecord apart_routing;
+    const latte::TapObserver apart_observer = apart_routing.observer();
+    const latte::detail::TapSink apart_taps(apart_observer);
+    std::vector<float> apart(V * 13);
     {
+      auto a1 = new_cache();
+      auto a2 = with_history();
+      std::vector<int> rows(12);
+      for (int i = 0; i < 12; ++i) rows[static_cast<size_t>(i)] = i;
       const latte::detail::BatchSequence seq{.cache = a1.get(), .n_tokens = 12};
-      pass->run({.tokens = chunk, .sequences = std::span(&seq, 1), .logit_rows = rows, .logits = apart.data()});
+      pass->run({.tokens = chunk,
+                 .sequences = std::span(&seq, 1),
+                 .logit_rows = rows,
+                 .logits = apart.data(),
+                 .taps = &apart_taps});
       const latte::Token t = chunk[0];
       const latte::detail::BatchSequence one{.cache = a2.get(), .n_tokens = 1};
       const int row = 0;
       pass->run({.tokens = std::span(&t, 1),
                  .sequences = std::span(&one, 1),
                  .logit_rows = std::span(&row, 1),
-                 .logits = apart.data() + 12 * c.n_vocab});
+                 .logits = apart.data() + 12 * V,
+                 .taps = &apart_taps});
     }
-    {
+    // Together, twice on fresh caches: the same batch must give the same bits (no race between the
+    // step's launches and streams), observed the second time.
+    RoutingRecord together_routing;
+    const latte::TapObserver together_observer = together_routing.observer();
+    const latte::detail::TapSink together_taps(together_observer);
+    std::vector<float> together(apart.size()), again(apart.size());
+    for (int repeat = 0; repeat < 2; ++repeat) {
+      auto b1 = new_cache();
+      auto b2 = with_history();
       std::vector<latte::Token> tokens(chunk.begin(), chunk.end());
       tokens.push_back(chunk[0]);
       const latte::detail::BatchSequence seqs[] = {{.cache = b1.get(), .first_row = 0, .n_tokens = 12},
                                                    {.cache = b2.get(), .first_row = 12, .n_tokens = 1}};
       std::vector<int> all_rows(13);
       for (int i = 0; i < 13; ++i) all_rows[static_cast<size_t>(i)] = i;
-      pass->run({.tokens = tokens, .sequences = seqs, .logit_rows = all_rows, .logits = together.data()});
+      pass->run({.tokens = tokens,
+                 .sequences = seqs,
+                 .logit_rows = all_rows,
+                 .logits = (repeat == 0 ? again : together).data(),
+                 .taps = repeat == 1 ? &together_taps : nullptr});
     }
+    CHECK(all_finite(together));
+    CHECK(std::equal(together.begin(), together.end(), again.begin()));
     // Beyond 8 rows the batch goes through the bf16 GEMMs while the lone decode token used the fp32 GEMV,
     // and with the standard backend the chunk's 12 rows run the decode kernel instead of the prefill
-    // one: a routing near-tie may flip at one row. At most one row over the bf16 bound, the median well
-    // within it.
+    // one (fp32 instead of bf16 attention weights): where two expert scores are closer than that, a
+    // row may choose other experts, and every later row of its sequence attends to its changed keys.
+    // Such a row must have had the same router logits in both runs (a near-tie, not a wrong input);
+    // it and the rest of its sequence are then not compared. Every other row must be within the bound.
     std::vector<double> row_errors(13);
-    const size_t V = static_cast<size_t>(c.n_vocab);
     for (size_t r = 0; r < 13; ++r) {
-      const std::vector<float> t(together.begin() + r * V, together.begin() + (r + 1) * V);
-      const std::vector<float> a(apart.begin() + r * V, apart.begin() + (r + 1) * V);
-      row_errors[r] = latte::test::relative_error(t, a);
+      row_errors[r] =
+          latte::test::relative_error(std::span(together).subspan(r * V, V), std::span(apart).subspan(r * V, V));
     }
-    const int over = static_cast<int>(
-        std::count_if(row_errors.begin(), row_errors.end(), [](double e) { return !(e <= kBf16LogitsTolerance); }));
-    std::vector<double> sorted = row_errors;
-    std::sort(sorted.begin(), sorted.end());
-    std::printf("mixed batch vs apart %-8s: logits error %.3g, median row %.3g, rows over 2e-2: %d of 13 (",
-                backend_name, latte::test::relative_error(together, apart), sorted[6], over);
-    for (double e : row_errors) std::printf(" %.2g", e);
-    std::printf(" )\n");
-    CHECK(over <= 1);
-    CHECK(sorted[6] <= 5e-3);
+    std::vector<bool> compared(13, true);
+    for (const auto& [first, last] : {std::pair{0, 11}, std::pair{12, 12}}) {
+      for (int r = first; r <= last; ++r) {
+        const int layer = together_routing.first_divergence(apart_routing, r);
+        if (layer < 0) continue;
+        const double logits_error =
+            latte::test::relative_error(together_routing.logits_row(layer, r), apart_routing.logits_row(layer, r));
+        std::printf("mixed batch vs apart %-8s: row %d chooses other experts in block %d (router logits error %.3g)\n",
+                    backend_name, r, layer, logits_error);
+        CHECK(logits_error <= kBf16LogitsTolerance);
+        for (int later = r; later <= last; ++later) compared[static_cast<size_t>(later)] = false;
+        break;
+      }
+    }
+    std::vector<double> kept;
+    for (size_t r = 0; r < 13; ++r) {
+      if (compared[r]) kept.push_back(row_errors[r]);
+    }
+    std::printf("mixed batch vs apart %-8s: logits error %.3g, rows (", backend_name,
+                latte::test::relative_error(together, apart));
+    for (size_t r = 0; r < 13; ++r) std::printf(compared[r] ? " %.2g" : " [%.2g]", row_errors[r]);
+    std::printf(" ), %zu compared\n", kept.size());
+    for (double e : kept) CHECK(e <= kBf16LogitsTolerance);
+    if (!kept.empty()) {
+      std::sort(kept.begin(), kept.end());
+      CHECK(kept[kept.size() / 2] <= 5e-3);
+    }
   }
 }
 
