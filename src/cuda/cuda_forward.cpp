@@ -621,12 +621,27 @@ class CudaForward final : public CudaRankForward {
     Activations& a = act_;
 
     uint8_t* xq = hidden_record(T);
-    rms(a.x.data(), H, w.attn_norm, H, T, a.xn.data(), H, xq);
     std::string tap;
-    if (tapping(il, "attn_norm", tap)) emit_device(tap, il, {T, H}, a.xn.data(), T, H, H);
-    if (w.attn_input) {
+    const bool tap_norm = tapping(il, "attn_norm", tap);
+    if (T == 1 && w.attn_input && !tap_norm && !c_.has_indexer() && linear_normalises(w.attn_input)) {
+      // one token: the projection's GEMV normalises the residual row itself (one launch less; the
+      // glm-dsa indexer reads the normalised row too)
+      linear_(w.attn_input,
+              {.x = a.x.data(),
+               .x_stride = H,
+               .rows = 1,
+               .y = a.proj.data(),
+               .y_stride = width,
+               .x_norm_weight = w.attn_norm,
+               .x_norm_eps = c_.rms_norm_eps},
+              stream());
+    } else if (w.attn_input) {
+      rms(a.x.data(), H, w.attn_norm, H, T, a.xn.data(), H, xq);
+      if (tap_norm) emit_device(tap, il, {T, H}, a.xn.data(), T, H, H);
       linear(w.attn_input, a.xn.data(), H, T, a.proj.data(), width, nullptr, xq);
     } else {
+      rms(a.x.data(), H, w.attn_norm, H, T, a.xn.data(), H, xq);
+      if (tap_norm) emit_device(tap, il, {T, H}, a.xn.data(), T, H, H);
       linear(w.attn_query, a.xn.data(), H, T, a.proj.data() + layout_.query_offset, width, nullptr, xq);
       linear(w.attn_kv_a, a.xn.data(), H, T, a.proj.data() + layout_.latent_offset, width, nullptr, xq);
     }
@@ -826,6 +841,16 @@ class CudaForward final : public CudaRankForward {
     if (tap_out) emit_update(tap, il);
   }
 
+  /// Whether one-token MoE steps route inside the first expert GEMV (GemvParams::route) instead of a
+  /// moe_route launch before it (LATTE_MOE_ROUTE_IN_GEMV=0: never).
+  static bool route_in_gemv() {
+    static const bool on = [] {
+      const char* v = std::getenv("LATTE_MOE_ROUTE_IN_GEMV");
+      return v == nullptr || std::string_view(v) != "0";
+    }();
+    return on;
+  }
+
   /// Whether a decode step of T rows runs the shared expert alongside the routed ones (T up to the MoE
   /// decode path's; side_linear_ and buffers of its own, nothing shared with the main stream but read-only
   /// inputs; LATTE_MOE_CONCURRENT_SHARED=0: no).
@@ -880,21 +905,26 @@ class CudaForward final : public CudaRankForward {
     Activations& a = act_;
     const int H = c_.n_embd, E = c_.n_expert, K = c_.n_expert_used, F = c_.n_ff_expert;
     linear(w.router, a.xn.data(), H, T, a.router.data(), E);
-    moe_route({.logits = a.router.data(),
-               .logits_stride = E,
-               .n_tokens = T,
-               .n_experts = E,
-               .selection_bias = w.exp_probs_b,
-               .gating = c_.expert_gating == ExpertGating::sigmoid ? MoeGating::sigmoid : MoeGating::softmax,
-               .k = K,
-               .n_groups = c_.n_expert_group,
-               .groups_used = c_.n_expert_group_used,
-               .normalize = c_.expert_weights_norm,
-               .scale = c_.expert_weights_scale,
-               .ids = a.ids.data(),
-               .weights = a.weights.data()},
-              stream());
+    const MoeRouterParams route{
+        .logits = a.router.data(),
+        .logits_stride = E,
+        .n_tokens = T,
+        .n_experts = E,
+        .selection_bias = w.exp_probs_b,
+        .gating = c_.expert_gating == ExpertGating::sigmoid ? MoeGating::sigmoid : MoeGating::softmax,
+        .k = K,
+        .n_groups = c_.n_expert_group,
+        .groups_used = c_.n_expert_group_used,
+        .normalize = c_.expert_weights_norm,
+        .scale = c_.expert_weights_scale,
+        .ids = a.ids.data(),
+        .weights = a.weights.data()};
     std::string tap;
+    const bool tap_route = tapping(il, "expert_ids", tap) || tapping(il, "expert_weights", tap);
+    // one token: the experts' first GEMV routes the token in its blocks (moe_experts_decode falls back
+    // to moe_route where it takes another path); the expert taps read the choices before the experts run
+    const bool route_in_experts = T == 1 && !tap_route && route_in_gemv();
+    if (!route_in_experts) moe_route(route, stream());
     if (tapping(il, "router_logits", tap)) emit_device(tap, il, {T, E}, a.router.data(), T, E, E);
     emit_experts(il);
     const DeviceExperts& x = w.experts;
@@ -945,7 +975,8 @@ class CudaForward final : public CudaRankForward {
                           .held_first = held_first_,
                           .add = add ? add + row0 : nullptr,
                           .add_stride = H,
-                          .add_ready = t0 == 0 ? add_ready : nullptr},
+                          .add_ready = t0 == 0 ? add_ready : nullptr,
+                          .route = route_in_experts ? &route : nullptr},
                          stream());
     }
   }

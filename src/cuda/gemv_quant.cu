@@ -97,6 +97,21 @@ void gemv_quant(const GemvParams& p, cudaStream_t stream) {
     }
   }
   require_arg(p.x_q == nullptr || !p.x_quantize, "x_q and x_quantize exclude each other");
+  if (p.route.logits != nullptr) {
+    require_arg(p.choice_ids != nullptr && p.choice_ids == p.route.ids && p.route.n_tokens == 1 &&
+                    p.max_groups == p.route.k && p.route.weights != nullptr,
+                "route needs choice_ids == route.ids, one token, max_groups == route.k and route.weights");
+    check_moe_route(p.route);
+  }
+  if (p.x_norm_weight != nullptr) {
+    require_arg(p.x_quantize && p.x_norm_eps >= 0.0f, "x_norm_weight needs x_quantize and x_norm_eps >= 0");
+    bool reads = false;
+    GemvTypes::dispatch(p.type, [&]<GgmlType T>() { reads = gemv_x8_applies<T>(p); });
+    if (!reads) {
+      throw Error(ErrorCode::unsupported, "gemv_quant: x_norm_weight needs the split-int8 GEMV (type " + type_name +
+                                              ", k " + std::to_string(p.k) + ")");
+    }
+  }
   if (p.x_q != nullptr) {
     require_arg(reinterpret_cast<uintptr_t>(p.x_q) % 16 == 0 && p.x_q_stride % 16 == 0 && p.k % 32 == 0 &&
                     p.x_q_stride >= x_int8_record_bytes(p.k),

@@ -13,6 +13,8 @@
 
 #include <latte/quant.hpp>
 
+#include "cuda/moe_router.hpp"
+
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -68,6 +70,16 @@ struct GemvParams {
   /// records; one launch less for x that nothing else reads as records. For one token per block: with
   /// more, every block repeats the quantization of all its tokens' rows.
   bool x_quantize = false;
+  /// Optional, with x_quantize (split-int8 path only): each x row is first RMS-normalised, x_i /
+  /// sqrt(mean(x^2) + x_norm_eps) * x_norm_weight[i] (fp32, as rms_norm), the block summing the squares
+  /// itself: a one-token projection straight from the residual stream, one launch less.
+  const float* x_norm_weight = nullptr;
+  float x_norm_eps = 0.0f;
+  /// Optional, with choice_ids == route.ids (one token, max_groups == route.k): each block chooses the
+  /// token's experts itself from route.logits (the rule of moe_route, bit for bit) and multiplies its
+  /// choice's; block (0, 0) writes route.ids and route.weights for the launches after this one. The
+  /// MoE decode step's first expert GEMV without a router launch before it.
+  MoeRouterParams route{};
 };
 
 /// Launches y = W x (see GemvParams). Throws Error(invalid_argument) on a violated precondition and

@@ -34,6 +34,7 @@
 #include "cuda/device_caps.hpp"
 #include "cuda/gemv_quant.hpp"
 #include "cuda/launch.cuh"
+#include "cuda/moe_route.cuh"
 #include "cuda/pipeline_primitives.cuh"
 #include "cuda/quant_decode.cuh"
 #include "cuda/row_staging.cuh"
@@ -118,14 +119,34 @@ struct X8Rows {
 
 /// This block's matrix and tokens: dense (tokens 0 .. n_tokens - 1), gathered (group blockIdx.y's) or a
 /// choice (choice blockIdx.y: one token); false when the block has nothing to do.
+/// Shared memory bytes the in-block routing (GemvParams::route) takes after the staged records.
+inline constexpr int kX8RouteSmemBytes = (moe_max_experts + 2 * moe_max_k) * 4;
+
+/// GemvParams::route: the token's experts chosen by this block (warp 0, moe::route_token), choice j's
+/// returned; block (0, 0) also writes them and their weights out. Every thread of the block calls it.
+__device__ __forceinline__ int x8_route_choice(const GemvParams& p, uint8_t* route_smem, int j) {
+  float* scratch = reinterpret_cast<float*>(route_smem);                 // [moe_max_experts]
+  int32_t* ids = reinterpret_cast<int32_t*>(scratch + moe_max_experts);  // [moe_max_k]
+  float* weights = reinterpret_cast<float*>(ids + moe_max_k);            // [moe_max_k]
+  const int tid = static_cast<int>(threadIdx.x);
+  if (tid < 32) moe::route_token(p.route, p.route.logits, scratch, tid, ids, weights);
+  __syncthreads();
+  if (blockIdx.x == 0 && blockIdx.y == 0 && tid < p.route.k) {
+    p.route.ids[tid] = ids[tid];
+    p.route.weights[tid] = weights[tid];
+  }
+  return ids[j];
+}
+
 template <int NT>
-__device__ __forceinline__ bool x8_group(const GemvParams& p, X8Rows<NT>& r) {
+__device__ __forceinline__ bool x8_group(const GemvParams& p, X8Rows<NT>& r, uint8_t* route_smem) {
   const int j = static_cast<int>(blockIdx.y);
 #pragma unroll
   for (int t = 0; t < NT; ++t) r.x_row[t] = r.y_row[t] = 0;
   if (p.choice_ids != nullptr) {
     const int n_matrices = static_cast<int>(p.weight_bytes / p.matrix_stride_bytes);
-    r.matrix = min(max(p.choice_ids[j], 0), n_matrices - 1);
+    const int id = p.route.logits != nullptr ? x8_route_choice(p, route_smem, j) : p.choice_ids[j];
+    r.matrix = min(max(id, 0), n_matrices - 1);
     r.count = 1;
     r.y_row[0] = j;
     r.x_row[0] = p.x_row_is_y_row ? j : p.choices_per_token > 0 ? j / p.choices_per_token : 0;
@@ -157,6 +178,26 @@ __device__ __forceinline__ bool x8_group(const GemvParams& p, X8Rows<NT>& r) {
 /// reads 32 consecutive 16-byte words per load (no bank conflicts).
 __device__ __forceinline__ int x8_pair_slot(int u, int n) { return (u & 1) * (n / 2) + (u >> 1); }
 
+/// 1 / sqrt(mean(x^2) + eps) over the n values of row x (n % 4 == 0, 16-byte aligned), summed by the
+/// whole block (every thread calls it): fp32 partial sums per thread, then per warp, then over the warps.
+__device__ __forceinline__ float x8_rms_scale(const float* x, int n, float eps) {
+  __shared__ float warp_sums[32];
+  const int threads = static_cast<int>(blockDim.x), tid = static_cast<int>(threadIdx.x);
+  float sum_sq = 0.0f;
+  for (int i = 4 * tid; i < n; i += 4 * threads) {
+    const float4 v = __ldg(reinterpret_cast<const float4*>(x + i));
+    sum_sq += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) sum_sq += __shfl_xor_sync(0xffffffffu, sum_sq, o);
+  __syncthreads();  // the previous token's sums were read
+  if (tid % 32 == 0) warp_sums[tid / 32] = sum_sq;
+  __syncthreads();
+  float total = 0.0f;
+  for (int w = 0; w < threads / 32; ++w) total += warp_sums[w];
+  return rsqrtf(total / static_cast<float>(n) + eps);
+}
+
 /// The block's tokens' x records (n_units units each) into shared memory, record t at x_record + 5 n_units t;
 /// the caller syncs. Paired (n_units even): units at x8_pair_slot.
 ///  - from p.x_q (rows x_row[t]): copied; each thread issues four 16-byte loads before it stores them (8
@@ -176,6 +217,7 @@ __device__ __forceinline__ void x8_stage_records(const GemvParams& p, const X8Ro
       if (t >= r.count) break;
       const float* x = p.x + static_cast<int64_t>(r.x_row[t]) * p.x_stride;
       uint8_t* area = reinterpret_cast<uint8_t*>(x_record + t * 5 * n_units);
+      const float inv = p.x_norm_weight != nullptr ? x8_rms_scale(x, 32 * n_units, p.x_norm_eps) : 1.0f;
       for (int base = 0; base < n_units; base += threads / 4) {
         const int u = base + static_cast<int>(threadIdx.x) / 4;
         const bool active = u < n_units;
@@ -184,6 +226,11 @@ __device__ __forceinline__ void x8_stage_records(const GemvParams& p, const X8Ro
           const float4 a = __ldg(reinterpret_cast<const float4*>(x + 32 * u + 8 * q));
           const float4 b = __ldg(reinterpret_cast<const float4*>(x + 32 * u + 8 * q + 4));
           v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+          if (p.x_norm_weight != nullptr) {
+            const float* w = p.x_norm_weight + 32 * u + 8 * q;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) v[j] = v[j] * inv * w[j];
+          }
         }
         const int slot = !active ? 0 : Paired ? x8_pair_slot(u, n_units) : u;
         split_int8::quantize_unit_quad(area, n_units, slot, v, q, active);
@@ -326,7 +373,7 @@ __global__ void __launch_bounds__(128, 4) gemv_x8_kernel(const GemvParams p, con
     allow_dependents();
   }
   X8Rows<NT> rows;
-  if (!x8_group(p, rows)) return;
+  if (!x8_group(p, rows, reinterpret_cast<uint8_t*>(x_record) + NT * x_int8_record_bytes(p.k))) return;
 
   const bool gated = p.weight_up != nullptr;
   const int64_t row_bytes = static_cast<int64_t>(p.k) / 256 * quant::BlockTraits<T>::bytes;
@@ -514,7 +561,7 @@ __global__ void __launch_bounds__(128, 4) gemv_x8_legacy_kernel(const GemvParams
     allow_dependents();
   }
   X8Rows<NT> rows;
-  if (!x8_group(p, rows)) return;
+  if (!x8_group(p, rows, reinterpret_cast<uint8_t*>(x_record) + NT * x_int8_record_bytes(p.k))) return;
   const bool gated = p.weight_up != nullptr;
   const int n_units = p.k / 32;
   const int record = 80 * n_units;
@@ -641,7 +688,7 @@ __global__ void __launch_bounds__(128, 4) gemv_x8_short_rows_kernel(const GemvPa
     allow_dependents();
   }
   X8Rows<NT> rows;
-  if (!x8_group(p, rows)) return;
+  if (!x8_group(p, rows, reinterpret_cast<uint8_t*>(x_record) + NT * x_int8_record_bytes(p.k))) return;
   const int G = p.k / 32;  // blocks per row (a power of two below 32)
   const int record = 80 * G;
   const int rows_per_step = 32 / G;
@@ -764,7 +811,7 @@ void launch_gemv_x8_as(const GemvParams& p, cudaStream_t stream) {
   } else {
     kernel = short_rows ? gemv_x8_short_rows_kernel<T, NT> : gemv_x8_legacy_kernel<T, NT>;
   }
-  const int smem = static_cast<int>(NT * x_int8_record_bytes(p.k));
+  const int smem = static_cast<int>(NT * x_int8_record_bytes(p.k)) + (p.route.logits ? kX8RouteSmemBytes : 0);
   LATTE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const int64_t rows_per_warp = short_rows ? 2 * (32 / units) : p.weight_up ? 1 : 2;
   const int64_t pairs = (p.n_rows + rows_per_warp - 1) / rows_per_warp;  // warps' row groups

@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
+#include <string_view>
 
 namespace latte::cuda {
 
@@ -61,9 +63,20 @@ void Linear::residual_into_y(const DeviceMatrix& w, const LinearCall& c, cudaStr
       static_cast<size_t>(w.rows) * sizeof(float), static_cast<size_t>(c.rows), cudaMemcpyDeviceToDevice, stream));
 }
 
+bool linear_normalises(const DeviceMatrix& w) {
+  static const bool on = [] {
+    const char* v = std::getenv("LATTE_GEMV_NORM");
+    return v != nullptr && std::string_view(v) == "1";
+  }();
+  return on && w && gemv_self_quantize() && gemv_reads_x_int8(w.type, w.k, 1);
+}
+
 void Linear::operator()(const DeviceMatrix& w, const LinearCall& c, cudaStream_t stream) {
   if (!w) throw Error(ErrorCode::internal, "linear: absent weight matrix");
   if (c.rows <= 0) return;
+  if (c.x_norm_weight != nullptr && (c.rows != 1 || c.x_q != nullptr || !linear_normalises(w))) {
+    throw Error(ErrorCode::internal, "linear: x_norm_weight needs one row without records and the split-int8 GEMV");
+  }
   const bool gemm = c.rows > gemv_max_tokens && gemm_quant_supports(w.type) && w.k % 32 == 0 &&
                     reinterpret_cast<uintptr_t>(w.data) % 16 == 0;
   const size_t weight_elems = static_cast<size_t>(w.rows) * static_cast<size_t>((w.k + 7) / 8 * 8);
@@ -118,6 +131,8 @@ void Linear::operator()(const DeviceMatrix& w, const LinearCall& c, cudaStream_t
                                c.x_q ? c.x_q + r0 * c.x_q_stride : nullptr, c.x_q_stride);
     // one token without records: the split-int8 GEMV (where the type has one) quantizes x in its blocks
     p.x_quantize = p.x_q == nullptr && n == 1 && gemv_self_quantize();
+    p.x_norm_weight = c.x_norm_weight;
+    p.x_norm_eps = c.x_norm_eps;
     gemv_quant(p, stream);
   }
 }

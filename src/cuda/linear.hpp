@@ -45,7 +45,16 @@ struct LinearCall {
   const float* residual = nullptr;  ///< optional: y = x W^T + residual (may equal y)
   const uint8_t* x_q = nullptr;     ///< optional: x's rows as split-int8 records too (GemvParams::x_q)
   int64_t x_q_stride = 0;
+  /// Optional, one row without x_q, where gemv_reads_x_int8 (linear_normalises): x is RMS-normalised with
+  /// this weight first (GemvParams::x_norm_weight).
+  const float* x_norm_weight = nullptr;
+  float x_norm_eps = 0.0f;
 };
+
+/// Whether Linear takes LinearCall::x_norm_weight for a product with w (one row, the split-int8 GEMV
+/// quantizing x itself) when LATTE_GEMV_NORM=1; by default the caller normalises (rms_norm with records):
+/// on an H200 the in-block sums measured no faster than the separate launch (BENCHMARKS.md).
+bool linear_normalises(const DeviceMatrix& w);
 
 /// Runs products, keeping a bf16 copy of x for the GEMM path. One per stream.
 class Linear {

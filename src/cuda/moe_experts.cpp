@@ -105,6 +105,7 @@ void decode_one_token(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeExpe
                                      .choice_ids = c.ids},
                           w.gate);
   g.weight_up = w.up.data;
+  if (c.route != nullptr) g.route = *c.route;
   gemv_quant(g, stream);
   // down quantizes each slot's activations in its blocks (GemvParams::x_quantize): no records launch
   const bool records = !gemv_self_quantize();
@@ -187,6 +188,11 @@ void moe_experts_decode(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeEx
                 "moe_experts_decode: n_tokens > " + std::to_string(moe_gemv_max_tokens) + ", use moe_experts_prefill");
   }
   if (!c.x) throw Error(ErrorCode::invalid_argument, "moe_experts_decode: x (fp32) must be set");
+  if (c.route != nullptr && (c.route->ids != c.ids || c.route->weights != c.weights ||
+                             c.route->n_tokens != c.n_tokens || c.route->k != c.k)) {
+    throw Error(ErrorCode::invalid_argument,
+                "moe_experts_decode: the router call must produce the call's ids and weights");
+  }
   if (c.n_tokens == 0) return;
   const int pairs = c.n_tokens * c.k;
   if (c.n_tokens == 1 && c.held_first < 0 && c.x_q != nullptr && ws.act_q.size() > 0 && w.gate.type == w.up.type &&
@@ -195,6 +201,7 @@ void moe_experts_decode(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeEx
     decode_one_token(w, ws, c, stream);
     return;
   }
+  if (c.route != nullptr) moe_route(*c.route, stream);
   // Tokens per group: the GEMV is compiled for 1, 2, 4 or 8 of them, and a block pays for its build's
   // count (registers, staged records) whatever its group holds; so groups of about twice the mean
   // tokens per expert (8 tokens x 6 of 64 experts: groups of 2), an expert with more split in several.

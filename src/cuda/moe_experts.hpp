@@ -94,6 +94,10 @@ struct MoeExpertsCall {
   const float* add = nullptr;
   int64_t add_stride = 0;
   cudaEvent_t add_ready = nullptr;
+  /// Decode, optional: `ids` and `weights` are not made yet but are this router call's outputs
+  /// (route->ids == ids, route->weights == weights); the one-token path routes inside its first GEMV
+  /// (GemvParams::route), any other runs moe_route first.
+  const MoeRouterParams* route = nullptr;
 };
 
 /// Decode path (n_tokens <= moe_gemv_max_tokens, fp32 x): GEMVs over groups of at most 8 of an expert's

@@ -34,7 +34,7 @@ void require_arg(bool ok, const std::string& what) {
 
 }  // namespace
 
-void moe_route(const MoeRouterParams& p, cudaStream_t stream) {
+void check_moe_route(const MoeRouterParams& p) {
   require_arg(p.logits != nullptr && p.ids != nullptr && p.weights != nullptr, "logits, ids and weights must be set");
   require_arg(p.n_experts >= 1 && p.n_experts <= moe_max_experts,
               "n_experts = " + std::to_string(p.n_experts) + " outside 1..256");
@@ -47,6 +47,10 @@ void moe_route(const MoeRouterParams& p, cudaStream_t stream) {
   require_arg(p.gating == MoeGating::softmax || p.gating == MoeGating::sigmoid, "unknown gating function");
   require_arg(std::isfinite(p.scale), "scale must be finite");
   require_arg(p.n_tokens >= 0, "n_tokens < 0");
+}
+
+void moe_route(const MoeRouterParams& p, cudaStream_t stream) {
+  check_moe_route(p);
   if (p.n_tokens == 0) return;
   const dim3 grid(static_cast<unsigned>((p.n_tokens + kRouterWarps - 1) / kRouterWarps));
   launch_kernel(moe_router_kernel, grid, 32 * kRouterWarps, 0, stream, p);

@@ -42,5 +42,7 @@ struct MoeRouterParams {
 
 /// Launches the router. Throws Error(invalid_argument) on violated preconditions.
 void moe_route(const MoeRouterParams& p, cudaStream_t stream);
+/// moe_route's checks of p, for a launch that routes inside another kernel (GemvParams::route).
+void check_moe_route(const MoeRouterParams& p);
 
 }  // namespace latte::cuda

@@ -44,7 +44,7 @@ compile() {
 sources=("$here/emulation.cpp" "$here/main.cpp" "$root/src/cuda/check.cpp" "$root/src/cuda/device_buffer.cpp"
          "$root/src/cuda/device_caps.cpp" "$root/src/cuda/decode_step.cpp")
 kernels=(split_kv_combine mla_decode mla_decode_wide standard_decode flash_prefill dsa_index_scores dsa_top_k kv_cache_append
-         gemv_quant gemv_quant_float gemv_quant_legacy gemv_quant_kquants x_int8 norms rope_yarn decode_step_kernel)
+         gemv_quant gemv_quant_float gemv_quant_legacy gemv_quant_kquants x_int8 norms rope_yarn decode_step_kernel moe_router)
 tests=("$root"/tests/gpu/attention_*.cpp "$root"/tests/gpu/decode_step_test.cpp "$here/gemv_test.cpp"
        "$root"/tests/gpu/gemv_int8_test.cpp)
 # LATTE_EMU_ONLY=fused: only the fused decode step and its test (what CI runs: a few minutes)
@@ -60,7 +60,7 @@ if [ "${LATTE_EMU_ONLY:-}" = decode-attention ]; then
 fi
 # LATTE_EMU_ONLY=gemv: only the GEMV kernels and their test
 if [ "${LATTE_EMU_ONLY:-}" = gemv ]; then
-  kernels=(gemv_quant gemv_quant_float gemv_quant_legacy gemv_quant_kquants x_int8 norms)
+  kernels=(gemv_quant gemv_quant_float gemv_quant_legacy gemv_quant_kquants x_int8 norms moe_router)
   tests=("$here/gemv_test.cpp" "$root"/tests/gpu/gemv_int8_test.cpp)
   sources=("${sources[@]/*decode_step.cpp/}")
 fi

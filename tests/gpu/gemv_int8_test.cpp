@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cuda/gemv_quant.hpp"
+#include "cuda/moe_router.hpp"
 #include "cuda/norms.hpp"
 #include "cuda/x_int8.hpp"
 #include "gpu/attention_test_support.hpp"
@@ -362,6 +363,96 @@ TEST_CASE("gemv quantizing fp32 x in its blocks (x_quantize) equals the launch o
                   latte::Error);
 }
 
+TEST_CASE("gemv normalising x in its blocks (x_norm_weight) equals the launch on records of the normalised rows") {
+  // the reference normalises on the host in float64; the kernel's fp32 sums may round a value the other
+  // way before quantization, one split-int8 step (~1/32000 of the unit's scale) in a few values: the
+  // outputs agree to ~1e-6 of their norm, while a missing or misapplied weight or scale is O(1)
+  Rng rng;
+  struct Shape {
+    GgmlType type;
+    int64_t rows, k;
+  };
+  for (const Shape s :
+       {Shape{GgmlType::q4_k, 3648, 2048}, Shape{GgmlType::q5_k, 37, 2816}, Shape{GgmlType::q6_k, 300, 2816},
+        Shape{GgmlType::q8_0, 2048, 1408}, Shape{GgmlType::q4_0, 70, 32}, Shape{GgmlType::q4_k, 5, 4096}}) {
+    CAPTURE(latte::type_name(s.type));
+    CAPTURE(s.rows);
+    CAPTURE(s.k);
+    const int slots = 3;
+    const Matrix w = random_matrix(s.type, s.rows, s.k, rng);
+    const auto dw = upload(w.bytes);
+    auto x = random_vector(static_cast<size_t>(slots * s.k), rng);
+    for (size_t i = 0; i < x.size(); ++i) x[i] *= 40.0f;  // a residual stream's magnitude
+    const auto gamma = random_vector(static_cast<size_t>(s.k), rng);
+    const float eps = 1e-6f;
+    std::vector<float> xn(x.size());
+    for (int t = 0; t < slots; ++t) {
+      double ss = 0.0;
+      for (int64_t i = 0; i < s.k; ++i) ss += static_cast<double>(x[t * s.k + i]) * x[t * s.k + i];
+      const double inv = 1.0 / std::sqrt(ss / static_cast<double>(s.k) + eps);
+      for (int64_t i = 0; i < s.k; ++i) xn[t * s.k + i] = static_cast<float>(x[t * s.k + i] * inv * gamma[i]);
+    }
+    const auto dx = upload(x), dxn = upload(xn), dgamma = upload(gamma);
+    const auto rec = records_of(dxn, slots, static_cast<int>(s.k));
+    for (int tokens : {1, 3}) {
+      CAPTURE(tokens);
+      latte::cuda::GemvParams p{.type = s.type,
+                                .weight = dw.data(),
+                                .weight_bytes = static_cast<int64_t>(w.bytes.size()),
+                                .n_rows = static_cast<int>(s.rows),
+                                .k = static_cast<int>(s.k),
+                                .x_stride = s.k,
+                                .y_stride = s.rows,
+                                .n_tokens = tokens};
+      const size_t outs = static_cast<size_t>(tokens * s.rows);
+      latte::cuda::DeviceBuffer<float> want(outs), got(outs);
+      poison(want.data(), want.bytes());
+      poison(got.data(), got.bytes());
+      latte::cuda::GemvParams a = p;
+      a.x = dxn.data();
+      a.y = want.data();
+      a.x_q = rec.data();
+      a.x_q_stride = latte::cuda::x_int8_record_bytes(s.k);
+      latte::cuda::gemv_quant(a, nullptr);
+      latte::cuda::GemvParams b = p;
+      b.x = dx.data();
+      b.y = got.data();
+      b.x_quantize = true;
+      b.x_norm_weight = dgamma.data();
+      b.x_norm_eps = eps;
+      latte::cuda::gemv_quant(b, nullptr);
+      const auto gw = download(want.data(), outs), gg = download(got.data(), outs);
+      double diff = 0.0, norm = 0.0;
+      int nan = 0;
+      for (size_t i = 0; i < outs; ++i) {
+        nan += std::isnan(gg[i]);
+        diff += (static_cast<double>(gg[i]) - gw[i]) * (static_cast<double>(gg[i]) - gw[i]);
+        norm += static_cast<double>(gw[i]) * gw[i];
+      }
+      CHECK(nan == 0);
+      const double error = std::sqrt(diff / norm);
+      CHECK_MESSAGE(error <= 1e-5, "relative error " << error);
+    }
+  }
+  // a weight without x_quantize, and a type without the split-int8 GEMV
+  latte::cuda::DeviceBuffer<float> x(256), y(256), g(256);
+  latte::cuda::DeviceBuffer<uint8_t> w(4096 * 4);
+  latte::cuda::GemvParams bad{.type = GgmlType::q8_0,
+                              .weight = w.data(),
+                              .weight_bytes = 4096,
+                              .n_rows = 4,
+                              .k = 256,
+                              .x = x.data(),
+                              .x_stride = 256,
+                              .y = y.data(),
+                              .y_stride = 4,
+                              .x_norm_weight = g.data()};
+  CHECK_THROWS_AS(latte::cuda::gemv_quant(bad, nullptr), latte::Error);
+  bad.type = GgmlType::f16;
+  bad.x_quantize = true;
+  CHECK_THROWS_AS(latte::cuda::gemv_quant(bad, nullptr), latte::Error);
+}
+
 TEST_CASE("rms_norm's int8 record equals quantize_x_int8 of its output, in place and with a residual") {
   Rng rng;
   const int rows = 3;
@@ -680,6 +771,123 @@ TEST_CASE("gemv on split-int8 x: 2-8 tokens in one pass, dense rows, within each
   CHECK_FALSE(latte::cuda::gemv_reads_x_int8(GgmlType::q8_0, 10944, 3));  // built for 4 tokens
   CHECK(latte::cuda::gemv_reads_x_int8(GgmlType::q8_0, 10944, 2));
   CHECK(latte::cuda::gemv_reads_x_int8(GgmlType::q8_0, 10944, 1));
+}
+
+TEST_CASE("gemv routing the token in its blocks (route) equals moe_route then the launch on its choices") {
+  // the same warp function chooses in both, so ids, weights and outputs are bit-equal; ids and weights
+  // are written by the launch itself (poisoned before)
+  Rng rng;
+  struct Rule {
+    int experts, k, groups, groups_used;
+    latte::cuda::MoeGating gating;
+    bool bias, normalize;
+  };
+  for (const Rule rule : {Rule{64, 6, 1, 1, latte::cuda::MoeGating::softmax, false, false},
+                          Rule{256, 8, 8, 4, latte::cuda::MoeGating::sigmoid, true, true},
+                          Rule{16, 2, 1, 1, latte::cuda::MoeGating::softmax, false, true}}) {
+    CAPTURE(rule.experts);
+    CAPTURE(rule.k);
+    const int64_t rows = 96, k = 512;
+    const GgmlType type = GgmlType::q4_k;
+    const Matrix gate = random_matrix(type, rows * rule.experts, k, rng);
+    const Matrix up = random_matrix(type, rows * rule.experts, k, rng);
+    const auto dgate = upload(gate.bytes), dup = upload(up.bytes);
+    const int64_t matrix_bytes = static_cast<int64_t>(latte::row_bytes(type, k)) * rows;
+    const auto logits = random_vector(static_cast<size_t>(rule.experts), rng);
+    const auto bias = random_vector(static_cast<size_t>(rule.experts), rng);
+    const auto dlogits = upload(logits), dbias = upload(bias);
+    const auto x = random_vector(static_cast<size_t>(k), rng);
+    const auto dx = upload(x);
+    for (const bool gated : {true, false}) {
+      CAPTURE(gated);
+      std::vector<float> y_of[2];
+      std::vector<int32_t> ids_of[2];
+      std::vector<float> weights_of[2];
+      for (int fused = 0; fused < 2; ++fused) {
+        latte::cuda::DeviceBuffer<int32_t> ids(static_cast<size_t>(rule.k));
+        latte::cuda::DeviceBuffer<float> weights(static_cast<size_t>(rule.k)), y(static_cast<size_t>(rule.k * rows));
+        poison(ids.data(), ids.bytes());
+        poison(weights.data(), weights.bytes());
+        poison(y.data(), y.bytes());
+        const latte::cuda::MoeRouterParams route{.logits = dlogits.data(),
+                                                 .logits_stride = rule.experts,
+                                                 .n_tokens = 1,
+                                                 .n_experts = rule.experts,
+                                                 .selection_bias = rule.bias ? dbias.data() : nullptr,
+                                                 .gating = rule.gating,
+                                                 .k = rule.k,
+                                                 .n_groups = rule.groups,
+                                                 .groups_used = rule.groups_used,
+                                                 .normalize = rule.normalize,
+                                                 .scale = 1.5f,
+                                                 .ids = ids.data(),
+                                                 .weights = weights.data()};
+        if (fused == 0) latte::cuda::moe_route(route, nullptr);
+        latte::cuda::GemvParams p{.type = type,
+                                  .weight = dgate.data(),
+                                  .weight_up = gated ? dup.data() : nullptr,
+                                  .weight_bytes = static_cast<int64_t>(gate.bytes.size()),
+                                  .matrix_stride_bytes = matrix_bytes,
+                                  .n_rows = static_cast<int>(rows),
+                                  .k = static_cast<int>(k),
+                                  .x = dx.data(),
+                                  .x_stride = k,
+                                  .y = y.data(),
+                                  .y_stride = rows,
+                                  .max_groups = rule.k,
+                                  .choice_ids = ids.data(),
+                                  .x_quantize = true};
+        if (fused == 1) p.route = route;
+        latte::cuda::gemv_quant(p, nullptr);
+        y_of[fused] = download(y.data(), y.size());
+        ids_of[fused] = download(ids.data(), ids.size());
+        weights_of[fused] = download(weights.data(), weights.size());
+      }
+      CHECK(ids_of[0] == ids_of[1]);
+      CHECK(std::memcmp(weights_of[0].data(), weights_of[1].data(), weights_of[0].size() * sizeof(float)) == 0);
+      int differ = 0, nan = 0;
+      for (size_t i = 0; i < y_of[0].size(); ++i) {
+        differ += std::memcmp(&y_of[0][i], &y_of[1][i], sizeof(float)) != 0;
+        nan += std::isnan(y_of[0][i]);
+      }
+      CHECK(nan == 0);
+      CHECK_MESSAGE(differ == 0, differ << " outputs differ");
+      // distinct experts, as the rule picks them
+      std::vector<int32_t> sorted = ids_of[1];
+      std::sort(sorted.begin(), sorted.end());
+      CHECK(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end());
+      CHECK(sorted.front() >= 0);
+      CHECK(sorted.back() < rule.experts);
+    }
+  }
+  // the route must produce the launch's choices, for one token
+  latte::cuda::DeviceBuffer<float> x(512), y(512), logits(64), weights(8);
+  latte::cuda::DeviceBuffer<int32_t> ids(8), other(8);
+  latte::cuda::DeviceBuffer<uint8_t> w(1 << 16);
+  latte::cuda::GemvParams bad{.type = GgmlType::q4_k,
+                              .weight = w.data(),
+                              .weight_bytes = 1 << 16,
+                              .matrix_stride_bytes = 2304,
+                              .n_rows = 8,
+                              .k = 512,
+                              .x = x.data(),
+                              .x_stride = 512,
+                              .y = y.data(),
+                              .y_stride = 8,
+                              .max_groups = 2,
+                              .choice_ids = other.data(),
+                              .x_quantize = true,
+                              .route = {.logits = logits.data(),
+                                        .logits_stride = 64,
+                                        .n_tokens = 1,
+                                        .n_experts = 64,
+                                        .k = 2,
+                                        .ids = ids.data(),
+                                        .weights = weights.data()}};
+  CHECK_THROWS_AS(latte::cuda::gemv_quant(bad, nullptr), latte::Error);
+  bad.choice_ids = ids.data();
+  bad.route.k = 3;
+  CHECK_THROWS_AS(latte::cuda::gemv_quant(bad, nullptr), latte::Error);
 }
 
 TEST_CASE("gemv on split-int8 x: gated groups of several tokens, and choices of several tokens") {
