@@ -4,6 +4,7 @@
 #include "cuda/activations.hpp"
 #include "cuda/check.hpp"
 #include "cuda/device_kv_storage.hpp"
+#include "cuda/env_switch.hpp"
 #include "cuda/flash_prefill.hpp"
 #include "cuda/gemm_bf16.hpp"
 #include "cuda/gemm_quant.hpp"
@@ -467,10 +468,7 @@ class CudaMlaBackend final : public CudaAttentionBackend {
   }
   /// Whether query_targets hands out the cache rows (LATTE_ROPE_WRITES_CACHE=0: the forward appends).
   static bool cache_from_rope() {
-    static const bool on = [] {
-      const char* v = std::getenv("LATTE_ROPE_WRITES_CACHE");
-      return v == nullptr || std::string_view(v) != "0";
-    }();
+    static const bool on = env_switch("LATTE_ROPE_WRITES_CACHE", true);
     return on;
   }
 

@@ -22,6 +22,7 @@
 #include "cuda/device_weights.hpp"
 #include "cuda/dsa_indexer.hpp"
 #include "cuda/embedding.hpp"
+#include "cuda/env_switch.hpp"
 #include "cuda/gemm_quant.hpp"
 #include "cuda/kv_cache_append.hpp"
 #include "cuda/linear.hpp"
@@ -635,15 +636,15 @@ class CudaForward final : public CudaRankForward {
                .x_norm_weight = w.attn_norm,
                .x_norm_eps = c_.rms_norm_eps},
               stream());
-    } else if (w.attn_input) {
-      rms(a.x.data(), H, w.attn_norm, H, T, a.xn.data(), H, xq);
-      if (tap_norm) emit_device(tap, il, {T, H}, a.xn.data(), T, H, H);
-      linear(w.attn_input, a.xn.data(), H, T, a.proj.data(), width, nullptr, xq);
     } else {
       rms(a.x.data(), H, w.attn_norm, H, T, a.xn.data(), H, xq);
       if (tap_norm) emit_device(tap, il, {T, H}, a.xn.data(), T, H, H);
-      linear(w.attn_query, a.xn.data(), H, T, a.proj.data() + layout_.query_offset, width, nullptr, xq);
-      linear(w.attn_kv_a, a.xn.data(), H, T, a.proj.data() + layout_.latent_offset, width, nullptr, xq);
+      if (w.attn_input) {
+        linear(w.attn_input, a.xn.data(), H, T, a.proj.data(), width, nullptr, xq);
+      } else {
+        linear(w.attn_query, a.xn.data(), H, T, a.proj.data() + layout_.query_offset, width, nullptr, xq);
+        linear(w.attn_kv_a, a.xn.data(), H, T, a.proj.data() + layout_.latent_offset, width, nullptr, xq);
+      }
     }
     // q before rotation comes from q_b (q_lora_rank > 0) or straight from the projection row (q_src),
     // which the rope launch copies into a.q while rotating it, k_pe into k_rope too: one launch
@@ -844,10 +845,7 @@ class CudaForward final : public CudaRankForward {
   /// Whether one-token MoE steps route inside the first expert GEMV (GemvParams::route) instead of a
   /// moe_route launch before it (LATTE_MOE_ROUTE_IN_GEMV=0: never).
   static bool route_in_gemv() {
-    static const bool on = [] {
-      const char* v = std::getenv("LATTE_MOE_ROUTE_IN_GEMV");
-      return v == nullptr || std::string_view(v) != "0";
-    }();
+    static const bool on = env_switch("LATTE_MOE_ROUTE_IN_GEMV", true);
     return on;
   }
 
@@ -855,10 +853,7 @@ class CudaForward final : public CudaRankForward {
   /// decode path's; side_linear_ and buffers of its own, nothing shared with the main stream but read-only
   /// inputs; LATTE_MOE_CONCURRENT_SHARED=0: no).
   bool concurrent_shared(int T) const {
-    static const bool on = [] {
-      const char* v = std::getenv("LATTE_MOE_CONCURRENT_SHARED");
-      return v == nullptr || std::string_view(v) != "0";
-    }();
+    static const bool on = env_switch("LATTE_MOE_CONCURRENT_SHARED", true);
     return on && T <= moe_gemv_tokens() && act_.shared_out.size() >= static_cast<size_t>(T) * c_.n_embd;
   }
 

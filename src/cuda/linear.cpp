@@ -2,6 +2,7 @@
 
 #include "cuda/activations.hpp"
 #include "cuda/check.hpp"
+#include "cuda/env_switch.hpp"
 #include "cuda/gemm_bf16.hpp"
 #include "cuda/gemm_quant.hpp"
 #include "cuda/gemv_quant.hpp"
@@ -12,8 +13,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
-#include <string_view>
 
 namespace latte::cuda {
 
@@ -64,10 +63,7 @@ void Linear::residual_into_y(const DeviceMatrix& w, const LinearCall& c, cudaStr
 }
 
 bool linear_normalises(const DeviceMatrix& w) {
-  static const bool on = [] {
-    const char* v = std::getenv("LATTE_GEMV_NORM");
-    return v != nullptr && std::string_view(v) == "1";
-  }();
+  static const bool on = env_switch("LATTE_GEMV_NORM", false);
   return on && w && gemv_self_quantize() && gemv_reads_x_int8(w.type, w.k, 1);
 }
 
