@@ -165,6 +165,7 @@ class CudaForward final : public CudaRankForward {
   }
 
   [[nodiscard]] void* stream_handle() const noexcept override { return stream_.get(); }
+  [[nodiscard]] bool writes_logit_rows() const noexcept override { return communicator_ == nullptr; }
 
   /// Everything a step runs on the stream, from the staged inputs to the logits in pinned memory.
   void enqueue(const detail::ForwardBatch& batch) {
@@ -1020,21 +1021,30 @@ class CudaForward final : public CudaRankForward {
 
   void finish_logits(const detail::ForwardBatch& batch) {
     stream_.synchronize();
-    if (batch.logits == nullptr) return;  // a tensor-parallel rank other than 0
-    const size_t n = batch.logit_rows.size() * static_cast<size_t>(c_.n_vocab);
-    if (n && vocab_slice_ > 0) {
+    const bool to_rows = !batch.logit_dest.empty();
+    if (batch.logits == nullptr && !to_rows) return;  // a tensor-parallel rank other than 0
+    const size_t n_out = batch.logit_rows.size(), vocab = static_cast<size_t>(c_.n_vocab);
+    if (to_rows && batch.logit_dest.size() != n_out) {
+      throw Error(ErrorCode::internal, "cuda forward: " + std::to_string(batch.logit_dest.size()) +
+                                           " logit destinations for " + std::to_string(n_out) + " logit rows");
+    }
+    // where logit row i goes: its own destination, or row i of the contiguous output
+    auto row = [&](size_t i) { return to_rows ? batch.logit_dest[i] : batch.logits + i * vocab; };
+    if (n_out && vocab_slice_ > 0) {
       // [ranks, n_out, slice] -> [n_out, ranks * slice]
-      const size_t n_out = batch.logit_rows.size(), slice = static_cast<size_t>(vocab_slice_);
-      const size_t ranks = static_cast<size_t>(c_.n_vocab) / slice;
+      const size_t slice = static_cast<size_t>(vocab_slice_);
+      const size_t ranks = vocab / slice;
       for (size_t r = 0; r < ranks; ++r) {
         for (size_t i = 0; i < n_out; ++i) {
-          std::memcpy(batch.logits + i * c_.n_vocab + r * slice, logits_host_.data() + (r * n_out + i) * slice,
-                      slice * sizeof(float));
+          std::memcpy(row(i) + r * slice, logits_host_.data() + (r * n_out + i) * slice, slice * sizeof(float));
         }
       }
-    } else if (n) {
-      std::memcpy(batch.logits, logits_host_.data(), n * sizeof(float));
+    } else if (to_rows) {
+      for (size_t i = 0; i < n_out; ++i) std::memcpy(row(i), logits_host_.data() + i * vocab, vocab * sizeof(float));
+    } else if (n_out) {
+      std::memcpy(batch.logits, logits_host_.data(), n_out * vocab * sizeof(float));
     }
+    const size_t n = batch.logits != nullptr ? n_out * vocab : 0;  // the logits tap reads the contiguous output
     std::string tap;
     if (n && tapping(-1, "logits", tap)) {
       taps_->emit(tap, -1, {static_cast<int64_t>(batch.logit_rows.size()), c_.n_vocab}, batch.logits);

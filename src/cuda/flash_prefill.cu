@@ -1,10 +1,14 @@
 // Flash-attention prefill (FlashAttention-2 style); see flash_prefill.hpp for the contract.
 //
-// One CTA (4 warps) per (64-query tile, head); warp w owns query rows 16w..16w+15 of the tile. Per
+// One CTA (4 warps) per (64-query tile, head, key split); warp w owns query rows 16w..16w+15 of the tile. Per
 // 64-key tile: S = Q K^T (mma.m16n8k16, Q and K from shared memory through ldmatrix), causal / sparse
 // mask, online softmax in registers, P reused from the accumulators as the A operand of O += P V.
 // Single K and V buffers: V_j streams in while S_j is computed, K_{j+1} while P_j V_j is.
 // Query tiles are launched heaviest (latest) first so the causal tail does not straggle.
+// With a workspace, the keys of a (tile, head) are split into ranges of whole key tiles, each its own CTA;
+// each writes its normalised partial output and LSE, and split_kv_combine merges them (flash-decoding).
+// Measured on an H200 before splitting: 512 queries of 16 heads at depth 16384 took 1.31 ms (66 TFLOP/s):
+// 128 CTAs, one per SM, each walking 264 key tiles with one tile of loads in flight.
 //
 // Back-of-envelope, DeepSeek-V3 dims (N=128, 192/128), 512 queries at depth 16384 (H200):
 //   FLOPs = 2 * 128 * 512 * 16640 * 320 = 0.70 TFLOP -> ~1.1 ms at ~650 TFLOP/s (mma.sync ceiling);
@@ -15,7 +19,9 @@
 #include "cuda/check.hpp"
 #include "cuda/kv_cache_layout.cuh"
 #include "cuda/launch.cuh"
+#include "cuda/split_kv_combine.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -64,10 +70,20 @@ __device__ __forceinline__ void load_cache_rows(bf16* dst, const PagedRows<const
   }
 }
 
+/// One launch: the parameters and the key split (blockIdx.z) of each CTA.
+struct PrefillLaunch {
+  FlashPrefillParams p;
+  int splits;           ///< CTAs per (query tile, head) along the keys
+  int split_keys;       ///< keys per split, a multiple of the key tile
+  float* partial_out;   ///< splits > 1: [n_queries * n_heads, splits, head_dim_v] normalised partial outputs
+  float* partial_lse;   ///< splits > 1: [n_queries * n_heads, splits] natural-log LSE (-inf: no key)
+};
+
 template <class Tr>
-__global__ void __launch_bounds__(Tr::kThreads, 2) flash_prefill_kernel(const FlashPrefillParams p) {
+__global__ void __launch_bounds__(Tr::kThreads, 2) flash_prefill_kernel(const PrefillLaunch L) {
   wait_for_producers();  // see launch.cuh
   allow_dependents();
+  const FlashPrefillParams& p = L.p;
   extern __shared__ __align__(16) unsigned char smem[];
   bf16* q_s = reinterpret_cast<bf16*>(smem);                              // [kBlockM][kQkRow]
   bf16* k_s = reinterpret_cast<bf16*>(smem + Tr::kQBytes);                // [kBlockN][kQkRow]
@@ -82,11 +98,16 @@ __global__ void __launch_bounds__(Tr::kThreads, 2) flash_prefill_kernel(const Fl
   const int m0 = q_tile * Tr::kBlockM;
   const int n_keys = p.pos0 + p.n_queries;
   const int key_end = min(n_keys, p.pos0 + m0 + Tr::kBlockM);  // keys any query of this tile sees
-  const int n_key_tiles = (key_end + Tr::kBlockN - 1) / Tr::kBlockN;
+  // this CTA's keys: [key_begin, key_stop), whole key tiles (split_keys is a multiple of kBlockN)
+  const int split = blockIdx.z;
+  const int key_begin = split * L.split_keys;
+  const int key_stop = min(key_end, key_begin + L.split_keys);
+  const int n_key_tiles = key_stop > key_begin ? (key_stop - key_begin + Tr::kBlockN - 1) / Tr::kBlockN : 0;
   const float score_scale = p.scale * kLog2e;
 
-  // Queries (rows past n_queries are zero) and the first key tile: one copy group.
-  {
+  // Queries (rows past n_queries are zero) and the first key tile: one copy group (none for a split
+  // without keys: it only writes its empty partial result).
+  if (n_key_tiles > 0) {
     constexpr int kChunks = Tr::kDimQk / 8;
     for (int c = threadIdx.x; c < Tr::kBlockM * kChunks; c += Tr::kThreads) {
       const int r = c / kChunks;
@@ -96,9 +117,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 2) flash_prefill_kernel(const Fl
           valid ? p.q + static_cast<int64_t>(m0 + r) * p.q_token_stride + h * p.q_head_stride + col * 8 : p.q;
       mma::cp_async_16(q_s + r * Tr::kQkRow + col * 8, src, valid);
     }
+    load_cache_rows<Tr::kDimQk, Tr::kQkRow, Tr::kThreads>(k_s, p.k_cache, p.cache_batch, h, key_begin, n_keys,
+                                                          Tr::kBlockN);
+    mma::cp_async_commit();
   }
-  load_cache_rows<Tr::kDimQk, Tr::kQkRow, Tr::kThreads>(k_s, p.k_cache, p.cache_batch, h, 0, n_keys, Tr::kBlockN);
-  mma::cp_async_commit();
 
   int query_index[2], query_pos[2];
   for (int half = 0; half < 2; ++half) {
@@ -118,7 +140,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 2) flash_prefill_kernel(const Fl
   float l_run[2] = {0.0f, 0.0f};
 
   for (int j = 0; j < n_key_tiles; ++j) {
-    const int key0 = j * Tr::kBlockN;
+    const int key0 = key_begin + j * Tr::kBlockN;
     mma::cp_async_wait<0>();
     __syncthreads();  // K_j (and Q) landed; every warp is done with V_{j-1}
     load_cache_rows<Tr::kDimV, Tr::kVRow, Tr::kThreads>(v_s, p.v_cache, p.cache_batch, h, key0, n_keys, Tr::kBlockN);
@@ -219,6 +241,17 @@ __global__ void __launch_bounds__(Tr::kThreads, 2) flash_prefill_kernel(const Fl
     if (t >= p.n_queries) continue;
     const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
     const int64_t row = static_cast<int64_t>(t) * p.n_heads + h;
+    const float lse = l > 0.0f ? (m_run[half] + log2f(l)) * kLn2 : -INFINITY;
+    if (L.splits > 1) {  // this split's normalised part; split_kv_combine weighs it by exp(lse - total)
+      const int64_t part = row * L.splits + split;
+#pragma unroll
+      for (int n = 0; n < Tr::kOutTiles; ++n) {
+        *reinterpret_cast<float2*>(L.partial_out + part * Tr::kDimV + n * 8 + 2 * tq) =
+            make_float2(o[n][2 * half] * inv_l, o[n][2 * half + 1] * inv_l);
+      }
+      if (tq == 0) L.partial_lse[part] = lse;
+      continue;
+    }
 #pragma unroll
     for (int n = 0; n < Tr::kOutTiles; ++n) {
       const int64_t index = row * Tr::kDimV + n * 8 + 2 * tq;
@@ -230,12 +263,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 2) flash_prefill_kernel(const Fl
         *reinterpret_cast<__nv_bfloat162*>(static_cast<bf16*>(p.out) + index) = __floats2bfloat162_rn(x, y);
       }
     }
-    if (p.lse != nullptr && tq == 0) p.lse[row] = l > 0.0f ? (m_run[half] + log2f(l)) * kLn2 : -INFINITY;
+    if (p.lse != nullptr && tq == 0) p.lse[row] = lse;
   }
 }
 
 struct PrefillKernel {
-  void (*kernel)(FlashPrefillParams);
+  void (*kernel)(PrefillLaunch);
   size_t smem_bytes;
   int threads;
 };
@@ -268,7 +301,70 @@ __global__ void build_key_mask_kernel(const KeyMaskParams p) {
   for (int w = threadIdx.x; w < p.mask_stride; w += blockDim.x) out[w] = w < words ? row_bits[w] : 0u;
 }
 
+/// Key tiles of the (tile, head) that sees the most keys: the last query tile's.
+int max_key_tiles(const FlashPrefillParams& p) {
+  const int64_t n_keys = static_cast<int64_t>(p.pos0) + p.n_queries;
+  return static_cast<int>((n_keys + 63) / 64);
+}
+
+/// The split plan: `splits` CTAs per (tile, head), `split_keys` keys each (a multiple of the key tile).
+struct SplitPlan {
+  int splits = 1;
+  int split_keys = 0;
+};
+
+SplitPlan plan_splits(const FlashPrefillParams& p) {
+  const PrefillKernel k = kernel_for(p.head_dim_qk, p.head_dim_v);
+  const int tiles = max_key_tiles(p);
+  SplitPlan plan{.splits = 1, .split_keys = tiles * 64};
+  // (the combine takes at most 65535 rows: longer chunks of many heads fill the device without splits)
+  if (k.kernel == nullptr || p.n_queries < 1 || p.n_heads < 1 || tiles < 2 ||
+      static_cast<int64_t>(p.n_queries) * p.n_heads > 65535) {
+    return plan;
+  }
+  int best = 1;
+  if (p.splits > 0) {
+    best = std::min(p.splits, tiles);
+  } else {
+    int device = 0, sm_count = 0, per_sm = 0;
+    LATTE_CUDA_CHECK(cudaGetDevice(&device));
+    LATTE_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
+    LATTE_CUDA_CHECK(
+        cudaFuncSetAttribute(k.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(k.smem_bytes)));
+    LATTE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k.kernel, k.threads, k.smem_bytes));
+    const int64_t slots = static_cast<int64_t>(std::max(1, sm_count)) * std::max(1, per_sm);
+    const int64_t base = static_cast<int64_t>((p.n_queries + 63) / 64) * p.n_heads;
+    // Cost in key-tile times: waves of CTAs times the tiles each walks (+2 for its start: queries, first
+    // tile), plus the combine (~3 tile times: it reads and writes every output value once per split).
+    double best_cost = 1e300;
+    for (int s = 1; s <= std::min(tiles, 64); ++s) {
+      const int per_split = (tiles + s - 1) / s;
+      if ((tiles + per_split - 1) / per_split != s) continue;  // would leave a split without keys everywhere
+      const int64_t waves = (base * s + slots - 1) / slots;
+      const double cost = static_cast<double>(waves) * (per_split + 2) + (s > 1 ? 3.0 : 0.0);
+      if (cost < best_cost) {
+        best_cost = cost;
+        best = s;
+      }
+    }
+  }
+  const int per_split = (tiles + best - 1) / best;
+  plan.split_keys = per_split * 64;
+  plan.splits = (tiles + per_split - 1) / per_split;
+  return plan;
+}
+
+size_t workspace_bytes_for(const FlashPrefillParams& p, int splits) {
+  if (splits <= 1) return 0;
+  const size_t rows = static_cast<size_t>(p.n_queries) * static_cast<size_t>(p.n_heads);
+  return rows * static_cast<size_t>(splits) * (static_cast<size_t>(p.head_dim_v) + 1) * sizeof(float);
+}
+
 }  // namespace
+
+int flash_prefill_splits(const FlashPrefillParams& p) { return plan_splits(p).splits; }
+
+size_t flash_prefill_workspace_bytes(const FlashPrefillParams& p) { return workspace_bytes_for(p, plan_splits(p).splits); }
 
 void run_flash_prefill(const FlashPrefillParams& p, cudaStream_t stream) {
   const std::string what = "flash_prefill(T " + std::to_string(p.n_queries) + ", pos0 " + std::to_string(p.pos0) +
@@ -299,10 +395,39 @@ void run_flash_prefill(const FlashPrefillParams& p, cudaStream_t stream) {
   require(k.smem_bytes <= static_cast<size_t>(max_smem), ErrorCode::unsupported,
           what + ": needs " + std::to_string(k.smem_bytes) + " bytes of shared memory per block, the device allows " +
               std::to_string(max_smem));
+  fail_unless(p.splits >= 0, "splits must not be negative");
   LATTE_CUDA_CHECK(
       cudaFuncSetAttribute(k.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(k.smem_bytes)));
-  const dim3 grid((p.n_queries + 63) / 64, p.n_heads);
-  launch_kernel(k.kernel, grid, k.threads, k.smem_bytes, stream, p);
+  PrefillLaunch launch{.p = p, .splits = 1, .split_keys = max_key_tiles(p) * 64, .partial_out = nullptr,
+                       .partial_lse = nullptr};
+  if (p.workspace != nullptr) {
+    const SplitPlan plan = plan_splits(p);
+    const size_t need = workspace_bytes_for(p, plan.splits);
+    fail_unless(reinterpret_cast<uintptr_t>(p.workspace) % 16 == 0 && p.workspace_bytes >= need,
+                "needs a 16-byte aligned workspace of " + std::to_string(need) + " bytes, got " +
+                    std::to_string(p.workspace_bytes));
+    if (plan.splits > 1) {
+      const size_t rows = static_cast<size_t>(p.n_queries) * static_cast<size_t>(p.n_heads);
+      launch.splits = plan.splits;
+      launch.split_keys = plan.split_keys;
+      launch.partial_out = static_cast<float*>(p.workspace);
+      launch.partial_lse = launch.partial_out + rows * static_cast<size_t>(plan.splits) * p.head_dim_v;
+    }
+  }
+  fail_unless(launch.splits <= 65535, "too many key splits for one launch");
+  const dim3 grid((p.n_queries + 63) / 64, p.n_heads, launch.splits);
+  launch_kernel(k.kernel, grid, k.threads, k.smem_bytes, stream, launch);
+  if (launch.splits > 1) {
+    run_split_kv_combine({.partial_out = launch.partial_out,
+                          .partial_lse = launch.partial_lse,
+                          .rows = p.n_queries * p.n_heads,
+                          .splits = launch.splits,
+                          .dim = p.head_dim_v,
+                          .out_type = p.out_type,
+                          .out = p.out,
+                          .lse = p.lse},
+                         stream);
+  }
 }
 
 void run_build_key_mask(const KeyMaskParams& p, cudaStream_t stream) {

@@ -41,12 +41,26 @@ struct FlashPrefillParams {
   AttnOutputType out_type = AttnOutputType::f32;
   void* out = nullptr;   ///< [n_queries, n_heads, head_dim_v] fp32 or bf16, contiguous
   float* lse = nullptr;  ///< [n_queries, n_heads] natural-log LSE, or nullptr
+  /// Split keys: with a workspace of at least flash_prefill_workspace_bytes(params) bytes (16-byte aligned),
+  /// each (query tile, head) runs as up to `splits` CTAs over consecutive key ranges and run_split_kv_combine
+  /// merges their partial results (a chunk of few query tiles, e.g. 512 queries of 16 heads, otherwise
+  /// fills 128 CTAs, one per SM, each walking every key tile at depth). Null: one CTA per (tile, head).
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  int32_t splits = 0;  ///< most key splits; 0: chosen for the device and the shape
 };
+
+/// Key splits run_flash_prefill takes for `params` when given a workspace (1: none). Depends on the shape,
+/// params.splits and the current device only.
+int flash_prefill_splits(const FlashPrefillParams& params);
+/// Workspace bytes those splits need (0 for one split): n_queries * n_heads * splits * (head_dim_v + 1) floats.
+size_t flash_prefill_workspace_bytes(const FlashPrefillParams& params);
 
 /// Runs the prefill on `stream`; throws Error(invalid_argument) on a violated precondition
 /// (Error(unsupported) when the device has too little shared memory per block).
 /// FLOPs: ~ 2 * N * T * (pos0 + T/2) * (qk + v) (causal). Bytes: K/V of positions < pos0 + T for every
-/// head, read once per 64-query tile (the tiles of one head run side by side and share L2).
+/// head, read once per 64-query tile (the tiles of one head run side by side and share L2); with splits,
+/// the partial outputs written and read again (8 bytes per output value and split).
 void run_flash_prefill(const FlashPrefillParams& params, cudaStream_t stream);
 
 /// Turns per-query position lists into the key mask of FlashPrefillParams.

@@ -72,6 +72,9 @@ struct ForwardBatch {
   std::span<const BatchSequence> sequences;  ///< cover rows [0, T) in order
   std::span<const int> logit_rows;           ///< batch rows whose logits are wanted
   float* logits = nullptr;                   ///< [logit_rows.size(), n_vocab]
+  /// Optional, for passes whose writes_logit_rows() is true: logit row i goes to logit_dest[i] (n_vocab
+  /// floats) instead of logits + i * n_vocab (a batch of sequences, each row straight into its session).
+  std::span<float* const> logit_dest{};
   const TapSink* taps = nullptr;             ///< activation taps to emit, or null
   /// CPU passes: decisions to take instead of their own, each checked and recorded there
   /// (model/forced_decisions.hpp; batches of one sequence only); null: the pass's own.
@@ -83,6 +86,8 @@ class ForwardPass {
  public:
   virtual ~ForwardPass() = default;
   virtual void run(const ForwardBatch& batch) = 0;
+  /// Whether run() honours ForwardBatch::logit_dest (else the caller passes contiguous `logits`).
+  [[nodiscard]] virtual bool writes_logit_rows() const noexcept { return false; }
 };
 
 }  // namespace latte::detail

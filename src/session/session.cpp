@@ -249,7 +249,9 @@ void eval_batch(std::span<Session* const> sessions, std::span<const std::span<co
   std::vector<detail::BatchSequence> step_seqs;    // the sequences with rows in this step
   std::vector<int> logit_rows;                     // batch rows whose logits are wanted
   std::vector<std::pair<size_t, int>> logit_dest;  // per logit row: (session, its logits row)
-  std::vector<float> step_logits;                  // [logit_rows.size(), n_vocab]
+  std::vector<float*> dest_rows;                   // per logit row: where the pass writes it
+  const bool direct = runner.forward->writes_logit_rows();
+  std::vector<float>& step_logits = runner.batch_logits;  // [logit_rows.size(), n_vocab] when not direct
   try {
     size_t next = 0;  // first session with tokens left
     while (next < n_seq) {
@@ -279,13 +281,22 @@ void eval_batch(std::span<Session* const> sessions, std::span<const std::span<co
         done[i] += take;
         budget -= take;
       }
-      step_logits.resize(logit_rows.size() * n_vocab);
-      runner.forward->run(
-          {.tokens = step_tokens, .sequences = step_seqs, .logit_rows = logit_rows, .logits = step_logits.data()});
-      for (size_t r = 0; r < logit_dest.size(); ++r) {
+      auto dest = [&](size_t r) {
         const auto [i, row] = logit_dest[r];
-        std::memcpy(sessions[i]->impl_->logits.data() + static_cast<size_t>(row) * n_vocab,
-                    step_logits.data() + r * n_vocab, n_vocab * sizeof(float));
+        return sessions[i]->impl_->logits.data() + static_cast<size_t>(row) * n_vocab;
+      };
+      if (direct) {  // each row straight into its session: no step-sized buffer, one copy
+        dest_rows.resize(logit_dest.size());
+        for (size_t r = 0; r < logit_dest.size(); ++r) dest_rows[r] = dest(r);
+        runner.forward->run(
+            {.tokens = step_tokens, .sequences = step_seqs, .logit_rows = logit_rows, .logit_dest = dest_rows});
+      } else {
+        step_logits.resize(logit_rows.size() * n_vocab);
+        runner.forward->run(
+            {.tokens = step_tokens, .sequences = step_seqs, .logit_rows = logit_rows, .logits = step_logits.data()});
+        for (size_t r = 0; r < logit_dest.size(); ++r) {
+          std::memcpy(dest(r), step_logits.data() + r * n_vocab, n_vocab * sizeof(float));
+        }
       }
       while (next < n_seq && done[next] == static_cast<int>(tokens[next].size())) ++next;
     }

@@ -86,6 +86,9 @@ struct Session::Impl {
   std::unique_ptr<detail::ForwardPass> forward;
   std::vector<Token> tokens;  // [cache.n_tokens()] the ids whose rows the cache holds, in order
   std::vector<float> logits;  // [n_logit_rows, n_vocab]
+  /// eval_batch's logits of one step when the pass cannot write rows into the sessions (kept between
+  /// calls: a batch of 128 rows is 66 MB, freshly faulted in on every step when allocated per call).
+  std::vector<float> batch_logits;
   int n_last = 0;             // tokens of the last eval (0: no logits held)
   bool have_all_logits = false;
   TapObserver tap_observer;

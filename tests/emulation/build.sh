@@ -6,6 +6,7 @@
 #   LATTE_EMU_ONLY=fused tests/emulation/build.sh DIR                  (only the fused decode step)
 #   LATTE_EMU_ONLY=gemv tests/emulation/build.sh DIR                   (only the GEMV kernels)
 #   LATTE_EMU_ONLY=decode-attention tests/emulation/build.sh DIR       (only the decode attention kernels)
+#   LATTE_EMU_ONLY=prefill tests/emulation/build.sh DIR                (only the flash prefill kernel)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -62,6 +63,12 @@ fi
 if [ "${LATTE_EMU_ONLY:-}" = gemv ]; then
   kernels=(gemv_quant gemv_quant_float gemv_quant_legacy gemv_quant_kquants x_int8 norms moe_router)
   tests=("$here/gemv_test.cpp" "$root"/tests/gpu/gemv_int8_test.cpp)
+  sources=("${sources[@]/*decode_step.cpp/}")
+fi
+# LATTE_EMU_ONLY=prefill: only the flash prefill kernel, its split combine and its test
+if [ "${LATTE_EMU_ONLY:-}" = prefill ]; then
+  kernels=(split_kv_combine flash_prefill)
+  tests=("$root"/tests/gpu/attention_flash_prefill.cpp)
   sources=("${sources[@]/*decode_step.cpp/}")
 fi
 # Kernel headers that declare dynamic shared memory are translated too, next to the translated .cu files:

@@ -5,6 +5,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <latte/error.hpp>
 
@@ -24,6 +25,7 @@ struct PrefillCase {
   int top_k = 0;      // > 0: sparse (index lists turned into a key mask on the device)
   float scale = 0.07f;
   bool bf16_out = false;
+  int splits = 0;  // 0: no workspace (one CTA per tile and head); n > 0: at most n key splits; -1: automatic
 };
 
 void check_prefill_case(const PrefillCase& c) {
@@ -156,13 +158,27 @@ void check_prefill_case(const PrefillCase& c) {
   params.out_type = c.bf16_out ? AttnOutputType::bf16 : AttnOutputType::f32;
   params.out = out_device.data();
   params.lse = lse_device.data();
+  std::string split_note;
+  latte::cuda::DeviceBuffer<char> workspace(1);
+  if (c.splits != 0) {
+    params.splits = std::max(c.splits, 0);
+    const int splits = latte::cuda::flash_prefill_splits(params);
+    if (c.splits > 1) CHECK_MESSAGE(splits > 1, label << ": the split path did not run");
+    const size_t bytes = latte::cuda::flash_prefill_workspace_bytes(params);
+    workspace = latte::cuda::DeviceBuffer<char>(std::max<size_t>(bytes, 16));
+    poison(workspace.data(), workspace.size());
+    params.workspace = workspace.data();
+    params.workspace_bytes = bytes;
+    split_note = " (" + std::to_string(splits) + " key splits)";
+  }
   latte::cuda::run_flash_prefill(params, nullptr);
   const std::vector<float> out = download_as_float(out_device.data(), n_out, c.bf16_out);
   const std::vector<float> lse = download(lse_device.data(), static_cast<size_t>(T) * N);
 
   const Comparison out_cmp = compare(out, ref_out, 0.05 * rms(ref_out));
   const Comparison lse_cmp = compare(lse, ref_lse, 5e-3);
-  const std::string summary = label + "\n  " + out_cmp.describe("out") + "\n  " + lse_cmp.describe("lse");
+  const std::string summary =
+      label + split_note + "\n  " + out_cmp.describe("out") + "\n  " + lse_cmp.describe("lse");
   if (out_cmp.rel_l2 < 1e-2 && !out_cmp.has_bad() && !lse_cmp.has_bad()) {
     MESSAGE(summary);
   } else {
@@ -201,6 +217,25 @@ TEST_CASE("flash prefill is causal attention from pos0 (DeepSeek and GLM-5 head 
   });
 }
 
+TEST_CASE("flash prefill with the keys split over several CTAs equals the reference") {
+  check_all({
+      {.name = "130 queries at depth 1000, 3 splits", .n_queries = 130, .pos0 = 1000, .splits = 3},
+      {.name = "70 queries at depth 0, 2 splits (the diagonal in the last)", .n_queries = 70, .splits = 2},
+      {.name = "one query at depth 4096, 7 splits", .n_heads = 16, .n_queries = 1, .pos0 = 4096, .splits = 7},
+      {.name = "200 queries at depth 3000, automatic plan", .n_heads = 2, .n_queries = 200, .pos0 = 3000, .splits = -1},
+      {.name = "glm-5 dims, 63 queries at depth 700, 5 splits",
+       .dim_qk = 256,
+       .dim_v = 256,
+       .n_queries = 63,
+       .pos0 = 700,
+       .splits = 5},
+      {.name = "bf16 output, 4 splits", .n_queries = 70, .pos0 = 500, .bf16_out = true, .splits = 4},
+      {.name = "paged, page 48, 6 splits", .n_queries = 90, .pos0 = 900, .page_size = 48, .splits = 6},
+      {.name = "more splits than key tiles", .n_queries = 20, .pos0 = 100, .splits = 40},
+      {.name = "sparse top_k 64 at depth 1500, 4 splits", .n_queries = 70, .pos0 = 1500, .top_k = 64, .splits = 4},
+  });
+}
+
 TEST_CASE("sparse flash prefill attends exactly the listed positions") {
   check_all({
       {.name = "top_k 64 at depth 500", .n_queries = 70, .pos0 = 500, .top_k = 64},
@@ -224,4 +259,31 @@ TEST_CASE("flash prefill rejects unsupported shapes with latte::Error") {
   CHECK_THROWS_AS(latte::cuda::run_flash_prefill(p, nullptr), latte::Error);
   p.head_dim_v = 128;
   CHECK_THROWS_AS(latte::cuda::run_flash_prefill(p, nullptr), latte::Error);  // null pointers
+}
+
+TEST_CASE("flash prefill rejects a workspace smaller than its split plan with latte::Error") {
+  latte::cuda::DeviceBuffer<uint16_t> q(4 * 192), k(1000 * 4 * 192), v(1000 * 4 * 128);
+  latte::cuda::DeviceBuffer<float> out(4 * 128), ws(64);
+  latte::cuda::FlashPrefillParams p;
+  p.q = reinterpret_cast<const __nv_bfloat16*>(q.data());
+  p.q_token_stride = 4 * 192;
+  p.q_head_stride = 192;
+  p.k_cache = {.data = reinterpret_cast<const __nv_bfloat16*>(k.data()), .token_stride = 4 * 192, .head_stride = 192};
+  p.v_cache = {.data = reinterpret_cast<const __nv_bfloat16*>(v.data()), .token_stride = 4 * 128, .head_stride = 128};
+  p.n_queries = 1;
+  p.pos0 = 999;
+  p.n_heads = 4;
+  p.head_dim_qk = 192;
+  p.head_dim_v = 128;
+  p.scale = 0.07f;
+  p.out = out.data();
+  p.splits = 4;
+  REQUIRE(latte::cuda::flash_prefill_splits(p) == 4);
+  REQUIRE(latte::cuda::flash_prefill_workspace_bytes(p) == size_t{4} * 4 * (128 + 1) * sizeof(float));
+  p.workspace = ws.data();
+  p.workspace_bytes = ws.bytes();  // 256 bytes: too small
+  CHECK_THROWS_AS(latte::cuda::run_flash_prefill(p, nullptr), latte::Error);
+  p.splits = -1;
+  p.workspace_bytes = 1 << 20;
+  CHECK_THROWS_AS(latte::cuda::run_flash_prefill(p, nullptr), latte::Error);  // negative splits
 }

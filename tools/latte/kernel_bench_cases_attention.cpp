@@ -162,6 +162,9 @@ KernelBenchCase flash_prefill_case(int queries, int pos0, int heads, int kQk = 1
                                              .out_type = cuda::AttnOutputType::bf16};
             cuda::FlashPrefillParams p =
                 cuda::flash_prefill_params(shape, queries, {.q = q, .k = ks[0], .v = vs[0], .out = out});
+            // the keys split over several CTAs where the plan chooses to, as the model's prefill runs it
+            p.workspace_bytes = cuda::flash_prefill_workspace_bytes(p);
+            if (p.workspace_bytes > 0) p.workspace = ctx.device_alloc(p.workspace_bytes);
             finish_fills();
             return [=](cudaStream_t s, int rep) mutable {
               p.k_cache.data = ks[rep % ks.size()];
