@@ -193,6 +193,11 @@ __global__ void __launch_bounds__(128) gemm_kernel(const QuantGemmParams p) {
       for (int e = 0; e < 4; ++e) acc[mi][nj][e] = 0.0f;
 
   const int wm = warp / 2, wn = warp % 2;  // warp tile: rows 32 wm.., weight rows 32 wn..
+  // m16 blocks of this warp holding a row of the tile: a MoE tile of a decode-sized batch has a few rows
+  // of its expert (128 tokens x 6 of 64 experts: ~12), so most blocks multiply only zero rows; theirs are
+  // skipped (warp-uniform: the ldmatrix and mma of a warp run together). Zero rows' results are never stored.
+  const int tile_rows = row_end - row_begin;
+  const bool live[2] = {32 * wm < tile_rows, 32 * wm + 16 < tile_rows};
 
   issue_tile(0, 0);
   cp_async_commit();
@@ -214,11 +219,12 @@ __global__ void __launch_bounds__(128) gemm_kernel(const QuantGemmParams p) {
     const __nv_bfloat16* b_tile = b_smem + (Tr::direct_bf16 ? s * Tr::bn * Tr::lds : 0);
 #pragma unroll
     for (int kk = 0; kk < Tr::bk; kk += 16) {
+      if (!live[0]) break;  // no row of the tile in this warp's 32
       uint32_t a_frag[2][4], b_frag[2][4];
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi) {
         const int row = 32 * wm + 16 * mi + (lane % 8) + 8 * ((lane / 8) % 2);
-        ldmatrix_x4(a_frag[mi], a_tile + row * Tr::lds + kk + 8 * (lane / 16));
+        if (live[mi]) ldmatrix_x4(a_frag[mi], a_tile + row * Tr::lds + kk + 8 * (lane / 16));
       }
 #pragma unroll
       for (int nb = 0; nb < 2; ++nb) {  // 16 weight rows each: n-fragments 2 nb and 2 nb + 1
@@ -226,10 +232,12 @@ __global__ void __launch_bounds__(128) gemm_kernel(const QuantGemmParams p) {
         ldmatrix_x4(b_frag[nb], b_tile + row * Tr::lds + kk + 8 * ((lane / 8) % 2));
       }
 #pragma unroll
-      for (int mi = 0; mi < 2; ++mi)
+      for (int mi = 0; mi < 2; ++mi) {
+        if (!live[mi]) continue;
 #pragma unroll
         for (int nj = 0; nj < 4; ++nj)
           mma_bf16_16816(acc[mi][nj], a_frag[mi], b_frag[nj / 2][2 * (nj % 2)], b_frag[nj / 2][2 * (nj % 2) + 1]);
+      }
     }
     __syncthreads();
   }

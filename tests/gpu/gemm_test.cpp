@@ -85,22 +85,23 @@ TEST_CASE("gemm_quant grouped tiles with gathered A rows and a residual") {
   auto rng = make_rng("gemm_quant grouped");
   for (GgmlType type : {GgmlType::q4_k, GgmlType::q8_0, GgmlType::q6_k}) {
     trace("gemm_quant grouped " + type_label(type));
-    const int64_t n = 96, k = gemm_k(type), groups = 3, tokens = 50;
+    const int64_t n = 96, k = gemm_k(type), groups = 4, tokens = 50, slots = 140;
     const int64_t matrix_bytes = static_cast<int64_t>(row_bytes(type, k)) * n;
     const auto host = random_rows(type, n * groups, k, rng);
     const auto wf = dequantize_reference(type, host, n * groups, k);
     const auto dw = upload(host);
     const auto a = random_floats(static_cast<size_t>(tokens * k), rng);
     const auto da = upload(to_bf16_bits(a));
-    // 100 slots: group 0 = slots [0, 70) (two tiles), group 2 = [70, 100); group 1 empty
-    std::vector<int32_t> a_rows(100);
+    // 140 slots: group 0 = slots [0, 70) (a full tile and one of 6 rows), group 2 = [70, 100), group 3 =
+    // [100, 140) (a tile's second 32 rows part-filled: 40 rows); group 1 empty
+    std::vector<int32_t> a_rows(slots);
     std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(tokens - 1));
     for (auto& r : a_rows) r = tok(rng);
-    const std::vector<cuda::GemmTile> tiles = {{0, 0, 64}, {0, 64, 70}, {2, 70, 100}};
+    const std::vector<cuda::GemmTile> tiles = {{0, 0, 64}, {0, 64, 70}, {2, 70, 100}, {3, 100, 140}};
     const auto d_rows = upload(a_rows);
     const auto d_tiles = upload(tiles);
-    const auto d_count = upload(std::vector<int32_t>{3});
-    const auto residual = random_floats(static_cast<size_t>(100 * n), rng);
+    const auto d_count = upload(std::vector<int32_t>{4});
+    const auto residual = random_floats(static_cast<size_t>(slots * n), rng);
     auto c = upload(residual);
     cuda::gemm_quant({.type = type,
                       .weight = dw.data(),
@@ -118,9 +119,9 @@ TEST_CASE("gemm_quant grouped tiles with gathered A rows and a residual") {
                       .n_tiles = d_count.data(),
                       .max_tiles = 5},
                      nullptr);
-    std::vector<double> want(static_cast<size_t>(100 * n));
-    for (int64_t s = 0; s < 100; ++s) {
-      const int64_t g = s < 70 ? 0 : 2;
+    std::vector<double> want(static_cast<size_t>(slots * n));
+    for (int64_t s = 0; s < slots; ++s) {
+      const int64_t g = s < 70 ? 0 : s < 100 ? 2 : 3;
       for (int64_t j = 0; j < n; ++j) {
         double acc = 0;
         for (int64_t x = 0; x < k; ++x) {
