@@ -716,12 +716,12 @@ class CudaForward final : public CudaRankForward {
     const bool tap_out = tapping(il, "attn_out", tap);
     if (tap_out) keep_residual();
     begin_share();
-    // 2-8 tokens: the heads' outputs as records for the split-int8 GEMV (one token: the GEMV quantizes
-    // them itself, Linear)
+    // 2-8 tokens, or up to Linear::kPassRows as GEMV passes: the heads' outputs as records for the
+    // split-int8 GEMV (one token: the GEMV quantizes them itself, Linear)
     uint8_t* attn_q = nullptr;
-    if (T >= 2 && T <= gemv_max_tokens && nv % 32 == 0 &&
+    if (T >= 2 && (T <= gemv_max_tokens || Linear::gemv_passes(w.attn_output, T)) && nv % 32 == 0 &&
         a.xq.size() >= static_cast<size_t>(T * x_int8_record_bytes(nv)) &&
-        gemv_reads_x_int8(w.attn_output.type, nv, T)) {
+        gemv_reads_x_int8(w.attn_output.type, nv, std::min(T, gemv_max_tokens))) {
       attn_q = a.xq.data();
       quantize_x_int8({.x = a.attn.data(),
                        .x_stride = nv,
@@ -872,8 +872,9 @@ class CudaForward final : public CudaRankForward {
     const int64_t F = f.gate.rows;
     lin.gated(f, a.xn.data(), c_.n_embd, T, a.hidden.data(), F, a.gate_up.data(), on, hidden_record(T));
     uint8_t* hq = nullptr;  // one token: the down GEMV quantizes the activations itself (Linear)
-    if ((T >= 2 || !gemv_self_quantize()) && T <= gemv_max_tokens &&
-        a.hq.size() >= static_cast<size_t>(T * x_int8_record_bytes(F)) && gemv_reads_x_int8(f.down.type, F, T)) {
+    if ((T >= 2 || !gemv_self_quantize()) && (T <= gemv_max_tokens || Linear::gemv_passes(f.down, T)) &&
+        a.hq.size() >= static_cast<size_t>(T * x_int8_record_bytes(F)) &&
+        gemv_reads_x_int8(f.down.type, F, std::min(T, gemv_max_tokens))) {
       hq = a.hq.data();  // the activations as records for the split-int8 down GEMV
       quantize_x_int8({.x = a.hidden.data(),
                        .x_stride = F,

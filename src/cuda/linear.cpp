@@ -67,13 +67,20 @@ bool linear_normalises(const DeviceMatrix& w) {
   return on && w && gemv_self_quantize() && gemv_reads_x_int8(w.type, w.k, 1);
 }
 
+bool Linear::gemv_passes(const DeviceMatrix& w, int rows) {
+  static const bool on = env_switch("LATTE_GEMV_PASSES", false);  // off until measured on a GPU
+  return on && w && rows > gemv_max_tokens && rows <= kPassRows && w.bytes() <= kPassMaxBytes &&
+         gemv_reads_x_int8(w.type, w.k, gemv_max_tokens);
+}
+
 void Linear::operator()(const DeviceMatrix& w, const LinearCall& c, cudaStream_t stream) {
   if (!w) throw Error(ErrorCode::internal, "linear: absent weight matrix");
   if (c.rows <= 0) return;
   if (c.x_norm_weight != nullptr && (c.rows != 1 || c.x_q != nullptr || !linear_normalises(w))) {
     throw Error(ErrorCode::internal, "linear: x_norm_weight needs one row without records and the split-int8 GEMV");
   }
-  const bool gemm = c.rows > gemv_max_tokens && gemm_quant_supports(w.type) && w.k % 32 == 0 &&
+  const bool passes = c.x_q != nullptr && gemv_passes(w, c.rows);  // GEMV passes over the records (below)
+  const bool gemm = c.rows > gemv_max_tokens && !passes && gemm_quant_supports(w.type) && w.k % 32 == 0 &&
                     reinterpret_cast<uintptr_t>(w.data) % 16 == 0;
   const size_t weight_elems = static_cast<size_t>(w.rows) * static_cast<size_t>((w.k + 7) / 8 * 8);
   if (gemm) {
@@ -143,11 +150,18 @@ void Linear::gated(const DeviceGatedFfn& ffn, const float* x, int64_t x_stride, 
     return;
   }
   // [gate | up] into scratch [rows, 2F], then silu(gate) * up.
+  const int64_t x_q_stride = x_q ? x_int8_record_bytes(x_stride) : 0;
   if (ffn.gate_up) {
-    (*this)(ffn.gate_up, {.x = x, .x_stride = x_stride, .rows = rows, .y = scratch, .y_stride = 2 * F}, stream);
+    (*this)(ffn.gate_up,
+            {.x = x, .x_stride = x_stride, .rows = rows, .y = scratch, .y_stride = 2 * F, .x_q = x_q, .x_q_stride = x_q_stride},
+            stream);
   } else {
-    (*this)(ffn.gate, {.x = x, .x_stride = x_stride, .rows = rows, .y = scratch, .y_stride = 2 * F}, stream);
-    (*this)(ffn.up, {.x = x, .x_stride = x_stride, .rows = rows, .y = scratch + F, .y_stride = 2 * F}, stream);
+    (*this)(ffn.gate,
+            {.x = x, .x_stride = x_stride, .rows = rows, .y = scratch, .y_stride = 2 * F, .x_q = x_q, .x_q_stride = x_q_stride},
+            stream);
+    (*this)(ffn.up,
+            {.x = x, .x_stride = x_stride, .rows = rows, .y = scratch + F, .y_stride = 2 * F, .x_q = x_q, .x_q_stride = x_q_stride},
+            stream);
   }
   silu_gate({.gate = scratch,
              .gate_stride = 2 * F,
