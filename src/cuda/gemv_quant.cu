@@ -19,6 +19,23 @@
 
 namespace latte::cuda {
 
+// Instantiated in gemv_quant_{float,legacy,kquants}.cu: without these declarations the dispatch below
+// instantiated every kernel here a second time (this file took longer to compile than the three together).
+extern template void launch_gemv<GgmlType::f32>(const GemvParams&, cudaStream_t);
+extern template void launch_gemv<GgmlType::f16>(const GemvParams&, cudaStream_t);
+extern template void launch_gemv<GgmlType::bf16>(const GemvParams&, cudaStream_t);
+extern template void launch_gemv<GgmlType::q4_0>(const GemvParams&, cudaStream_t);
+extern template void launch_gemv<GgmlType::q4_1>(const GemvParams&, cudaStream_t);
+extern template void launch_gemv<GgmlType::q5_0>(const GemvParams&, cudaStream_t);
+extern template void launch_gemv<GgmlType::q5_1>(const GemvParams&, cudaStream_t);
+extern template void launch_gemv<GgmlType::q8_0>(const GemvParams&, cudaStream_t);
+extern template void launch_gemv<GgmlType::mxfp4>(const GemvParams&, cudaStream_t);
+extern template void launch_gemv<GgmlType::q2_k>(const GemvParams&, cudaStream_t);
+extern template void launch_gemv<GgmlType::q3_k>(const GemvParams&, cudaStream_t);
+extern template void launch_gemv<GgmlType::q4_k>(const GemvParams&, cudaStream_t);
+extern template void launch_gemv<GgmlType::q5_k>(const GemvParams&, cudaStream_t);
+extern template void launch_gemv<GgmlType::q6_k>(const GemvParams&, cudaStream_t);
+
 namespace {
 // Float rows of every width and MXFP4 as well as the GEMM's types: decode reads the weights as stored.
 using GemvTypes = JoinedTypeList<FloatTypes, LegacyQuantTypes, Mxfp4Types, KQuantTypes>;
