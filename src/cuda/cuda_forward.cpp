@@ -1040,10 +1040,8 @@ class CudaForward final : public CudaRankForward {
           std::memcpy(row(i) + r * slice, logits_host_.data() + (r * n_out + i) * slice, slice * sizeof(float));
         }
       }
-    } else if (to_rows) {
+    } else {
       for (size_t i = 0; i < n_out; ++i) std::memcpy(row(i), logits_host_.data() + i * vocab, vocab * sizeof(float));
-    } else if (n_out) {
-      std::memcpy(batch.logits, logits_host_.data(), n_out * vocab * sizeof(float));
     }
     const size_t n = batch.logits != nullptr ? n_out * vocab : 0;  // the logits tap reads the contiguous output
     std::string tap;

@@ -334,19 +334,9 @@ SplitPlan plan_splits(const FlashPrefillParams& p) {
     LATTE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k.kernel, k.threads, k.smem_bytes));
     const int64_t slots = static_cast<int64_t>(std::max(1, sm_count)) * std::max(1, per_sm);
     const int64_t base = static_cast<int64_t>((p.n_queries + 63) / 64) * p.n_heads;
-    // Cost in key-tile times: waves of CTAs times the tiles each walks (+2 for its start: queries, first
-    // tile), plus the combine (~3 tile times: it reads and writes every output value once per split).
-    double best_cost = 1e300;
-    for (int s = 1; s <= std::min(tiles, 64); ++s) {
-      const int per_split = (tiles + s - 1) / s;
-      if ((tiles + per_split - 1) / per_split != s) continue;  // would leave a split without keys everywhere
-      const int64_t waves = (base * s + slots - 1) / slots;
-      const double cost = static_cast<double>(waves) * (per_split + 2) + (s > 1 ? 3.0 : 0.0);
-      if (cost < best_cost) {
-        best_cost = cost;
-        best = s;
-      }
-    }
+    // Cost in key-tile times (cheapest_kv_splits), the combine ~3 tile times: it reads and writes every
+    // output value once per split.
+    best = cheapest_kv_splits(tiles, 64, base, slots, [](int) { return 3.0; });
   }
   const int per_split = (tiles + best - 1) / best;
   plan.split_keys = per_split * 64;

@@ -333,18 +333,9 @@ MlaDecodePlan plan_mla_decode(const MlaDecodeParams& p, int force_splits) {
     // splitting (the decode of one token at depth < 256 took 10 us + 5.5 us of combine with 8 splits).
     const double tile_bytes = static_cast<double>(info.tile_tokens) * kMlaCacheRow * 2;
     const double partial_bytes_per_split = static_cast<double>(p.batch) * rows_total * kMlaLatentDim * 4 * 2;
-    double best_cost = 1e300;
-    for (int s = 1; s <= std::min(tiles, kMaxSplits); ++s) {
-      const int tiles_per_split = (tiles + s - 1) / s;
-      if ((tiles + tiles_per_split - 1) / tiles_per_split != s) continue;  // would leave splits empty
-      const int64_t waves = (base_ctas * s + ctas_per_wave - 1) / ctas_per_wave;
-      const double combine = s > 1 ? 5.0 + s * partial_bytes_per_split / (tile_bytes * ctas_per_wave) : 0.0;
-      const double cost = static_cast<double>(waves * (tiles_per_split + 2)) + combine;
-      if (cost < best_cost) {
-        best_cost = cost;
-        best_splits = s;
-      }
-    }
+    best_splits = cheapest_kv_splits(tiles, kMaxSplits, base_ctas, ctas_per_wave, [&](int s) {
+      return 5.0 + s * partial_bytes_per_split / (tile_bytes * ctas_per_wave);
+    });
   }
   const int tiles_per_split = (tiles + best_splits - 1) / best_splits;
   plan.splits = (tiles + tiles_per_split - 1) / tiles_per_split;

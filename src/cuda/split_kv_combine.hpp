@@ -9,7 +9,29 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 namespace latte::cuda {
+
+/// The split count of a split-KV launch with the least cost in tile-times: the waves of its CTAs (base_ctas
+/// per split, `slots` at a time) times the tiles each walks plus ~2 of per-CTA start-up, plus combine_cost(s)
+/// for s > 1 splits. Counts that would leave a split without tiles are passed over; at most max_splits.
+template <class CombineCost>
+int cheapest_kv_splits(int tiles, int max_splits, int64_t base_ctas, int64_t slots, CombineCost combine_cost) {
+  int best = 1;
+  double best_cost = 1e300;
+  for (int s = 1; s <= tiles && s <= max_splits; ++s) {
+    const int per_split = (tiles + s - 1) / s;
+    if ((tiles + per_split - 1) / per_split != s) continue;  // would leave splits empty
+    const int64_t waves = (base_ctas * s + slots - 1) / slots;
+    const double cost = static_cast<double>(waves * (per_split + 2)) + (s > 1 ? combine_cost(s) : 0.0);
+    if (cost < best_cost) {
+      best_cost = cost;
+      best = s;
+    }
+  }
+  return best;
+}
 
 /// Inputs and outputs of the combine step. Reads rows * splits * (dim + 1) * 4 bytes, writes rows * dim
 /// output elements and rows LSE values.
