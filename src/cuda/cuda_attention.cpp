@@ -3,6 +3,7 @@
 
 #include "cuda/activations.hpp"
 #include "cuda/check.hpp"
+#include "cuda/dequantize.hpp"
 #include "cuda/device_kv_storage.hpp"
 #include "cuda/env_switch.hpp"
 #include "cuda/flash_prefill.hpp"
@@ -22,6 +23,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 
 namespace latte::cuda {
@@ -369,43 +371,75 @@ class CudaMlaBackend final : public CudaAttentionBackend {
     const int64_t kv_width = static_cast<int64_t>(N) * (P + V);
     const auto* cache = reinterpret_cast<const __nv_bfloat16*>(s.cache);
 
-    // kv [n_kv, N(P+V)] = c attn_kv_b^T, with the cache rows (bf16, 576 apart) as the A operand.
-    float* kv = grow_scratch(kv_, static_cast<size_t>(n_kv) * kv_width, "mla decompressed kv");
-    const QuantGemmParams gemm{.type = w.kv_b.type,
-                               .weight = w.kv_b.data,
-                               .weight_bytes = w.kv_b.bytes(),
-                               .n_rows = static_cast<int>(w.kv_b.rows),
-                               .k = static_cast<int>(w.kv_b.k),
-                               .a = cache,
-                               .lda = row,
-                               .c = kv,
-                               .ldc = kv_width,
-                               .m = n_kv};
-    // Short caches: the fused quantized GEMM; long ones: a bf16 copy of attn_kv_b and cuBLAS (as Linear).
-    if (gemm_quant_supports(w.kv_b.type) && reinterpret_cast<uintptr_t>(w.kv_b.data) % 16 == 0 &&
-        n_kv < Linear::kBlasMinRows) {
-      gemm_quant(gemm, stream);
-    } else {
-      if (!blas_) blas_ = std::make_unique<BlasHandle>();
-      const size_t elems = static_cast<size_t>(w.kv_b.rows) * static_cast<size_t>((w.kv_b.k + 7) / 8 * 8);
-      gemm_quant_via_bf16(*blas_, gemm, grow_scratch(weight_bf16_, elems, "mla kv_b bf16"), elems, stream);
-    }
-
-    // K [n_kv, N, P+R] and V [n_kv, N, V] in bf16: k_nope and v from kv, k_pe from the cache rows.
+    // K [n_kv, N, P+R] and V [n_kv, N, V] in bf16: k_nope and v = c attn_kv_b^T with the cache rows (bf16,
+    // 576 apart) as the A operand, k_pe copied from the cache rows.
     const int32_t* positions = iota(n_kv);
     __nv_bfloat16* k = grow_scratch(k_, static_cast<size_t>(n_kv) * N * qk, "mla decompressed K");
     __nv_bfloat16* v = grow_scratch(v_, static_cast<size_t>(n_kv) * N * V, "mla decompressed V");
     const PagedRows<__nv_bfloat16> k_rows{.data = k, .token_stride = static_cast<int64_t>(N) * qk, .head_stride = qk};
     const PagedRows<__nv_bfloat16> v_rows{.data = v, .token_stride = static_cast<int64_t>(N) * V, .head_stride = V};
-    run_kv_cache_append({.src = kv,
-                         .src_token_stride = kv_width,
-                         .src_head_stride = P + V,
-                         .n_tokens = n_kv,
-                         .n_heads = N,
-                         .dim = P,
-                         .dst = k_rows,
-                         .positions = positions},
-                        stream);
+    const bool fused = gemm_quant_supports(w.kv_b.type) && reinterpret_cast<uintptr_t>(w.kv_b.data) % 16 == 0 &&
+                       n_kv < Linear::kBlasMinRows;
+    if (fused) {
+      // Short caches: the fused quantized GEMM into fp32 [n_kv, N(P+V)], then into K and V.
+      float* kv = grow_scratch(kv_, static_cast<size_t>(n_kv) * kv_width, "mla decompressed kv");
+      gemm_quant({.type = w.kv_b.type,
+                  .weight = w.kv_b.data,
+                  .weight_bytes = w.kv_b.bytes(),
+                  .n_rows = static_cast<int>(w.kv_b.rows),
+                  .k = static_cast<int>(w.kv_b.k),
+                  .a = cache,
+                  .lda = row,
+                  .c = kv,
+                  .ldc = kv_width,
+                  .m = n_kv},
+                 stream);
+      for (const auto& [offset, dim, dst] : {std::tuple{0, P, k_rows}, std::tuple{P, V, v_rows}}) {
+        run_kv_cache_append({.src = kv + offset,
+                             .src_token_stride = kv_width,
+                             .src_head_stride = P + V,
+                             .n_tokens = n_kv,
+                             .n_heads = N,
+                             .dim = dim,
+                             .dst = dst,
+                             .positions = positions},
+                            stream);
+      }
+    } else {
+      // Long caches: a bf16 copy of attn_kv_b, then one batched cuBLAS product per half (a batch entry per
+      // head) writing bf16 straight into K and V: no fp32 [n_kv, N(P+V)] round trip (4 N (P+V) bytes per
+      // cached row written and read again).
+      if (!blas_) blas_ = std::make_unique<BlasHandle>();
+      const int64_t ldw = (w.kv_b.k + 7) / 8 * 8;
+      const size_t elems = static_cast<size_t>(w.kv_b.rows) * static_cast<size_t>(ldw);
+      __nv_bfloat16* w_bf16 = grow_scratch(weight_bf16_, elems, "mla kv_b bf16");
+      dequantize_rows({.type = w.kv_b.type,
+                       .weight = w.kv_b.data,
+                       .weight_bytes = w.kv_b.bytes(),
+                       .n_source_rows = static_cast<int>(w.kv_b.rows),
+                       .n_rows = static_cast<int>(w.kv_b.rows),
+                       .k = static_cast<int>(w.kv_b.k),
+                       .out = w_bf16,
+                       .out_stride = ldw,
+                       .out_type = DequantOut::bf16},
+                      stream);
+      for (const auto& [offset, dim, dst] : {std::tuple{0, P, k_rows}, std::tuple{P, V, v_rows}}) {
+        gemm_bf16_batched(*blas_,
+                          {.a = cache,
+                           .lda = row,
+                           .w = w_bf16 + offset * ldw,
+                           .ldw = ldw,
+                           .stride_w = (P + V) * ldw,
+                           .c = dst.data,
+                           .ldc = dst.token_stride,
+                           .stride_c = dst.head_stride,
+                           .m = n_kv,
+                           .n = dim,
+                           .k = L,
+                           .batch = N},
+                          stream);
+      }
+    }
     run_kv_cache_append({.src = cache + L,
                          .src_type = AppendSourceType::bf16,
                          .src_token_stride = row,
@@ -415,15 +449,6 @@ class CudaMlaBackend final : public CudaAttentionBackend {
                          .dim = R,
                          .dst = k_rows,
                          .dst_offset = P,
-                         .positions = positions},
-                        stream);
-    run_kv_cache_append({.src = kv + P,
-                         .src_token_stride = kv_width,
-                         .src_head_stride = P + V,
-                         .n_tokens = n_kv,
-                         .n_heads = N,
-                         .dim = V,
-                         .dst = v_rows,
                          .positions = positions},
                         stream);
 

@@ -49,7 +49,13 @@ struct FlashPrefillTraits {
   static constexpr size_t kQBytes = size_t{kBlockM} * kQkRow * sizeof(bf16);
   static constexpr size_t kKBytes = size_t{kBlockN} * kQkRow * sizeof(bf16);
   static constexpr size_t kVBytes = size_t{kBlockN} * kVRow * sizeof(bf16);
-  static constexpr size_t kSmemBytes = kQBytes + kKBytes + kVBytes;
+  /// K/V buffers: two (the tile after next loads while one is used) where two CTAs of 4 warps still fit an
+  /// SM (192/128: 2 x 112 KB); the 256/256 dims keep one of each and overlap K with P V, V with Q K^T.
+  static constexpr int kStages = kDimQk <= 192 ? 2 : 1;
+  /// Q's fragments held in registers for the whole key walk (48 registers at 192) instead of re-read
+  /// from shared memory per key tile; the 256/256 dims need their registers for the 32 output tiles.
+  static constexpr bool kQInRegisters = kDimQk <= 192;
+  static constexpr size_t kSmemBytes = kQBytes + kStages * (kKBytes + kVBytes);
   static_assert(kDimQk % 16 == 0 && kDimV % 16 == 0);
 };
 
@@ -85,9 +91,12 @@ __global__ void __launch_bounds__(Tr::kThreads, 2) flash_prefill_kernel(const Pr
   allow_dependents();
   const FlashPrefillParams& p = L.p;
   extern __shared__ __align__(16) unsigned char smem[];
-  bf16* q_s = reinterpret_cast<bf16*>(smem);                              // [kBlockM][kQkRow]
-  bf16* k_s = reinterpret_cast<bf16*>(smem + Tr::kQBytes);                // [kBlockN][kQkRow]
-  bf16* v_s = reinterpret_cast<bf16*>(smem + Tr::kQBytes + Tr::kKBytes);  // [kBlockN][kVRow]
+  bf16* q_s = reinterpret_cast<bf16*>(smem);                // [kBlockM][kQkRow]
+  bf16* kv_s = reinterpret_cast<bf16*>(smem + Tr::kQBytes);  // [kStages] x {K [kBlockN][kQkRow], V [kBlockN][kVRow]}
+  constexpr int kStageElems = static_cast<int>((Tr::kKBytes + Tr::kVBytes) / sizeof(bf16));
+  constexpr int kKElems = static_cast<int>(Tr::kKBytes / sizeof(bf16));
+  auto k_stage = [&](int j) { return kv_s + (j % Tr::kStages) * kStageElems; };
+  auto v_stage = [&](int j) { return kv_s + (j % Tr::kStages) * kStageElems + kKElems; };
 
   const int q_tile = gridDim.x - 1 - blockIdx.x;  // heaviest first
   const int h = blockIdx.y;
@@ -117,9 +126,34 @@ __global__ void __launch_bounds__(Tr::kThreads, 2) flash_prefill_kernel(const Pr
           valid ? p.q + static_cast<int64_t>(m0 + r) * p.q_token_stride + h * p.q_head_stride + col * 8 : p.q;
       mma::cp_async_16(q_s + r * Tr::kQkRow + col * 8, src, valid);
     }
-    load_cache_rows<Tr::kDimQk, Tr::kQkRow, Tr::kThreads>(k_s, p.k_cache, p.cache_batch, h, key_begin, n_keys,
+    load_cache_rows<Tr::kDimQk, Tr::kQkRow, Tr::kThreads>(k_stage(0), p.k_cache, p.cache_batch, h, key_begin,
+                                                          n_keys, Tr::kBlockN);
+    if constexpr (Tr::kStages == 2) {
+      load_cache_rows<Tr::kDimV, Tr::kVRow, Tr::kThreads>(v_stage(0), p.v_cache, p.cache_batch, h, key_begin, n_keys,
                                                           Tr::kBlockN);
+    }
     mma::cp_async_commit();
+  }
+  // Two buffers: key tile j + 1 in flight while j is used (every iteration commits one group, maybe empty).
+  if constexpr (Tr::kStages == 2) {
+    if (n_key_tiles > 1) {
+      const int key1 = key_begin + Tr::kBlockN;
+      load_cache_rows<Tr::kDimQk, Tr::kQkRow, Tr::kThreads>(k_stage(1), p.k_cache, p.cache_batch, h, key1, n_keys,
+                                                            Tr::kBlockN);
+      load_cache_rows<Tr::kDimV, Tr::kVRow, Tr::kThreads>(v_stage(1), p.v_cache, p.cache_batch, h, key1, n_keys,
+                                                          Tr::kBlockN);
+    }
+    mma::cp_async_commit();
+  }
+  uint32_t q_frag[Tr::kQInRegisters ? Tr::kQkSteps : 1][4];
+  const bf16* q_base = q_s + (warp * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * Tr::kQkRow + (lane / 16) * 8;
+  if constexpr (Tr::kQInRegisters) {
+    if (n_key_tiles > 0) {
+      mma::cp_async_wait<1>();
+      __syncthreads();  // Q (and key tile 0) landed
+#pragma unroll
+      for (int kk = 0; kk < Tr::kQkSteps; ++kk) mma::ldmatrix_x4(q_frag[kk], q_base + kk * 16);
+    }
   }
 
   int query_index[2], query_pos[2];
@@ -141,20 +175,28 @@ __global__ void __launch_bounds__(Tr::kThreads, 2) flash_prefill_kernel(const Pr
 
   for (int j = 0; j < n_key_tiles; ++j) {
     const int key0 = key_begin + j * Tr::kBlockN;
-    mma::cp_async_wait<0>();
-    __syncthreads();  // K_j (and Q) landed; every warp is done with V_{j-1}
-    load_cache_rows<Tr::kDimV, Tr::kVRow, Tr::kThreads>(v_s, p.v_cache, p.cache_batch, h, key0, n_keys, Tr::kBlockN);
-    mma::cp_async_commit();
+    const bf16* k_s = k_stage(j);
+    const bf16* v_s = v_stage(j);
+    if constexpr (Tr::kStages == 2) {
+      mma::cp_async_wait<1>();
+      __syncthreads();  // K_j and V_j landed (K_{j+1} and V_{j+1} may still be in flight)
+    } else {
+      mma::cp_async_wait<0>();
+      __syncthreads();  // K_j (and Q) landed; every warp is done with V_{j-1}
+      load_cache_rows<Tr::kDimV, Tr::kVRow, Tr::kThreads>(v_stage(j), p.v_cache, p.cache_batch, h, key0, n_keys,
+                                                          Tr::kBlockN);
+      mma::cp_async_commit();
+    }
 
     float acc[Tr::kScoreTiles][4];
     for (int n = 0; n < Tr::kScoreTiles; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
     {
-      const bf16* a_base = q_s + (warp * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * Tr::kQkRow + (lane / 16) * 8;
       const bf16* b_base = k_s + ((lane / 16) * 8 + (lane % 8)) * Tr::kQkRow + ((lane / 8) % 2) * 8;
 #pragma unroll
       for (int kk = 0; kk < Tr::kQkSteps; ++kk) {
-        uint32_t a[4];
-        mma::ldmatrix_x4(a, a_base + kk * 16);
+        uint32_t a_smem[4];
+        if constexpr (!Tr::kQInRegisters) mma::ldmatrix_x4(a_smem, q_base + kk * 16);
+        const uint32_t(&a)[4] = Tr::kQInRegisters ? q_frag[Tr::kQInRegisters ? kk : 0] : a_smem;
 #pragma unroll
         for (int np = 0; np < Tr::kScoreTiles / 2; ++np) {
           uint32_t bk[4];
@@ -213,13 +255,15 @@ __global__ void __launch_bounds__(Tr::kThreads, 2) flash_prefill_kernel(const Pr
       o[n][3] *= alpha[1];
     }
 
-    mma::cp_async_wait<0>();
-    __syncthreads();  // V_j landed; every warp is done with K_j
-    if (j + 1 < n_key_tiles) {
-      load_cache_rows<Tr::kDimQk, Tr::kQkRow, Tr::kThreads>(k_s, p.k_cache, p.cache_batch, h, key0 + Tr::kBlockN,
-                                                            n_keys, Tr::kBlockN);
+    if constexpr (Tr::kStages == 1) {
+      mma::cp_async_wait<0>();
+      __syncthreads();  // V_j landed; every warp is done with K_j
+      if (j + 1 < n_key_tiles) {
+        load_cache_rows<Tr::kDimQk, Tr::kQkRow, Tr::kThreads>(k_stage(j + 1), p.k_cache, p.cache_batch, h,
+                                                              key0 + Tr::kBlockN, n_keys, Tr::kBlockN);
+      }
+      mma::cp_async_commit();
     }
-    mma::cp_async_commit();
 
     const bf16* v_base = v_s + (((lane / 8) % 2) * 8 + (lane % 8)) * Tr::kVRow + (lane / 16) * 8;
 #pragma unroll
@@ -231,6 +275,17 @@ __global__ void __launch_bounds__(Tr::kThreads, 2) flash_prefill_kernel(const Pr
         mma::mma_bf16_16816(o[2 * np], pa[kk], bv[0], bv[1]);
         mma::mma_bf16_16816(o[2 * np + 1], pa[kk], bv[2], bv[3]);
       }
+    }
+    if constexpr (Tr::kStages == 2) {
+      __syncthreads();  // every warp is done with K_j and V_j: their buffers take key tile j + 2
+      if (j + 2 < n_key_tiles) {
+        const int key2 = key0 + 2 * Tr::kBlockN;
+        load_cache_rows<Tr::kDimQk, Tr::kQkRow, Tr::kThreads>(k_stage(j), p.k_cache, p.cache_batch, h, key2, n_keys,
+                                                              Tr::kBlockN);
+        load_cache_rows<Tr::kDimV, Tr::kVRow, Tr::kThreads>(v_stage(j), p.v_cache, p.cache_batch, h, key2, n_keys,
+                                                            Tr::kBlockN);
+      }
+      mma::cp_async_commit();
     }
   }
 

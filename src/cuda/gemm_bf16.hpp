@@ -48,6 +48,24 @@ struct Bf16GemmParams {
 /// Runs the cuBLAS GEMM on `stream`. Throws Error on invalid arguments or a cuBLAS failure.
 void gemm_bf16(BlasHandle& blas, const Bf16GemmParams& p, cudaStream_t stream);
 
+/// For b in [0, batch): C_b[m, n] (bf16, ldc, at c + b * stride_c) = A[m, k] (bf16, lda, the same for every b)
+/// * W_b[n, k]^T (bf16, ldw, at w + b * stride_w); fp32 accumulation, each output rounded to bf16 once. The
+/// mla backend's decompression writes every head's K and V straight into the flash-prefill layout with it.
+struct Bf16BatchedGemmParams {
+  const __nv_bfloat16* a = nullptr;
+  int64_t lda = 0;
+  const __nv_bfloat16* w = nullptr;
+  int64_t ldw = 0;
+  int64_t stride_w = 0;  ///< elements between W_b and W_{b+1}
+  __nv_bfloat16* c = nullptr;
+  int64_t ldc = 0;
+  int64_t stride_c = 0;  ///< elements between C_b and C_{b+1}
+  int m = 0, n = 0, k = 0, batch = 0;
+};
+
+/// Runs the strided-batched cuBLAS GEMM on `stream`. Throws Error on invalid arguments or a cuBLAS failure.
+void gemm_bf16_batched(BlasHandle& blas, const Bf16BatchedGemmParams& p, cudaStream_t stream);
+
 /// C[m, n] (fp32, ldc) = A[m, k] (fp32, lda) * W[n, k]^T (fp32, ldw) (+ C when accumulate), fp32 products
 /// throughout: for small fp32 weights (the MoE router) where rounding to bf16 could change the routing.
 struct F32GemmParams {

@@ -68,7 +68,7 @@ bool linear_normalises(const DeviceMatrix& w) {
 }
 
 bool Linear::gemv_passes(const DeviceMatrix& w, int rows) {
-  static const bool on = env_switch("LATTE_GEMV_PASSES", false);  // off until measured on a GPU
+  static const bool on = env_switch("LATTE_GEMV_PASSES", true);
   return on && w && rows > gemv_max_tokens && rows <= kPassRows && w.bytes() <= kPassMaxBytes &&
          gemv_reads_x_int8(w.type, w.k, gemv_max_tokens);
 }

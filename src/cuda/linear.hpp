@@ -63,11 +63,12 @@ class Linear {
   /// bf16 scratch and multiplied by cuBLAS; from 9 rows up to this, the fused quantized GEMM runs.
   static constexpr int kBlasMinRows = 128;
   static constexpr size_t kMaxDequantizedElems = size_t{64} << 20;  ///< 128 MiB of bf16 scratch at most
-  /// With LATTE_GEMV_PASSES=1, up to this many rows with split-int8 records (LinearCall::x_q), a matrix of
-  /// at most kPassMaxBytes runs as split-int8 GEMV passes of 8 rows instead of the fused GEMM (the passes
-  /// after the first read it from L2; at 32 rows the GEMM's 32-88 CTAs of 64 weight rows took 38-48 us per
-  /// 2-6 MB projection on an H200). Off by default: not yet measured (BENCHMARKS.md, fifth round).
-  static constexpr int kPassRows = 32;
+  /// Up to this many rows with split-int8 records (LinearCall::x_q), a matrix of at most kPassMaxBytes runs
+  /// as split-int8 GEMV passes of 8 rows instead of the fused GEMM (the passes after the first read it from
+  /// L2; the GEMM's 32-88 CTAs of 64 weight rows took 38-48 us per 2-6 MB projection on an H200).
+  /// LATTE_GEMV_PASSES=0 turns it off. Measured on an H200 (BENCHMARKS.md, sixth round): 16 sequences
+  /// +13%; at 32 rows within noise of the GEMM (-3%..+1%), so the passes stop at 16.
+  static constexpr int kPassRows = 16;
   static constexpr int64_t kPassMaxBytes = int64_t{24} << 20;
   /// Whether a product of `rows` rows of w with records runs as GEMV passes (see kPassRows).
   static bool gemv_passes(const DeviceMatrix& w, int rows);
