@@ -1,14 +1,17 @@
 // Flash-attention prefill (FlashAttention-2 style); see flash_prefill.hpp for the contract.
 //
-// One CTA (4 warps) per (64-query tile, head, key split); warp w owns query rows 16w..16w+15 of the tile. Per
-// 64-key tile: S = Q K^T (mma.m16n8k16, Q and K from shared memory through ldmatrix), causal / sparse
-// mask, online softmax in registers, P reused from the accumulators as the A operand of O += P V.
+// One CTA (4 warps) per (query tile, head, key split). At the DeepSeek dims (192/128) a warp owns 32 query
+// rows (two m16 blocks, 128-query tiles), so every K and V fragment read through ldmatrix feeds two MMAs
+// (ptxas spills ~40 registers there, and it is still the fastest variant measured); at GLM-5's 256/256 a
+// warp owns 16 rows (64-query tiles: the 32 output tiles need the registers). Key tiles of 64. Per key tile: S = Q K^T (mma.m16n8k16, Q and K from shared memory), causal /
+// sparse mask, online softmax in registers, P reused from the accumulators as the A operand of O += P V.
 // Single K and V buffers: V_j streams in while S_j is computed, K_{j+1} while P_j V_j is.
 // Query tiles are launched heaviest (latest) first so the causal tail does not straggle.
 // With a workspace, the keys of a (tile, head) are split into ranges of whole key tiles, each its own CTA;
 // each writes its normalised partial output and LSE, and split_kv_combine merges them (flash-decoding).
-// Measured on an H200 before splitting: 512 queries of 16 heads at depth 16384 took 1.31 ms (66 TFLOP/s):
-// 128 CTAs, one per SM, each walking 264 key tiles with one tile of loads in flight.
+// History on an H200, 512 queries of 16 heads at depth 16384: 1.31 ms unsplit (128 CTAs, one per SM);
+// 829 us split; 782 / 864 us with two K/V buffers and Q in registers at 16 rows per warp (two calls); at
+// 32 rows per warp 771 us with 32-key tiles, 762 us with those double-buffered, 689 us with 64-key tiles.
 //
 // Back-of-envelope, DeepSeek-V3 dims (N=128, 192/128), 512 queries at depth 16384 (H200):
 //   FLOPs = 2 * 128 * 512 * 16640 * 320 = 0.70 TFLOP -> ~1.1 ms at ~650 TFLOP/s (mma.sync ceiling);
@@ -33,29 +36,25 @@ using bf16 = __nv_bfloat16;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-template <int kDimQk_, int kDimV_>
+/// kMi_: m16 row blocks per warp (16 or 32 query rows: at 32 each K and V fragment feeds two MMAs).
+template <int kDimQk_, int kDimV_, int kMi_>
 struct FlashPrefillTraits {
   static constexpr int kDimQk = kDimQk_;
   static constexpr int kDimV = kDimV_;
-  static constexpr int kBlockM = 64;  // queries per CTA (16 per warp)
-  static constexpr int kBlockN = 64;  // keys per tile
+  static constexpr int kMi = kMi_;
   static constexpr int kWarps = 4;
+  static constexpr int kBlockM = 16 * kMi * kWarps;  // queries per CTA
+  static constexpr int kBlockN = 64;                 // keys per tile
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kQkSteps = kDimQk / 16;
-  static constexpr int kScoreTiles = kBlockN / 8;  // n8 tiles of S per warp
-  static constexpr int kOutTiles = kDimV / 8;      // n8 tiles of O per warp
+  static constexpr int kScoreTiles = kBlockN / 8;  // n8 tiles of S per m16 block
+  static constexpr int kOutTiles = kDimV / 8;      // n8 tiles of O per m16 block
   static constexpr int kQkRow = kDimQk + 8;        // padded smem rows: conflict-free ldmatrix
   static constexpr int kVRow = kDimV + 8;
   static constexpr size_t kQBytes = size_t{kBlockM} * kQkRow * sizeof(bf16);
   static constexpr size_t kKBytes = size_t{kBlockN} * kQkRow * sizeof(bf16);
   static constexpr size_t kVBytes = size_t{kBlockN} * kVRow * sizeof(bf16);
-  /// K/V buffers: two (the tile after next loads while one is used) where two CTAs of 4 warps still fit an
-  /// SM (192/128: 2 x 112 KB); the 256/256 dims keep one of each and overlap K with P V, V with Q K^T.
-  static constexpr int kStages = kDimQk <= 192 ? 2 : 1;
-  /// Q's fragments held in registers for the whole key walk (48 registers at 192) instead of re-read
-  /// from shared memory per key tile; the 256/256 dims need their registers for the 32 output tiles.
-  static constexpr bool kQInRegisters = kDimQk <= 192;
-  static constexpr size_t kSmemBytes = kQBytes + kStages * (kKBytes + kVBytes);
+  static constexpr size_t kSmemBytes = kQBytes + kKBytes + kVBytes;
   static_assert(kDimQk % 16 == 0 && kDimV % 16 == 0);
 };
 
@@ -89,14 +88,12 @@ template <class Tr>
 __global__ void __launch_bounds__(Tr::kThreads, 2) flash_prefill_kernel(const PrefillLaunch L) {
   wait_for_producers();  // see launch.cuh
   allow_dependents();
+  constexpr int kMi = Tr::kMi;
   const FlashPrefillParams& p = L.p;
   extern __shared__ __align__(16) unsigned char smem[];
-  bf16* q_s = reinterpret_cast<bf16*>(smem);                // [kBlockM][kQkRow]
-  bf16* kv_s = reinterpret_cast<bf16*>(smem + Tr::kQBytes);  // [kStages] x {K [kBlockN][kQkRow], V [kBlockN][kVRow]}
-  constexpr int kStageElems = static_cast<int>((Tr::kKBytes + Tr::kVBytes) / sizeof(bf16));
-  constexpr int kKElems = static_cast<int>(Tr::kKBytes / sizeof(bf16));
-  auto k_stage = [&](int j) { return kv_s + (j % Tr::kStages) * kStageElems; };
-  auto v_stage = [&](int j) { return kv_s + (j % Tr::kStages) * kStageElems + kKElems; };
+  bf16* q_s = reinterpret_cast<bf16*>(smem);                              // [kBlockM][kQkRow]
+  bf16* k_s = reinterpret_cast<bf16*>(smem + Tr::kQBytes);                // [kBlockN][kQkRow]
+  bf16* v_s = reinterpret_cast<bf16*>(smem + Tr::kQBytes + Tr::kKBytes);  // [kBlockN][kVRow]
 
   const int q_tile = gridDim.x - 1 - blockIdx.x;  // heaviest first
   const int h = blockIdx.y;
@@ -105,6 +102,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 2) flash_prefill_kernel(const Pr
   const int g = lane / 4;
   const int tq = lane % 4;
   const int m0 = q_tile * Tr::kBlockM;
+  const int warp_row0 = warp * 16 * kMi;  // the warp's first query row in the tile
   const int n_keys = p.pos0 + p.n_queries;
   const int key_end = min(n_keys, p.pos0 + m0 + Tr::kBlockM);  // keys any query of this tile sees
   // this CTA's keys: [key_begin, key_stop), whole key tiles (split_keys is a multiple of kBlockN)
@@ -126,145 +124,124 @@ __global__ void __launch_bounds__(Tr::kThreads, 2) flash_prefill_kernel(const Pr
           valid ? p.q + static_cast<int64_t>(m0 + r) * p.q_token_stride + h * p.q_head_stride + col * 8 : p.q;
       mma::cp_async_16(q_s + r * Tr::kQkRow + col * 8, src, valid);
     }
-    load_cache_rows<Tr::kDimQk, Tr::kQkRow, Tr::kThreads>(k_stage(0), p.k_cache, p.cache_batch, h, key_begin,
-                                                          n_keys, Tr::kBlockN);
-    if constexpr (Tr::kStages == 2) {
-      load_cache_rows<Tr::kDimV, Tr::kVRow, Tr::kThreads>(v_stage(0), p.v_cache, p.cache_batch, h, key_begin, n_keys,
+    load_cache_rows<Tr::kDimQk, Tr::kQkRow, Tr::kThreads>(k_s, p.k_cache, p.cache_batch, h, key_begin, n_keys,
                                                           Tr::kBlockN);
-    }
     mma::cp_async_commit();
   }
-  // Two buffers: key tile j + 1 in flight while j is used (every iteration commits one group, maybe empty).
-  if constexpr (Tr::kStages == 2) {
-    if (n_key_tiles > 1) {
-      const int key1 = key_begin + Tr::kBlockN;
-      load_cache_rows<Tr::kDimQk, Tr::kQkRow, Tr::kThreads>(k_stage(1), p.k_cache, p.cache_batch, h, key1, n_keys,
-                                                            Tr::kBlockN);
-      load_cache_rows<Tr::kDimV, Tr::kVRow, Tr::kThreads>(v_stage(1), p.v_cache, p.cache_batch, h, key1, n_keys,
-                                                          Tr::kBlockN);
-    }
-    mma::cp_async_commit();
-  }
-  uint32_t q_frag[Tr::kQInRegisters ? Tr::kQkSteps : 1][4];
-  const bf16* q_base = q_s + (warp * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * Tr::kQkRow + (lane / 16) * 8;
-  if constexpr (Tr::kQInRegisters) {
-    if (n_key_tiles > 0) {
-      mma::cp_async_wait<1>();
-      __syncthreads();  // Q (and key tile 0) landed
+  // ldmatrix addresses of this lane's Q rows (m16 block mi at q_base + mi * 16 rows)
+  const bf16* q_base = q_s + (warp_row0 + (lane % 8) + ((lane / 8) % 2) * 8) * Tr::kQkRow + (lane / 16) * 8;
+
+  // row g + 8 half of m16 block mi: query index (computed where used: registers are scarce at kMi = 2)
+  const int row_g = m0 + warp_row0 + g;
+  auto query_of = [&](int mi, int half) { return row_g + 16 * mi + 8 * half; };
+
+  float o[kMi][Tr::kOutTiles][4];
+  float m_run[kMi][2], l_run[kMi][2];
 #pragma unroll
-      for (int kk = 0; kk < Tr::kQkSteps; ++kk) mma::ldmatrix_x4(q_frag[kk], q_base + kk * 16);
-    }
+  for (int mi = 0; mi < kMi; ++mi) {
+#pragma unroll
+    for (int n = 0; n < Tr::kOutTiles; ++n) o[mi][n][0] = o[mi][n][1] = o[mi][n][2] = o[mi][n][3] = 0.0f;
+    m_run[mi][0] = m_run[mi][1] = -INFINITY;
+    l_run[mi][0] = l_run[mi][1] = 0.0f;
   }
-
-  int query_index[2], query_pos[2];
-  for (int half = 0; half < 2; ++half) {
-    query_index[half] = m0 + warp * 16 + g + 8 * half;
-    query_pos[half] = p.pos0 + query_index[half];
-  }
-  const uint32_t* mask_row[2] = {nullptr, nullptr};
-  if (p.key_mask != nullptr) {
-    for (int half = 0; half < 2; ++half) {
-      if (query_index[half] < p.n_queries) mask_row[half] = p.key_mask + query_index[half] * p.key_mask_stride;
-    }
-  }
-
-  float o[Tr::kOutTiles][4];
-  for (int n = 0; n < Tr::kOutTiles; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-  float m_run[2] = {-INFINITY, -INFINITY};
-  float l_run[2] = {0.0f, 0.0f};
 
   for (int j = 0; j < n_key_tiles; ++j) {
     const int key0 = key_begin + j * Tr::kBlockN;
-    const bf16* k_s = k_stage(j);
-    const bf16* v_s = v_stage(j);
-    if constexpr (Tr::kStages == 2) {
-      mma::cp_async_wait<1>();
-      __syncthreads();  // K_j and V_j landed (K_{j+1} and V_{j+1} may still be in flight)
-    } else {
-      mma::cp_async_wait<0>();
-      __syncthreads();  // K_j (and Q) landed; every warp is done with V_{j-1}
-      load_cache_rows<Tr::kDimV, Tr::kVRow, Tr::kThreads>(v_stage(j), p.v_cache, p.cache_batch, h, key0, n_keys,
-                                                          Tr::kBlockN);
-      mma::cp_async_commit();
-    }
+    mma::cp_async_wait<0>();
+    __syncthreads();  // K_j (and Q) landed; every warp is done with V_{j-1}
+    load_cache_rows<Tr::kDimV, Tr::kVRow, Tr::kThreads>(v_s, p.v_cache, p.cache_batch, h, key0, n_keys, Tr::kBlockN);
+    mma::cp_async_commit();
 
-    float acc[Tr::kScoreTiles][4];
-    for (int n = 0; n < Tr::kScoreTiles; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+    // S = Q K_j^T: each K fragment feeds the warp's kMi row blocks
+    float acc[kMi][Tr::kScoreTiles][4];
+#pragma unroll
+    for (int mi = 0; mi < kMi; ++mi)
+#pragma unroll
+      for (int n = 0; n < Tr::kScoreTiles; ++n) acc[mi][n][0] = acc[mi][n][1] = acc[mi][n][2] = acc[mi][n][3] = 0.0f;
     {
       const bf16* b_base = k_s + ((lane / 16) * 8 + (lane % 8)) * Tr::kQkRow + ((lane / 8) % 2) * 8;
 #pragma unroll
       for (int kk = 0; kk < Tr::kQkSteps; ++kk) {
-        uint32_t a_smem[4];
-        if constexpr (!Tr::kQInRegisters) mma::ldmatrix_x4(a_smem, q_base + kk * 16);
-        const uint32_t(&a)[4] = Tr::kQInRegisters ? q_frag[Tr::kQInRegisters ? kk : 0] : a_smem;
+        uint32_t a[kMi][4];
+#pragma unroll
+        for (int mi = 0; mi < kMi; ++mi) mma::ldmatrix_x4(a[mi], q_base + mi * 16 * Tr::kQkRow + kk * 16);
 #pragma unroll
         for (int np = 0; np < Tr::kScoreTiles / 2; ++np) {
           uint32_t bk[4];
           mma::ldmatrix_x4(bk, b_base + np * 16 * Tr::kQkRow + kk * 16);
-          mma::mma_bf16_16816(acc[2 * np], a, bk[0], bk[1]);
-          mma::mma_bf16_16816(acc[2 * np + 1], a, bk[2], bk[3]);
+#pragma unroll
+          for (int mi = 0; mi < kMi; ++mi) {
+            mma::mma_bf16_16816(acc[mi][2 * np], a[mi], bk[0], bk[1]);
+            mma::mma_bf16_16816(acc[mi][2 * np + 1], a[mi], bk[2], bk[3]);
+          }
         }
       }
     }
 
-    // Scale, mask and update the running softmax of rows g and g+8.
+    // Scale, mask and update the running softmax of rows g and g+8 of each block; P as bf16 A fragments.
     const bool needs_mask = p.key_mask != nullptr || key0 + Tr::kBlockN - 1 > p.pos0 + m0;
-    float tile_max[2] = {-INFINITY, -INFINITY};
+    uint32_t pa[kMi][Tr::kBlockN / 16][4];
 #pragma unroll
-    for (int n = 0; n < Tr::kScoreTiles; ++n) {
+    for (int mi = 0; mi < kMi; ++mi) {
+      float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int half = e / 2;
-        float s = acc[n][e] * score_scale;
-        if (needs_mask) {
-          const int key = key0 + n * 8 + 2 * tq + (e % 2);
-          bool visible = key <= query_pos[half] && key < n_keys;
-          if (mask_row[half] != nullptr && visible) visible = (mask_row[half][key / 32] >> (key % 32)) & 1u;
-          if (!visible) s = -INFINITY;
+      for (int n = 0; n < Tr::kScoreTiles; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int half = e / 2;
+          float s = acc[mi][n][e] * score_scale;
+          if (needs_mask) {
+            const int key = key0 + n * 8 + 2 * tq + (e % 2);
+            const int t = query_of(mi, half);
+            bool visible = key <= p.pos0 + t && key < n_keys;
+            if (p.key_mask != nullptr && visible) {
+              visible = t < p.n_queries &&
+                        ((p.key_mask[static_cast<int64_t>(t) * p.key_mask_stride + key / 32] >> (key % 32)) & 1u);
+            }
+            if (!visible) s = -INFINITY;
+          }
+          acc[mi][n][e] = s;
+          tile_max[half] = fmaxf(tile_max[half], s);
         }
-        acc[n][e] = s;
-        tile_max[half] = fmaxf(tile_max[half], s);
       }
-    }
-    float alpha[2];
+      float alpha[2];
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const float m_new = fmaxf(m_run[half], mma::quad_max(tile_max[half]));
-      alpha[half] = mma::exp2_rescale(m_run[half], m_new);
-      m_run[half] = m_new;
-      l_run[half] *= alpha[half];
-    }
-    uint32_t pa[Tr::kBlockN / 16][4];
-#pragma unroll
-    for (int n = 0; n < Tr::kScoreTiles; ++n) {
-      float pr[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        pr[e] = mma::round_to_bf16(mma::exp2_shifted(acc[n][e], m_run[e / 2]));
-        l_run[e / 2] += pr[e];
+      for (int half = 0; half < 2; ++half) {
+        const float m_new = fmaxf(m_run[mi][half], mma::quad_max(tile_max[half]));
+        alpha[half] = mma::exp2_rescale(m_run[mi][half], m_new);
+        m_run[mi][half] = m_new;
+        l_run[mi][half] *= alpha[half];
       }
-      // n8 tile n covers keys 8n..8n+7: the low (even n) or high (odd n) half of k-step n/2.
-      pa[n / 2][(n % 2) * 2 + 0] = mma::pack_bf16x2(pr[0], pr[1]);
-      pa[n / 2][(n % 2) * 2 + 1] = mma::pack_bf16x2(pr[2], pr[3]);
-    }
 #pragma unroll
-    for (int n = 0; n < Tr::kOutTiles; ++n) {
-      o[n][0] *= alpha[0];
-      o[n][1] *= alpha[0];
-      o[n][2] *= alpha[1];
-      o[n][3] *= alpha[1];
+      for (int n = 0; n < Tr::kScoreTiles; ++n) {
+        float pr[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          pr[e] = mma::round_to_bf16(mma::exp2_shifted(acc[mi][n][e], m_run[mi][e / 2]));
+          l_run[mi][e / 2] += pr[e];
+        }
+        // n8 tile n covers keys 8n..8n+7: the low (even n) or high (odd n) half of k-step n/2.
+        pa[mi][n / 2][(n % 2) * 2 + 0] = mma::pack_bf16x2(pr[0], pr[1]);
+        pa[mi][n / 2][(n % 2) * 2 + 1] = mma::pack_bf16x2(pr[2], pr[3]);
+      }
+#pragma unroll
+      for (int n = 0; n < Tr::kOutTiles; ++n) {
+        o[mi][n][0] *= alpha[0];
+        o[mi][n][1] *= alpha[0];
+        o[mi][n][2] *= alpha[1];
+        o[mi][n][3] *= alpha[1];
+      }
     }
 
-    if constexpr (Tr::kStages == 1) {
-      mma::cp_async_wait<0>();
-      __syncthreads();  // V_j landed; every warp is done with K_j
-      if (j + 1 < n_key_tiles) {
-        load_cache_rows<Tr::kDimQk, Tr::kQkRow, Tr::kThreads>(k_stage(j + 1), p.k_cache, p.cache_batch, h,
-                                                              key0 + Tr::kBlockN, n_keys, Tr::kBlockN);
-      }
-      mma::cp_async_commit();
+    mma::cp_async_wait<0>();
+    __syncthreads();  // V_j landed; every warp is done with K_j
+    if (j + 1 < n_key_tiles) {
+      load_cache_rows<Tr::kDimQk, Tr::kQkRow, Tr::kThreads>(k_s, p.k_cache, p.cache_batch, h, key0 + Tr::kBlockN,
+                                                            n_keys, Tr::kBlockN);
     }
+    mma::cp_async_commit();
 
+    // O += P V_j: each V fragment feeds the warp's kMi row blocks
     const bf16* v_base = v_s + (((lane / 8) % 2) * 8 + (lane % 8)) * Tr::kVRow + (lane / 16) * 8;
 #pragma unroll
     for (int kk = 0; kk < Tr::kBlockN / 16; ++kk) {
@@ -272,53 +249,48 @@ __global__ void __launch_bounds__(Tr::kThreads, 2) flash_prefill_kernel(const Pr
       for (int np = 0; np < Tr::kOutTiles / 2; ++np) {
         uint32_t bv[4];
         mma::ldmatrix_x4_trans(bv, v_base + kk * 16 * Tr::kVRow + np * 16);
-        mma::mma_bf16_16816(o[2 * np], pa[kk], bv[0], bv[1]);
-        mma::mma_bf16_16816(o[2 * np + 1], pa[kk], bv[2], bv[3]);
+#pragma unroll
+        for (int mi = 0; mi < kMi; ++mi) {
+          mma::mma_bf16_16816(o[mi][2 * np], pa[mi][kk], bv[0], bv[1]);
+          mma::mma_bf16_16816(o[mi][2 * np + 1], pa[mi][kk], bv[2], bv[3]);
+        }
       }
-    }
-    if constexpr (Tr::kStages == 2) {
-      __syncthreads();  // every warp is done with K_j and V_j: their buffers take key tile j + 2
-      if (j + 2 < n_key_tiles) {
-        const int key2 = key0 + 2 * Tr::kBlockN;
-        load_cache_rows<Tr::kDimQk, Tr::kQkRow, Tr::kThreads>(k_stage(j), p.k_cache, p.cache_batch, h, key2, n_keys,
-                                                              Tr::kBlockN);
-        load_cache_rows<Tr::kDimV, Tr::kVRow, Tr::kThreads>(v_stage(j), p.v_cache, p.cache_batch, h, key2, n_keys,
-                                                            Tr::kBlockN);
-      }
-      mma::cp_async_commit();
     }
   }
 
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const float l = mma::quad_sum(l_run[half]);
-    const int t = query_index[half];
-    if (t >= p.n_queries) continue;
-    const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
-    const int64_t row = static_cast<int64_t>(t) * p.n_heads + h;
-    const float lse = l > 0.0f ? (m_run[half] + log2f(l)) * kLn2 : -INFINITY;
-    if (L.splits > 1) {  // this split's normalised part; split_kv_combine weighs it by exp(lse - total)
-      const int64_t part = row * L.splits + split;
+  for (int mi = 0; mi < kMi; ++mi) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float l = mma::quad_sum(l_run[mi][half]);
+      const int t = query_of(mi, half);
+      if (t >= p.n_queries) continue;
+      const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
+      const int64_t row = static_cast<int64_t>(t) * p.n_heads + h;
+      const float lse = l > 0.0f ? (m_run[mi][half] + log2f(l)) * kLn2 : -INFINITY;
+      if (L.splits > 1) {  // this split's normalised part; split_kv_combine weighs it by exp(lse - total)
+        const int64_t part = row * L.splits + split;
+#pragma unroll
+        for (int n = 0; n < Tr::kOutTiles; ++n) {
+          *reinterpret_cast<float2*>(L.partial_out + part * Tr::kDimV + n * 8 + 2 * tq) =
+              make_float2(o[mi][n][2 * half] * inv_l, o[mi][n][2 * half + 1] * inv_l);
+        }
+        if (tq == 0) L.partial_lse[part] = lse;
+        continue;
+      }
 #pragma unroll
       for (int n = 0; n < Tr::kOutTiles; ++n) {
-        *reinterpret_cast<float2*>(L.partial_out + part * Tr::kDimV + n * 8 + 2 * tq) =
-            make_float2(o[n][2 * half] * inv_l, o[n][2 * half + 1] * inv_l);
+        const int64_t index = row * Tr::kDimV + n * 8 + 2 * tq;
+        const float x = o[mi][n][2 * half] * inv_l;
+        const float y = o[mi][n][2 * half + 1] * inv_l;
+        if (p.out_type == AttnOutputType::f32) {
+          *reinterpret_cast<float2*>(static_cast<float*>(p.out) + index) = make_float2(x, y);
+        } else {
+          *reinterpret_cast<__nv_bfloat162*>(static_cast<bf16*>(p.out) + index) = __floats2bfloat162_rn(x, y);
+        }
       }
-      if (tq == 0) L.partial_lse[part] = lse;
-      continue;
+      if (p.lse != nullptr && tq == 0) p.lse[row] = lse;
     }
-#pragma unroll
-    for (int n = 0; n < Tr::kOutTiles; ++n) {
-      const int64_t index = row * Tr::kDimV + n * 8 + 2 * tq;
-      const float x = o[n][2 * half] * inv_l;
-      const float y = o[n][2 * half + 1] * inv_l;
-      if (p.out_type == AttnOutputType::f32) {
-        *reinterpret_cast<float2*>(static_cast<float*>(p.out) + index) = make_float2(x, y);
-      } else {
-        *reinterpret_cast<__nv_bfloat162*>(static_cast<bf16*>(p.out) + index) = __floats2bfloat162_rn(x, y);
-      }
-    }
-    if (p.lse != nullptr && tq == 0) p.lse[row] = lse;
   }
 }
 
@@ -326,17 +298,19 @@ struct PrefillKernel {
   void (*kernel)(PrefillLaunch);
   size_t smem_bytes;
   int threads;
+  int block_m;  ///< queries per CTA
 };
 
 template <class Tr>
 PrefillKernel prefill_kernel() {
-  return {&flash_prefill_kernel<Tr>, Tr::kSmemBytes, Tr::kThreads};
+  return {&flash_prefill_kernel<Tr>, Tr::kSmemBytes, Tr::kThreads, Tr::kBlockM};
 }
 
+/// 192/128 (DeepSeek): 32 query rows per warp; 256/256 (GLM-5): 16 (the 32 output tiles need the registers).
 PrefillKernel kernel_for(int dim_qk, int dim_v) {
-  if (dim_qk == 192 && dim_v == 128) return prefill_kernel<FlashPrefillTraits<192, 128>>();
-  if (dim_qk == 256 && dim_v == 256) return prefill_kernel<FlashPrefillTraits<256, 256>>();
-  return {nullptr, 0, 0};
+  if (dim_qk == 192 && dim_v == 128) return prefill_kernel<FlashPrefillTraits<192, 128, 2>>();
+  if (dim_qk == 256 && dim_v == 256) return prefill_kernel<FlashPrefillTraits<256, 256, 1>>();
+  return {nullptr, 0, 0, 64};
 }
 
 __global__ void build_key_mask_kernel(const KeyMaskParams p) {
@@ -388,7 +362,7 @@ SplitPlan plan_splits(const FlashPrefillParams& p) {
         cudaFuncSetAttribute(k.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(k.smem_bytes)));
     LATTE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k.kernel, k.threads, k.smem_bytes));
     const int64_t slots = static_cast<int64_t>(std::max(1, sm_count)) * std::max(1, per_sm);
-    const int64_t base = static_cast<int64_t>((p.n_queries + 63) / 64) * p.n_heads;
+    const int64_t base = static_cast<int64_t>((p.n_queries + k.block_m - 1) / k.block_m) * p.n_heads;
     // Cost in key-tile times (cheapest_kv_splits), the combine ~3 tile times: it reads and writes every
     // output value once per split.
     best = cheapest_kv_splits(tiles, 64, base, slots, [](int) { return 3.0; });
@@ -460,7 +434,7 @@ void run_flash_prefill(const FlashPrefillParams& p, cudaStream_t stream) {
     }
   }
   fail_unless(launch.splits <= 65535, "too many key splits for one launch");
-  const dim3 grid((p.n_queries + 63) / 64, p.n_heads, launch.splits);
+  const dim3 grid((p.n_queries + k.block_m - 1) / k.block_m, p.n_heads, launch.splits);
   launch_kernel(k.kernel, grid, k.threads, k.smem_bytes, stream, launch);
   if (launch.splits > 1) {
     run_split_kv_combine({.partial_out = launch.partial_out,
