@@ -214,15 +214,17 @@ __global__ void __launch_bounds__(Tr::kThreads, 2) flash_prefill_kernel(const Pr
       }
 #pragma unroll
       for (int n = 0; n < Tr::kScoreTiles; ++n) {
-        float pr[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          pr[e] = mma::round_to_bf16(mma::exp2_shifted(acc[mi][n][e], m_run[mi][e / 2]));
-          l_run[mi][e / 2] += pr[e];
-        }
+        // P rounded to bf16 once (one conversion per pair); the row sums add the rounded values, read back
+        // from the pairs with integer ops: what the tensor cores multiply is what normalises.
         // n8 tile n covers keys 8n..8n+7: the low (even n) or high (odd n) half of k-step n/2.
-        pa[mi][n / 2][(n % 2) * 2 + 0] = mma::pack_bf16x2(pr[0], pr[1]);
-        pa[mi][n / 2][(n % 2) * 2 + 1] = mma::pack_bf16x2(pr[2], pr[3]);
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const uint32_t pair = mma::pack_bf16x2(mma::exp2_shifted(acc[mi][n][2 * half], m_run[mi][half]),
+                                                 mma::exp2_shifted(acc[mi][n][2 * half + 1], m_run[mi][half]));
+          l_run[mi][half] += __uint_as_float(pair << 16);
+          l_run[mi][half] += __uint_as_float(pair & 0xFFFF0000u);
+          pa[mi][n / 2][(n % 2) * 2 + half] = pair;
+        }
       }
 #pragma unroll
       for (int n = 0; n < Tr::kOutTiles; ++n) {
