@@ -47,7 +47,6 @@
 #include <map>
 #include <string>
 #include <string_view>
-#include <utility>
 #include <vector>
 
 namespace latte::cuda {
@@ -179,7 +178,6 @@ class CudaForward final : public CudaRankForward {
     LATTE_CUDA_CHECK(cudaMemcpyAsync(tokens_.data(), tokens_host_.data(), static_cast<size_t>(T) * sizeof(int32_t),
                                      cudaMemcpyHostToDevice, stream()));
     tables_.upload(stream());
-    x_normed_ = false;
     embedding_lookup({.type = weights_->token_embd.type,
                       .table = weights_->token_embd.data,
                       .table_bytes = weights_->token_embd.bytes(),
@@ -627,9 +625,7 @@ class CudaForward final : public CudaRankForward {
     uint8_t* xq = hidden_record(T);
     std::string tap;
     const bool tap_norm = tapping(il, "attn_norm", tap);
-    // the previous block's MoE combine may have normalised x into xn (and xq) already
-    const bool normed = std::exchange(x_normed_, false);
-    if (!normed && T == 1 && w.attn_input && !tap_norm && !c_.has_indexer() && linear_normalises(w.attn_input)) {
+    if (T == 1 && w.attn_input && !tap_norm && !c_.has_indexer() && linear_normalises(w.attn_input)) {
       // one token: the projection's GEMV normalises the residual row itself (one launch less; the
       // glm-dsa indexer reads the normalised row too)
       linear_(w.attn_input,
@@ -642,7 +638,7 @@ class CudaForward final : public CudaRankForward {
                .x_norm_eps = c_.rms_norm_eps},
               stream());
     } else {
-      if (!normed) rms(a.x.data(), H, w.attn_norm, H, T, a.xn.data(), H, xq);
+      rms(a.x.data(), H, w.attn_norm, H, T, a.xn.data(), H, xq);
       if (tap_norm) emit_device(tap, il, {T, H}, a.xn.data(), T, H, H);
       if (w.attn_input) {
         linear(w.attn_input, a.xn.data(), H, T, a.proj.data(), width, nullptr, xq);
@@ -838,10 +834,9 @@ class CudaForward final : public CudaRankForward {
       LATTE_CUDA_CHECK(cudaStreamWaitEvent(side_.get(), fork_.get(), 0));
       gated_ffn(w.shared, T, side_.get(), a.shared_out.data(), nullptr);
       join_.record(side_.get());
-      x_normed_ = routed_experts(il, w, T, a.shared_out.data(), join_.get(), next_attn_norm(il));
+      routed_experts(il, w, T, a.shared_out.data(), join_.get());
     } else {
-      // without a shared expert after them, the routed experts' combine is the block's last write of x
-      x_normed_ = routed_experts(il, w, T, nullptr, nullptr, w.shared ? nullptr : next_attn_norm(il));
+      routed_experts(il, w, T);
       if (w.shared) gated_ffn(w.shared, T);
     }
     reduce_shares();
@@ -901,20 +896,9 @@ class CudaForward final : public CudaRankForward {
         on);
   }
 
-  /// The attention norm weight of the block after il when block il's MoE combine may make that block's
-  /// input (xn and its records) in the same launch: one rank (no sum of shares after the combine), a next
-  /// block of the main stack, LATTE_COMBINE_NORM not 0. Null otherwise.
-  const float* next_attn_norm(int il) const {
-    static const bool on = env_switch("LATTE_COMBINE_NORM", true);
-    if (!on || communicator_ || il + 1 >= c_.n_layer_main()) return nullptr;
-    return weights_->layers[static_cast<size_t>(il) + 1].attn_norm;
-  }
-
   /// x += the routed experts of the step's rows (+ `add`, ready once `add_ready` is, in the decode combine).
-  /// With `norm_next`, the combine also writes rms_norm(x) with that weight into xn (and the records of
-  /// hidden_record): returns whether it did, so that the next attention block skips its norm.
-  bool routed_experts(int il, const DeviceLayer& w, int T, const float* add = nullptr, cudaEvent_t add_ready = nullptr,
-                      const float* norm_next = nullptr) {
+  void routed_experts(int il, const DeviceLayer& w, int T, const float* add = nullptr,
+                      cudaEvent_t add_ready = nullptr) {
     Activations& a = act_;
     const int H = c_.n_embd, E = c_.n_expert, K = c_.n_expert_used, F = c_.n_ff_expert;
     linear(w.router, a.xn.data(), H, T, a.router.data(), E);
@@ -965,17 +949,10 @@ class CudaForward final : public CudaRankForward {
                            .out = a.x.data(),
                            .out_stride = H,
                            .accumulate = true,
-                           .held_first = held_first_,
-                           .norm_weight = norm_next,
-                           .norm_eps = c_.rms_norm_eps,
-                           .norm_out = a.xn.data(),
-                           .norm_out_stride = H,
-                           .norm_out_q = hidden_record(T),
-                           .norm_out_q_stride = x_int8_record_bytes(H)},
+                           .held_first = held_first_},
                           stream());
-      return norm_next != nullptr;
+      return;
     }
-    uint8_t* const records = hidden_record(T);  // the rows' records at row * x_int8_record_bytes(H)
     const int chunk = moe_gemv_tokens();
     for (int t0 = 0; t0 < T; t0 += chunk) {
       const int n = std::min(chunk, T - t0);
@@ -996,16 +973,9 @@ class CudaForward final : public CudaRankForward {
                           .add = add ? add + row0 : nullptr,
                           .add_stride = H,
                           .add_ready = t0 == 0 ? add_ready : nullptr,
-                          .route = route_in_experts ? &route : nullptr,
-                          .norm_weight = norm_next,
-                          .norm_eps = c_.rms_norm_eps,
-                          .norm_out = a.xn.data() + row0,
-                          .norm_out_stride = H,
-                          .norm_out_q = records ? records + static_cast<size_t>(t0) * x_int8_record_bytes(H) : nullptr,
-                          .norm_out_q_stride = x_int8_record_bytes(H)},
+                          .route = route_in_experts ? &route : nullptr},
                          stream());
     }
-    return norm_next != nullptr;
   }
 
   void output_logits(const detail::ForwardBatch& batch) {
@@ -1086,7 +1056,6 @@ class CudaForward final : public CudaRankForward {
   int n_held_ = 0;                                // routed experts held (all of them without expert parallelism)
   int vocab_slice_ = 0;                           // split output head: vocabulary rows of each rank, else 0
   bool logits_everywhere_ = false;                // every rank copies the step's logits to the host
-  bool x_normed_ = false;  // the last MoE combine wrote the next attention block's xn (next_attn_norm)
   std::shared_ptr<const DeviceWeights> weights_;
   CudaAttentionBackend& backend_;
   detail::AttentionInputLayout layout_;

@@ -12,7 +12,6 @@
 #include "cuda/check.hpp"
 #include "cuda/launch.cuh"
 #include "cuda/moe_router.hpp"
-#include "cuda/norms.hpp"
 
 namespace latte::cuda {
 namespace {
@@ -166,30 +165,7 @@ void moe_combine(const MoeCombineParams& p, cudaStream_t stream) {
               "moe_combine", "add must be 16-byte aligned with add_stride a multiple of 4, >= hidden");
   require_arg(p.k >= 1 && p.k <= moe_max_k && p.n_tokens >= 0 && p.n_tokens <= 65535, "moe_combine",
               "k outside 1..8 or n_tokens outside 0..65535");
-  require_arg(p.norm_weight == nullptr || (p.accumulate && p.norm_out != nullptr), "moe_combine",
-              "a normalised output needs accumulate (out is the residual) and norm_out");
   if (p.n_tokens == 0) return;
-  if (p.norm_weight != nullptr) {
-    rms_norm({.residual = p.out,
-              .residual_stride = p.out_stride,
-              .weight = p.norm_weight,
-              .n = p.hidden,
-              .rows = p.n_tokens,
-              .eps = p.norm_eps,
-              .out = p.norm_out,
-              .out_stride = p.norm_out_stride,
-              .out_q = p.norm_out_q,
-              .out_q_stride = p.norm_out_q_stride,
-              .combine_out = p.expert_out,
-              .combine_ld = p.ld,
-              .combine_slot_of_pair = p.slot_of_pair,
-              .combine_weights = p.weights,
-              .combine_k = p.k,
-              .combine_add = p.add,
-              .combine_add_stride = p.add_stride},
-             stream);
-    return;
-  }
   const int threads = 128;
   const dim3 grid(static_cast<unsigned>((p.hidden / 4 + threads - 1) / threads), static_cast<unsigned>(p.n_tokens));
   launch_kernel(moe_combine_kernel, grid, threads, 0, stream, p);

@@ -66,14 +66,6 @@ struct MoeCombineParams {
   bool accumulate = false;
   const float* add = nullptr;  ///< optional fp32 [n_tokens, add_stride]: added too (a shared expert's output)
   int64_t add_stride = 0;
-  /// Optional (needs accumulate): the combined rows also normalised, as rms_norm would with this weight,
-  /// into norm_out (and their split-int8 records into norm_out_q when set): one launch, the same values.
-  const float* norm_weight = nullptr;
-  float norm_eps = 1e-6f;
-  float* norm_out = nullptr;
-  int64_t norm_out_stride = 0;
-  uint8_t* norm_out_q = nullptr;
-  int64_t norm_out_q_stride = 0;
 };
 
 /// Launches the combine. Throws Error(invalid_argument) on bad sizes or misalignment.

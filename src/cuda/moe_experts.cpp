@@ -72,13 +72,7 @@ void combine_slots(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeExperts
                .out_stride = c.out_stride,
                .accumulate = c.accumulate,
                .add = c.add,
-               .add_stride = c.add_stride,
-               .norm_weight = c.norm_weight,
-               .norm_eps = c.norm_eps,
-               .norm_out = c.norm_out,
-               .norm_out_stride = c.norm_out_stride,
-               .norm_out_q = c.norm_out_q,
-               .norm_out_q_stride = c.norm_out_q_stride},
+               .add_stride = c.add_stride},
               stream);
 }
 
@@ -151,13 +145,7 @@ void decode_one_token(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeExpe
                .out_stride = c.out_stride,
                .accumulate = c.accumulate,
                .add = c.add,
-               .add_stride = c.add_stride,
-               .norm_weight = c.norm_weight,
-               .norm_eps = c.norm_eps,
-               .norm_out = c.norm_out,
-               .norm_out_stride = c.norm_out_stride,
-               .norm_out_q = c.norm_out_q,
-               .norm_out_q_stride = c.norm_out_q_stride},
+               .add_stride = c.add_stride},
               stream);
 }
 

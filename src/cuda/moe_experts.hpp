@@ -98,14 +98,6 @@ struct MoeExpertsCall {
   /// (route->ids == ids, route->weights == weights); the one-token path routes inside its first GEMV
   /// (GemvParams::route), any other runs moe_route first.
   const MoeRouterParams* route = nullptr;
-  /// Optional (needs accumulate): the combine also normalises the updated rows of out (MoeCombineParams::
-  /// norm_weight): the next block's input norm in the same launch.
-  const float* norm_weight = nullptr;
-  float norm_eps = 1e-6f;
-  float* norm_out = nullptr;
-  int64_t norm_out_stride = 0;
-  uint8_t* norm_out_q = nullptr;
-  int64_t norm_out_q_stride = 0;
 };
 
 /// Decode path (n_tokens <= moe_gemv_max_tokens, fp32 x): GEMVs over groups of at most 8 of an expert's

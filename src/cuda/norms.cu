@@ -36,34 +36,16 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const RmsNormPar
   allow_dependents();
   __shared__ float scratch[kNormThreads / 32];
   const int64_t row = blockIdx.x;
-  const float* x = p.x ? p.x + row * p.x_stride : nullptr;
+  const float* x = p.x + row * p.x_stride;
   float* h = p.residual ? p.residual + row * p.residual_stride : nullptr;
   float sum_sq = 0.0f;
-  if (p.combine_out != nullptr) {
-    // moe_combine_kernel's sums, in its order: residual, the addend, then each choice's weighted row
-    const float* add = p.combine_add ? p.combine_add + row * p.combine_add_stride : nullptr;
-    const int32_t* slots = p.combine_slot_of_pair + row * p.combine_k;
-    const float* weights = p.combine_weights + row * p.combine_k;
-    for (int i = static_cast<int>(threadIdx.x); i < p.n; i += kNormThreads) {
-      float v = h[i];
-      if (add) v += add[i];
-      for (int j = 0; j < p.combine_k; ++j) {
-        const int slot = slots[j];
-        if (slot < 0) continue;
-        v += weights[j] * p.combine_out[static_cast<int64_t>(slot) * p.combine_ld + i];
-      }
+  for (int i = static_cast<int>(threadIdx.x); i < p.n; i += kNormThreads) {
+    float v = x[i];
+    if (h) {
+      v += h[i];
       h[i] = v;
-      sum_sq += v * v;
     }
-  } else {
-    for (int i = static_cast<int>(threadIdx.x); i < p.n; i += kNormThreads) {
-      float v = x[i];
-      if (h) {
-        v += h[i];
-        h[i] = v;
-      }
-      sum_sq += v * v;
-    }
+    sum_sq += v * v;
   }
   const float inv = rsqrtf(block_sum(sum_sq, scratch) / static_cast<float>(p.n) + p.eps);
   if (p.out_q != nullptr) {
@@ -123,15 +105,8 @@ __global__ void __launch_bounds__(kNormThreads) layer_norm_kernel(const LayerNor
 }  // namespace
 
 void rms_norm(const RmsNormParams& p, cudaStream_t stream) {
-  const bool combine = p.combine_out != nullptr;
-  if (combine && (p.x || !p.residual || !p.combine_slot_of_pair || !p.combine_weights || p.combine_k < 1 ||
-                  p.combine_k > 8 || p.combine_ld < p.n || (p.combine_add && p.combine_add_stride < p.n))) {
-    throw Error(ErrorCode::invalid_argument,
-                "rms_norm: a combine input needs no x, a residual, slots and weights, 1 <= k <= 8, ld >= n = " +
-                    std::to_string(p.n) + " and an addend stride >= n");
-  }
-  if ((!p.x && !combine) || !p.weight || !p.out || p.n <= 0 || p.rows < 0 || (!combine && p.x_stride < p.n) ||
-      p.out_stride < p.n || (p.residual && p.residual_stride < p.n) || !(p.eps >= 0.0f)) {
+  if (!p.x || !p.weight || !p.out || p.n <= 0 || p.rows < 0 || p.x_stride < p.n || p.out_stride < p.n ||
+      (p.residual && p.residual_stride < p.n) || !(p.eps >= 0.0f)) {
     throw Error(ErrorCode::invalid_argument, "rms_norm: invalid pointers, n = " + std::to_string(p.n) +
                                                  ", rows = " + std::to_string(p.rows) + ", strides or eps");
   }

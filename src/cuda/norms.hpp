@@ -29,17 +29,6 @@ struct RmsNormParams {
   ActOut out_type = ActOut::f32;
   uint8_t* out_q = nullptr;  ///< optional: the output's split-int8 records too (x_int8.hpp; n % 32 == 0)
   int64_t out_q_stride = 0;  ///< bytes between rows' records
-  /// Optional, instead of x: the rows to normalise are residual's after a MoE combine, made with
-  /// moe_combine's arithmetic (same order, same results): h += add (when set), then h += weights[t, j] *
-  /// combine_out[slot_of_pair[t k + j]] for each choice j with a slot. The MoE block's last launch and
-  /// the next block's norm in one (x must be null, residual set).
-  const float* combine_out = nullptr;  ///< fp32 [slots, combine_ld]
-  int64_t combine_ld = 0;
-  const int32_t* combine_slot_of_pair = nullptr;  ///< [rows, combine_k]
-  const float* combine_weights = nullptr;         ///< [rows, combine_k]
-  int combine_k = 0;
-  const float* combine_add = nullptr;  ///< optional fp32 [rows, combine_add_stride]
-  int64_t combine_add_stride = 0;
 };
 void rms_norm(const RmsNormParams& p, cudaStream_t stream);
 

@@ -11,13 +11,10 @@
 #include <cstdint>
 #include <initializer_list>
 #include <numeric>
-#include <random>
-#include <cstring>
 
 #include "cuda/moe_dispatch.hpp"
 #include "cuda/moe_experts.hpp"
 #include "cuda/moe_router.hpp"
-#include "cuda/norms.hpp"
 #include "cuda/standalone_params.hpp"
 #include "cuda/x_int8.hpp"
 #include "gpu_test_support.hpp"
@@ -384,105 +381,6 @@ TEST_CASE("moe_experts_decode and moe_experts_prefill match a float64 expert FFN
   check_moe_experts(8, 512, 160, 3, {1, 3, 8, 29, 64, 130}, rng);
   // 64 experts, 6 choices: 2 tokens in groups of 1, 8 in groups of 2, 20 in groups of 4 (moe_group_tokens)
   check_moe_experts(64, 256, 64, 6, {2, 8, 20}, rng);
-}
-
-TEST_CASE("moe_combine with a norm leaves what moe_combine then rms_norm leave, bit for bit") {
-  auto rng = make_rng("moe_combine_norm");
-  const int tokens = 5, k = 6, hidden = 2048, add_stride = hidden + 8;
-  const int64_t record_bytes = cuda::x_int8_record_bytes(hidden);
-  // every token's choices at distinct slots, one choice of token 2 held by another rank (slot -1)
-  std::vector<int32_t> slots(static_cast<size_t>(tokens * k));
-  std::iota(slots.begin(), slots.end(), 0);
-  std::shuffle(slots.begin(), slots.end(), rng);
-  slots[2 * k + 3] = -1;
-  const auto expert_out = random_floats(static_cast<size_t>(tokens * k * hidden), rng);
-  const auto weights = random_floats(static_cast<size_t>(tokens * k), rng);
-  const auto base = random_floats(static_cast<size_t>(tokens * hidden), rng);
-  const auto addend = random_floats(static_cast<size_t>(tokens * add_stride), rng);
-  const auto norm_weight = random_floats(static_cast<size_t>(hidden), rng);
-  const float eps = 1e-6f;
-  const auto d_slots = upload(slots);
-  const auto d_eo = upload(expert_out);
-  const auto d_w = upload(weights);
-  const auto d_add = upload(addend);
-  const auto d_nw = upload(norm_weight);
-  const cuda::MoeCombineParams combine{.expert_out = d_eo.data(),
-                                       .ld = hidden,
-                                       .slot_of_pair = d_slots.data(),
-                                       .weights = d_w.data(),
-                                       .n_tokens = tokens,
-                                       .k = k,
-                                       .hidden = hidden,
-                                       .out_stride = hidden,
-                                       .accumulate = true,
-                                       .add = d_add.data(),
-                                       .add_stride = add_stride};
-  // two launches
-  auto out_a = upload(base);
-  DeviceBuffer<float> xn_a(static_cast<size_t>(tokens * hidden));
-  DeviceBuffer<uint8_t> q_a(static_cast<size_t>(tokens * record_bytes));
-  poison(xn_a.data(), xn_a.bytes());
-  poison(q_a.data(), q_a.bytes());
-  cuda::MoeCombineParams a = combine;
-  a.out = out_a.data();
-  cuda::moe_combine(a, nullptr);
-  cuda::rms_norm({.x = out_a.data(),
-                  .x_stride = hidden,
-                  .weight = d_nw.data(),
-                  .n = hidden,
-                  .rows = tokens,
-                  .eps = eps,
-                  .out = xn_a.data(),
-                  .out_stride = hidden,
-                  .out_q = q_a.data(),
-                  .out_q_stride = record_bytes},
-                 nullptr);
-  // one
-  auto out_b = upload(base);
-  DeviceBuffer<float> xn_b(static_cast<size_t>(tokens * hidden));
-  DeviceBuffer<uint8_t> q_b(static_cast<size_t>(tokens * record_bytes));
-  poison(xn_b.data(), xn_b.bytes());
-  poison(q_b.data(), q_b.bytes());
-  cuda::MoeCombineParams b = combine;
-  b.out = out_b.data();
-  b.norm_weight = d_nw.data();
-  b.norm_eps = eps;
-  b.norm_out = xn_b.data();
-  b.norm_out_stride = hidden;
-  b.norm_out_q = q_b.data();
-  b.norm_out_q_stride = record_bytes;
-  cuda::moe_combine(b, nullptr);
-
-  const auto ha = download(out_a.data(), out_a.size()), hb = download(out_b.data(), out_b.size());
-  const auto na = download(xn_a.data(), xn_a.size()), nb = download(xn_b.data(), xn_b.size());
-  const auto qa = download(q_a.data(), q_a.size()), qb = download(q_b.data(), q_b.size());
-  CHECK(std::memcmp(ha.data(), hb.data(), ha.size() * sizeof(float)) == 0);
-  CHECK(std::memcmp(na.data(), nb.data(), na.size() * sizeof(float)) == 0);
-  CHECK(std::memcmp(qa.data(), qb.data(), qa.size()) == 0);
-
-  // and both against float64: residual + addend + weighted choices, then the norm
-  std::vector<double> want_h(base.begin(), base.end()), want_n(want_h.size());
-  for (int t = 0; t < tokens; ++t) {
-    double sum_sq = 0.0;
-    for (int c = 0; c < hidden; ++c) {
-      double& h = want_h[static_cast<size_t>(t * hidden + c)];
-      h += addend[static_cast<size_t>(t * add_stride + c)];
-      for (int j = 0; j < k; ++j) {
-        const int slot = slots[static_cast<size_t>(t * k + j)];
-        if (slot < 0) continue;
-        h += static_cast<double>(weights[static_cast<size_t>(t * k + j)]) *
-             expert_out[static_cast<size_t>(slot) * hidden + c];
-      }
-      sum_sq += h * h;
-    }
-    const double inv = 1.0 / std::sqrt(sum_sq / hidden + eps);
-    for (int c = 0; c < hidden; ++c) {
-      const size_t i = static_cast<size_t>(t * hidden + c);
-      want_n[i] = want_h[i] * inv * norm_weight[static_cast<size_t>(c)];
-    }
-  }
-  check_close("moe_combine + norm", "residual", compare(hb, want_h), 1e-6);
-  check_close("moe_combine + norm", "normalised", compare(nb, want_n), 1e-5);
 }
 
 TEST_CASE("moe_route rejects invalid configurations with latte::Error") {
