@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 
 namespace latte::cuda {
 
@@ -67,6 +68,15 @@ bool linear_normalises(const DeviceMatrix& w) {
   return on && w && gemv_self_quantize() && gemv_reads_x_int8(w.type, w.k, 1);
 }
 
+int Linear::blas_min_rows() {
+  static const int rows = [] {
+    const char* v = std::getenv("LATTE_BLAS_MIN_ROWS");
+    const int n = v ? std::atoi(v) : 0;
+    return n >= gemv_max_tokens + 1 && n <= 4096 ? n : kBlasMinRows;
+  }();
+  return rows;
+}
+
 bool Linear::gemv_passes(const DeviceMatrix& w, int rows) {
   static const bool on = env_switch("LATTE_GEMV_PASSES", true);
   return on && w && rows > gemv_max_tokens && rows <= kPassRows && w.bytes() <= kPassMaxBytes &&
@@ -95,7 +105,7 @@ void Linear::operator()(const DeviceMatrix& w, const LinearCall& c, cudaStream_t
                       .ldc = c.y_stride,
                       .residual = c.residual,
                       .m = c.rows};
-    if (c.rows >= kBlasMinRows && weight_elems <= kMaxDequantizedElems) {
+    if (c.rows >= blas_min_rows() && weight_elems <= kMaxDequantizedElems) {
       // Long prefill chunks: dequantize the matrix to bf16 once and let cuBLAS run the product. At 512
       // rows this is several times faster than the fused kernel, which decodes every weight tile once per
       // 64 rows of x with mma.sync (BENCHMARKS.md); the bf16 rounding of the weights is the same.

@@ -63,6 +63,8 @@ class Linear {
   /// bf16 scratch and multiplied by cuBLAS; from 9 rows up to this, the fused quantized GEMM runs.
   static constexpr int kBlasMinRows = 128;
   static constexpr size_t kMaxDequantizedElems = size_t{64} << 20;  ///< 128 MiB of bf16 scratch at most
+  /// kBlasMinRows, or LATTE_BLAS_MIN_ROWS (9-4096) where set.
+  static int blas_min_rows();
   /// Up to this many rows with split-int8 records (LinearCall::x_q), a matrix of at most kPassMaxBytes runs
   /// as split-int8 GEMV passes of 8 rows instead of the fused GEMM (the passes after the first read it from
   /// L2; the GEMM's 32-88 CTAs of 64 weight rows took 38-48 us per 2-6 MB projection on an H200).
