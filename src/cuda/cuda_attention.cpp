@@ -348,6 +348,8 @@ class CudaMlaBackend final : public CudaAttentionBackend {
  private:
   /// Dense prefill chunks of one sequence of at least this many tokens run decompressed.
   static constexpr int kMinDecompressedChunk = 16;
+  /// From this many cached rows on, the decompression runs through cuBLAS (below: the fused GEMM).
+  static constexpr int kBlasMinCacheRows = 128;
 
   /// Whether the absorbed path of T rows runs W_UK as the split-int8 GEMV over q_nope records (any T: the
   /// head groups hold at most 8 tokens each; the fp32 GEMV took 229 us per layer at 128 rows on an H200).
@@ -379,7 +381,7 @@ class CudaMlaBackend final : public CudaAttentionBackend {
     const PagedRows<__nv_bfloat16> k_rows{.data = k, .token_stride = static_cast<int64_t>(N) * qk, .head_stride = qk};
     const PagedRows<__nv_bfloat16> v_rows{.data = v, .token_stride = static_cast<int64_t>(N) * V, .head_stride = V};
     const bool fused = gemm_quant_supports(w.kv_b.type) && reinterpret_cast<uintptr_t>(w.kv_b.data) % 16 == 0 &&
-                       n_kv < Linear::kBlasMinRows;
+                       n_kv < kBlasMinCacheRows;
     if (fused) {
       // Short caches: the fused quantized GEMM into fp32 [n_kv, N(P+V)], then into K and V.
       float* kv = grow_scratch(kv_, static_cast<size_t>(n_kv) * kv_width, "mla decompressed kv");

@@ -106,9 +106,10 @@ void Linear::operator()(const DeviceMatrix& w, const LinearCall& c, cudaStream_t
                       .residual = c.residual,
                       .m = c.rows};
     if (c.rows >= blas_min_rows() && weight_elems <= kMaxDequantizedElems) {
-      // Long prefill chunks: dequantize the matrix to bf16 once and let cuBLAS run the product. At 512
-      // rows this is several times faster than the fused kernel, which decodes every weight tile once per
-      // 64 rows of x with mma.sync (BENCHMARKS.md); the bf16 rounding of the weights is the same.
+      // Dequantize the matrix to bf16 once and let cuBLAS run the product: at 512 rows several times faster
+      // than the fused kernel, which decodes every weight tile once per 64 rows of x with mma.sync, and at
+      // 17-64 rows it fills the chip where the fused GEMM has a few dozen CTAs (BENCHMARKS.md); the bf16
+      // rounding of the weights is the same.
       residual_into_y(w, c, stream);
       p.residual = c.residual != nullptr ? c.y : nullptr;
       // The scratch first: its size is read after it grew (argument order is unspecified).

@@ -59,9 +59,12 @@ bool linear_normalises(const DeviceMatrix& w);
 /// Runs products, keeping a bf16 copy of x for the GEMM path. One per stream.
 class Linear {
  public:
-  /// From this many rows on, a weight matrix of at most kMaxDequantizedElems values is dequantized to a
-  /// bf16 scratch and multiplied by cuBLAS; from 9 rows up to this, the fused quantized GEMM runs.
-  static constexpr int kBlasMinRows = 128;
+  /// From this many rows on (without GEMV passes: kPassRows), a weight matrix of at most kMaxDequantizedElems
+  /// values is dequantized to a bf16 scratch and multiplied by cuBLAS; below it, and for larger matrices (the
+  /// output head), the fused quantized GEMM runs. It was 128; on an H200 (BENCHMARKS.md, sixth round) 17
+  /// made 32- and 64-sequence decode 7% and 13% faster: the fused GEMM gives a 2048 x 2048 projection 32
+  /// CTAs, while the dequantization streams the matrix at the copy rate and cuBLAS fills the chip.
+  static constexpr int kBlasMinRows = 17;
   static constexpr size_t kMaxDequantizedElems = size_t{64} << 20;  ///< 128 MiB of bf16 scratch at most
   /// kBlasMinRows, or LATTE_BLAS_MIN_ROWS (9-4096) where set.
   static int blas_min_rows();

@@ -242,7 +242,7 @@ void matrix_cases(const SelftestCase& c, Rng& rng, Table& table) {
       cuda::gemv_quant(p, nullptr);
     } else {
       // What the forward pass runs for a prefill product (cuda::Linear): with a fused kernel for the type,
-      // the tensor-core GEMM, or from kBlasMinRows rows a bf16 dequantization and cuBLAS (x and W rounded
+      // the tensor-core GEMM, or from blas_min_rows() rows a bf16 dequantization and cuBLAS (x and W rounded
       // to bf16 either way); fp32 weights without one: fp32 cuBLAS; else GEMV passes of 8 rows.
       cuda::DeviceMatrix m{.type = c.type,
                            .data = reinterpret_cast<const std::byte*>(w.data()),
@@ -251,7 +251,7 @@ void matrix_cases(const SelftestCase& c, Rng& rng, Table& table) {
                            .row_bytes = static_cast<int64_t>(row_bytes(c.type, static_cast<uint64_t>(c.k)))};
       bf16_operands = n_tokens > cuda::gemv_max_tokens && cuda::gemm_quant_supports(c.type) && c.k % 32 == 0;
       path = !bf16_operands ? (c.type == GgmlType::f32 ? " (cublas f32)" : " (gemv passes)")
-                            : (n_tokens >= cuda::Linear::kBlasMinRows ? " (bf16 cublas)" : " (gemm)");
+                            : (n_tokens >= cuda::Linear::blas_min_rows() ? " (bf16 cublas)" : " (gemm)");
       cuda::Linear linear;
       linear(m, {.x = dx.data(), .x_stride = c.k, .rows = n_tokens, .y = y.data(), .y_stride = c.rows}, nullptr);
     }
