@@ -3,15 +3,17 @@
 // One CTA (4 warps) per (query tile, head, key split). At the DeepSeek dims (192/128) a warp owns 32 query
 // rows (two m16 blocks, 128-query tiles), so every K and V fragment read through ldmatrix feeds two MMAs
 // (ptxas spills ~40 registers there, and it is still the fastest variant measured); at GLM-5's 256/256 a
-// warp owns 16 rows (64-query tiles: the 32 output tiles need the registers). Key tiles of 64. Per key tile: S = Q K^T (mma.m16n8k16, Q and K from shared memory), causal /
-// sparse mask, online softmax in registers, P reused from the accumulators as the A operand of O += P V.
+// warp owns 16 rows (64-query tiles: the 32 output tiles need the registers). Key tiles of 64.
+// Per key tile: S = Q K^T (mma.m16n8k16, Q and K from shared memory), causal / sparse mask, online softmax
+// in registers, P rounded to bf16 once and reused from the accumulators as the A operand of O += P V.
 // Single K and V buffers: V_j streams in while S_j is computed, K_{j+1} while P_j V_j is.
 // Query tiles are launched heaviest (latest) first so the causal tail does not straggle.
 // With a workspace, the keys of a (tile, head) are split into ranges of whole key tiles, each its own CTA;
 // each writes its normalised partial output and LSE, and split_kv_combine merges them (flash-decoding).
 // History on an H200, 512 queries of 16 heads at depth 16384: 1.31 ms unsplit (128 CTAs, one per SM);
 // 829 us split; 782 / 864 us with two K/V buffers and Q in registers at 16 rows per warp (two calls); at
-// 32 rows per warp 771 us with 32-key tiles, 762 us with those double-buffered, 689 us with 64-key tiles.
+// 32 rows per warp 771 us with 32-key tiles, 762 us with those double-buffered, 689 us with 64-key tiles,
+// 669 us with P converted to bf16 once per pair.
 //
 // Back-of-envelope, DeepSeek-V3 dims (N=128, 192/128), 512 queries at depth 16384 (H200):
 //   FLOPs = 2 * 128 * 512 * 16640 * 320 = 0.70 TFLOP -> ~1.1 ms at ~650 TFLOP/s (mma.sync ceiling);
