@@ -59,7 +59,8 @@ size_t flash_prefill_workspace_bytes(const FlashPrefillParams& params);
 /// Runs the prefill on `stream`; throws Error(invalid_argument) on a violated precondition
 /// (Error(unsupported) when the device has too little shared memory per block).
 /// FLOPs: ~ 2 * N * T * (pos0 + T/2) * (qk + v) (causal). Bytes: K/V of positions < pos0 + T for every
-/// head, read once per 64-query tile (the tiles of one head run side by side and share L2); with splits,
+/// head, read once per query tile (128 queries at 192/128, 64 at 256/256; the tiles of one head run side by
+/// side and share L2); with splits,
 /// the partial outputs written and read again (8 bytes per output value and split).
 void run_flash_prefill(const FlashPrefillParams& params, cudaStream_t stream);
 
