@@ -60,8 +60,8 @@ size_t flash_prefill_workspace_bytes(const FlashPrefillParams& params);
 /// (Error(unsupported) when the device has too little shared memory per block).
 /// FLOPs: ~ 2 * N * T * (pos0 + T/2) * (qk + v) (causal). Bytes: K/V of positions < pos0 + T for every
 /// head, read once per query tile (128 queries at 192/128, 64 at 256/256; the tiles of one head run side by
-/// side and share L2); with splits,
-/// the partial outputs written and read again (8 bytes per output value and split).
+/// side and share L2); with splits, the partial outputs written and read again (8 bytes per output value and
+/// split).
 void run_flash_prefill(const FlashPrefillParams& params, cudaStream_t stream);
 
 /// Turns per-query position lists into the key mask of FlashPrefillParams.
