@@ -165,6 +165,74 @@ TEST_CASE("gemm_quant_via_bf16 (dequantize + cuBLAS) matches float64, including 
   }
 }
 
+TEST_CASE("gemm_bf16_batched writes each head's bf16 product at its offset and nothing between") {
+  // The mla decompression's shape in small: A rows of a wider cache row (lda > k, shared by every batch
+  // entry), W_b every (n + gap_w) rows of one matrix, C_b at b * (n + gap_c) of each output row.
+  auto rng = make_rng("gemm_bf16_batched");
+  cuda::BlasHandle blas;
+  const int m = 37, n = 24, k = 64, batch = 3, gap_w = 8, gap_c = 8;
+  const int64_t lda = k + 16, ldw = k, stride_w = static_cast<int64_t>(n + gap_w) * ldw;
+  const int64_t stride_c = n + gap_c, ldc = batch * stride_c;
+  const auto a = random_floats(static_cast<size_t>(m * lda), rng);
+  const auto w = random_floats(static_cast<size_t>(batch * stride_w), rng);
+  const auto da = upload(to_bf16_bits(a));
+  const auto dw = upload(to_bf16_bits(w));
+  DeviceBuffer<__nv_bfloat16> c(static_cast<size_t>(m * ldc));
+  poison(c.data(), c.bytes());
+  cuda::gemm_bf16_batched(blas,
+                          {.a = reinterpret_cast<const __nv_bfloat16*>(da.data()),
+                           .lda = lda,
+                           .w = reinterpret_cast<const __nv_bfloat16*>(dw.data()),
+                           .ldw = ldw,
+                           .stride_w = stride_w,
+                           .c = c.data(),
+                           .ldc = ldc,
+                           .stride_c = stride_c,
+                           .m = m,
+                           .n = n,
+                           .k = k,
+                           .batch = batch},
+                          nullptr);
+  const auto got_bits = download(reinterpret_cast<const uint16_t*>(c.data()), c.size());
+  std::vector<float> got;
+  std::vector<double> want;
+  int64_t touched_gap = 0;
+  for (int i = 0; i < m; ++i) {
+    for (int b = 0; b < batch; ++b) {
+      for (int j = 0; j < stride_c; ++j) {
+        const uint16_t bits = got_bits[static_cast<size_t>(i * ldc + b * stride_c + j)];
+        if (j >= n) {  // between heads: still the poison
+          touched_gap += bits != 0xFFFF;
+          continue;
+        }
+        double s = 0;
+        for (int x = 0; x < k; ++x) {
+          s += static_cast<double>(round_bf16(a[static_cast<size_t>(i * lda + x)])) *
+               round_bf16(w[static_cast<size_t>(b * stride_w + j * ldw + x)]);
+        }
+        got.push_back(bf16_to_float(bits));
+        want.push_back(s);
+      }
+    }
+  }
+  CHECK_MESSAGE(touched_gap == 0, touched_gap << " values between the heads' outputs were written");
+  // fp32 sums of bf16 products, rounded to bf16 once: the bf16 half-ulp (2^-9) relative
+  check_close("gemm_bf16_batched", "37 x 3 x 24, k 64", compare(got, want), 4e-3);
+  CHECK_THROWS_AS(cuda::gemm_bf16_batched(blas,
+                                          {.a = reinterpret_cast<const __nv_bfloat16*>(da.data()),
+                                           .lda = lda,
+                                           .w = reinterpret_cast<const __nv_bfloat16*>(dw.data()),
+                                           .ldw = ldw,
+                                           .c = c.data(),
+                                           .ldc = n - 1,
+                                           .m = m,
+                                           .n = n,
+                                           .k = k,
+                                           .batch = batch},
+                                          nullptr),
+                  Error);
+}
+
 TEST_CASE("gemm_quant rejects violated preconditions with latte::Error") {
   DeviceBuffer<uint8_t> buf(1 << 16);
   const auto* a = reinterpret_cast<const __nv_bfloat16*>(buf.data());
