@@ -3,7 +3,6 @@
 
 #include "cuda/activations.hpp"
 #include "cuda/check.hpp"
-#include "cuda/dequantize.hpp"
 #include "cuda/device_kv_storage.hpp"
 #include "cuda/env_switch.hpp"
 #include "cuda/flash_prefill.hpp"
@@ -380,22 +379,23 @@ class CudaMlaBackend final : public CudaAttentionBackend {
     __nv_bfloat16* v = grow_scratch(v_, static_cast<size_t>(n_kv) * N * V, "mla decompressed V");
     const PagedRows<__nv_bfloat16> k_rows{.data = k, .token_stride = static_cast<int64_t>(N) * qk, .head_stride = qk};
     const PagedRows<__nv_bfloat16> v_rows{.data = v, .token_stride = static_cast<int64_t>(N) * V, .head_stride = V};
+    const QuantGemmParams gemm{.type = w.kv_b.type,
+                               .weight = w.kv_b.data,
+                               .weight_bytes = w.kv_b.bytes(),
+                               .n_rows = static_cast<int>(w.kv_b.rows),
+                               .k = static_cast<int>(w.kv_b.k),
+                               .a = cache,
+                               .lda = row,
+                               .ldc = kv_width,
+                               .m = n_kv};
     const bool fused = gemm_quant_supports(w.kv_b.type) && reinterpret_cast<uintptr_t>(w.kv_b.data) % 16 == 0 &&
                        n_kv < kBlasMinCacheRows;
     if (fused) {
       // Short caches: the fused quantized GEMM into fp32 [n_kv, N(P+V)], then into K and V.
       float* kv = grow_scratch(kv_, static_cast<size_t>(n_kv) * kv_width, "mla decompressed kv");
-      gemm_quant({.type = w.kv_b.type,
-                  .weight = w.kv_b.data,
-                  .weight_bytes = w.kv_b.bytes(),
-                  .n_rows = static_cast<int>(w.kv_b.rows),
-                  .k = static_cast<int>(w.kv_b.k),
-                  .a = cache,
-                  .lda = row,
-                  .c = kv,
-                  .ldc = kv_width,
-                  .m = n_kv},
-                 stream);
+      QuantGemmParams into_kv = gemm;
+      into_kv.c = kv;
+      gemm_quant(into_kv, stream);
       for (const auto& [offset, dim, dst] : {std::tuple{0, P, k_rows}, std::tuple{P, V, v_rows}}) {
         run_kv_cache_append({.src = kv + offset,
                              .src_token_stride = kv_width,
@@ -412,19 +412,10 @@ class CudaMlaBackend final : public CudaAttentionBackend {
       // head) writing bf16 straight into K and V: no fp32 [n_kv, N(P+V)] round trip (4 N (P+V) bytes per
       // cached row written and read again).
       if (!blas_) blas_ = std::make_unique<BlasHandle>();
-      const int64_t ldw = (w.kv_b.k + 7) / 8 * 8;
+      const int64_t ldw = bf16_weight_stride(w.kv_b.k);
       const size_t elems = static_cast<size_t>(w.kv_b.rows) * static_cast<size_t>(ldw);
       __nv_bfloat16* w_bf16 = grow_scratch(weight_bf16_, elems, "mla kv_b bf16");
-      dequantize_rows({.type = w.kv_b.type,
-                       .weight = w.kv_b.data,
-                       .weight_bytes = w.kv_b.bytes(),
-                       .n_source_rows = static_cast<int>(w.kv_b.rows),
-                       .n_rows = static_cast<int>(w.kv_b.rows),
-                       .k = static_cast<int>(w.kv_b.k),
-                       .out = w_bf16,
-                       .out_stride = ldw,
-                       .out_type = DequantOut::bf16},
-                      stream);
+      dequantize_weight_bf16(gemm, w_bf16, elems, stream);
       for (const auto& [offset, dim, dst] : {std::tuple{0, P, k_rows}, std::tuple{P, V, v_rows}}) {
         gemm_bf16_batched(*blas_,
                           {.a = cache,

@@ -108,17 +108,13 @@ void gemm_f32(BlasHandle& blas, const F32GemmParams& p, cudaStream_t stream) {
   gemm_ex("f32", blas, p, CUDA_R_32F, CUBLAS_COMPUTE_32F_PEDANTIC, stream);
 }
 
-void gemm_quant_via_bf16(BlasHandle& blas, const QuantGemmParams& p, __nv_bfloat16* scratch, size_t scratch_elems,
-                         cudaStream_t stream) {
-  if (p.tiles != nullptr) throw Error(ErrorCode::invalid_argument, "gemm_quant_via_bf16: dense mode only");
-  if (p.a_rows != nullptr) throw Error(ErrorCode::invalid_argument, "gemm_quant_via_bf16: no A row gather");
-  if (p.residual != nullptr && p.residual != p.c) {
-    throw Error(ErrorCode::invalid_argument, "gemm_quant_via_bf16: residual must be c itself (C += A W^T)");
-  }
-  const int64_t ldw = (p.k + 7) / 8 * 8;
+void dequantize_weight_bf16(const QuantGemmParams& p, __nv_bfloat16* scratch, size_t scratch_elems,
+                            cudaStream_t stream) {
+  const int64_t ldw = bf16_weight_stride(p.k);
   if (scratch == nullptr || scratch_elems < static_cast<size_t>(ldw) * static_cast<size_t>(p.n_rows)) {
-    throw Error(ErrorCode::invalid_argument, "gemm_quant_via_bf16: scratch needs " + std::to_string(ldw * p.n_rows) +
-                                                 " bf16 elements, got " + std::to_string(scratch_elems));
+    throw Error(ErrorCode::invalid_argument, "dequantize_weight_bf16: scratch needs " +
+                                                 std::to_string(ldw * p.n_rows) + " bf16 elements, got " +
+                                                 std::to_string(scratch_elems));
   }
   dequantize_rows({.type = p.type,
                    .weight = p.weight,
@@ -130,11 +126,21 @@ void gemm_quant_via_bf16(BlasHandle& blas, const QuantGemmParams& p, __nv_bfloat
                    .out_stride = ldw,
                    .out_type = DequantOut::bf16},
                   stream);
+}
+
+void gemm_quant_via_bf16(BlasHandle& blas, const QuantGemmParams& p, __nv_bfloat16* scratch, size_t scratch_elems,
+                         cudaStream_t stream) {
+  if (p.tiles != nullptr) throw Error(ErrorCode::invalid_argument, "gemm_quant_via_bf16: dense mode only");
+  if (p.a_rows != nullptr) throw Error(ErrorCode::invalid_argument, "gemm_quant_via_bf16: no A row gather");
+  if (p.residual != nullptr && p.residual != p.c) {
+    throw Error(ErrorCode::invalid_argument, "gemm_quant_via_bf16: residual must be c itself (C += A W^T)");
+  }
+  dequantize_weight_bf16(p, scratch, scratch_elems, stream);
   gemm_bf16(blas,
             {.a = p.a,
              .lda = p.lda,
              .w = scratch,
-             .ldw = ldw,
+             .ldw = bf16_weight_stride(p.k),
              .c = p.c,
              .ldc = p.ldc,
              .m = p.m,

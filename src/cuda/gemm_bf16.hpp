@@ -82,6 +82,14 @@ struct F32GemmParams {
 /// Runs the fp32 cuBLAS GEMM on `stream`. Throws Error on invalid arguments or a cuBLAS failure.
 void gemm_f32(BlasHandle& blas, const F32GemmParams& p, cudaStream_t stream);
 
+/// Elements between the rows of a bf16 copy of a weight of k values per row (16-byte aligned rows).
+constexpr int64_t bf16_weight_stride(int64_t k) { return (k + 7) / 8 * 8; }
+
+/// Dequantizes p's weight (p.n_rows rows of p.k values of p.type) into `scratch` as bf16 rows of
+/// bf16_weight_stride(p.k) elements. Throws Error unless the scratch holds them.
+void dequantize_weight_bf16(const QuantGemmParams& p, __nv_bfloat16* scratch, size_t scratch_elems,
+                            cudaStream_t stream);
+
 /// Dense prefill GEMM for any dequantizable weight type: dequantizes p.weight into `scratch`
 /// (bf16, at least n_rows * k elements), then gemm_bf16. p.residual must be null or equal p.c.
 void gemm_quant_via_bf16(BlasHandle& blas, const QuantGemmParams& p, __nv_bfloat16* scratch, size_t scratch_elems,

@@ -92,7 +92,7 @@ void Linear::operator()(const DeviceMatrix& w, const LinearCall& c, cudaStream_t
   const bool passes = c.x_q != nullptr && gemv_passes(w, c.rows);  // GEMV passes over the records (below)
   const bool gemm = c.rows > gemv_max_tokens && !passes && gemm_quant_supports(w.type) && w.k % 32 == 0 &&
                     reinterpret_cast<uintptr_t>(w.data) % 16 == 0;
-  const size_t weight_elems = static_cast<size_t>(w.rows) * static_cast<size_t>((w.k + 7) / 8 * 8);
+  const size_t weight_elems = static_cast<size_t>(w.rows) * static_cast<size_t>(bf16_weight_stride(w.k));
   if (gemm) {
     QuantGemmParams p{.type = w.type,
                       .weight = w.data,
