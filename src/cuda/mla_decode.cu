@@ -176,19 +176,21 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) mla_decode_kernel(const Launc
         uint32_t pa[Tr::kSlices][4];  // P as A fragments (bf16)
 #pragma unroll
         for (int kk = 0; kk < Tr::kSlices; ++kk) {
-          float pr[2][4];
+          // P rounded to bf16 once (one conversion per pair); the row sums add the rounded values, read back
+          // from the pairs with integer ops: what the tensor cores multiply is what normalises.
 #pragma unroll
           for (int half = 0; half < 2; ++half) {
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-              pr[half][i] = mma::round_to_bf16(mma::exp2_shifted(s[kk][half][i], m_run[half]));
-              l_run[half] += pr[half][i];
-            }
+            const uint32_t lo = mma::pack_bf16x2(mma::exp2_shifted(s[kk][half][0], m_run[half]),
+                                                 mma::exp2_shifted(s[kk][half][1], m_run[half]));
+            const uint32_t hi = mma::pack_bf16x2(mma::exp2_shifted(s[kk][half][2], m_run[half]),
+                                                 mma::exp2_shifted(s[kk][half][3], m_run[half]));
+            l_run[half] += __uint_as_float(lo << 16);
+            l_run[half] += __uint_as_float(lo & 0xFFFF0000u);
+            l_run[half] += __uint_as_float(hi << 16);
+            l_run[half] += __uint_as_float(hi & 0xFFFF0000u);
+            pa[kk][half] = lo;      // rows g / g+8, columns 2tq, 2tq+1
+            pa[kk][2 + half] = hi;  // columns 2tq+8, 2tq+9
           }
-          pa[kk][0] = mma::pack_bf16x2(pr[0][0], pr[0][1]);
-          pa[kk][1] = mma::pack_bf16x2(pr[1][0], pr[1][1]);
-          pa[kk][2] = mma::pack_bf16x2(pr[0][2], pr[0][3]);
-          pa[kk][3] = mma::pack_bf16x2(pr[1][2], pr[1][3]);
         }
 #pragma unroll
         for (int n = 0; n < Tr::kOutTiles; ++n) {

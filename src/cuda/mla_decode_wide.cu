@@ -172,18 +172,16 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_wide_kernel(const Laun
         }
         const float m_old = row_max[srow];
         const float m_new = fmaxf(m_old, mma::quad_max(tile_max));
-        float p[8];
+        // P rounded to bf16 once (one conversion per pair); the sum adds the rounded values read back
+        uint32_t pair[4];
         float sum = 0.0f;
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          p[j] = mma::round_to_bf16(mma::exp2_shifted(s[j], m_new));
-          sum += p[j];
+        for (int j = 0; j < 4; ++j) {
+          pair[j] = mma::pack_bf16x2(mma::exp2_shifted(s[2 * j], m_new), mma::exp2_shifted(s[2 * j + 1], m_new));
+          sum += __uint_as_float(pair[j] << 16);
+          sum += __uint_as_float(pair[j] & 0xFFFF0000u);
         }
-        uint4 packed;
-        packed.x = mma::pack_bf16x2(p[0], p[1]);
-        packed.y = mma::pack_bf16x2(p[2], p[3]);
-        packed.z = mma::pack_bf16x2(p[4], p[5]);
-        packed.w = mma::pack_bf16x2(p[6], p[7]);
+        const uint4 packed = make_uint4(pair[0], pair[1], pair[2], pair[3]);
         *reinterpret_cast<uint4*>(p_s + srow * kPStride + spart * 8) = packed;
         sum = mma::quad_sum(sum);  // every thread of the row has read row_max before this point
         if (spart == 0) {
