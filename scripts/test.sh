@@ -27,7 +27,7 @@ if [ -f "${CUDA_HOME:-/usr/local/cuda}/include/cuda_runtime.h" ]; then
   echo "test.sh: emulated fused step done at $SECONDS s"
   # the GEMV kernels (fp32 and split-int8 x) and the int8 records likewise, against float64 products
   LATTE_EMU_ONLY=gemv tests/emulation/build.sh build-emu-gemv >/dev/null
-  build-emu-gemv/latte_emulated_gpu_tests
+  LATTE_EMU_SMS=5 build-emu-gemv/latte_emulated_gpu_tests  # few SMs: blocks walk several tiles
   echo "test.sh: emulated GEMVs done at $SECONDS s"
 fi
 
