@@ -314,7 +314,18 @@ class CudaMlaBackend final : public CudaAttentionBackend {
                         stream);
       }
     }
-    per_head_gemv(w.k_b, L, groups, in.q, qk, nullptr, L, stream, q_lat_bf16, q_nope_q);  // bf16 for the kernel
+    const bool heads_blas = heads_through_blas(T);
+    __nv_bfloat16* o_lat_bf16 = nullptr;
+    if (heads_blas) {
+      // many rows: q_nope as bf16 and one strided-batched product with every head's W_UK (a batch entry per
+      // head, bf16 out), where the per-head GEMV re-read each head's matrix for every group of 8 tokens
+      __nv_bfloat16* q_nope_bf16 = grow_scratch(q_nope_bf16_, TN * P, "mla q_nope bf16");
+      convert_to_bf16(in.q, qk, q_nope_bf16, P, static_cast<int>(TN), P, stream);
+      heads_product(w.k_b, L, q_nope_bf16, P, T, q_lat_bf16, nullptr, L, stream);
+      o_lat_bf16 = grow_scratch(o_lat_bf16_, TN * L, "mla o_lat bf16");
+    } else {
+      per_head_gemv(w.k_b, L, groups, in.q, qk, nullptr, L, stream, q_lat_bf16, q_nope_q);  // bf16 for the kernel
+    }
     if (!given) convert_to_bf16(in.q + P, qk, q_rope_bf16, R, static_cast<int>(TN), R, stream);
 
     MlaDecodeParams p{.q_latent = q_lat_bf16,
@@ -333,15 +344,19 @@ class CudaMlaBackend final : public CudaAttentionBackend {
                       .n_heads = N,
                       .max_kv_len = step.max_kv_len,
                       .scale = in.scale,
-                      .out_type = AttnOutputType::f32,
-                      .out = o_lat};
+                      .out_type = heads_blas ? AttnOutputType::bf16 : AttnOutputType::f32,
+                      .out = heads_blas ? static_cast<void*>(o_lat_bf16) : static_cast<void*>(o_lat)};
     const MlaDecodePlan plan = plan_mla_decode(p);
     void* ws =
         plan.workspace_bytes ? grow_scratch(workspace_, plan.workspace_bytes, "mla split-KV workspace") : nullptr;
     run_mla_decode(p, plan, ws, plan.workspace_bytes, stream);
 
     // out[t, h] = W_UV_h o_lat[t, h].
-    per_head_gemv(w.v_b, V, groups, o_lat, L, in.out, V, stream);
+    if (heads_blas) {
+      heads_product(w.v_b, V, o_lat_bf16, L, T, nullptr, in.out, V, stream);
+    } else {
+      per_head_gemv(w.v_b, V, groups, o_lat, L, in.out, V, stream);
+    }
   }
 
  private:
@@ -350,10 +365,53 @@ class CudaMlaBackend final : public CudaAttentionBackend {
   /// From this many cached rows on, the decompression runs through cuBLAS (below: the fused GEMM).
   static constexpr int kBlasMinCacheRows = 128;
 
-  /// Whether the absorbed path of T rows runs W_UK as the split-int8 GEMV over q_nope records (any T: the
-  /// head groups hold at most 8 tokens each; the fp32 GEMV took 229 us per layer at 128 rows on an H200).
+  /// Whether the absorbed path of T rows runs W_UK as the split-int8 GEMV over q_nope records (below the
+  /// cuBLAS rows; the head groups hold at most 8 tokens each; the fp32 GEMV took 229 us per layer at 128
+  /// rows on an H200).
   [[nodiscard]] bool reads_q_nope_records(const DeviceLayer& w, int T) const {
-    return gemv_reads_x_int8(w.k_b.type, c_.qk_nope_head_dim, std::min(T, gemv_max_tokens));
+    return !heads_through_blas(T) && gemv_reads_x_int8(w.k_b.type, c_.qk_nope_head_dim, std::min(T, gemv_max_tokens));
+  }
+
+  /// Whether a decode step of T rows multiplies the heads' queries by W_UK and their attention outputs by
+  /// W_UV as cuBLAS products (from Linear's row count, LATTE_BLAS_MIN_ROWS; below, per-head GEMVs that read
+  /// each head's matrix once per group of 8 tokens: 20 + 22 us per layer at 32 rows on an H200).
+  /// LATTE_MLA_HEADS_BLAS=0: always the GEMVs, to compare.
+  [[nodiscard]] static bool heads_through_blas(int T) {
+    static const bool on = env_switch("LATTE_MLA_HEADS_BLAS", true);
+    return on && T >= Linear::blas_min_rows();
+  }
+
+  /// For every head h: C_h[T, n] = A_h[T, k] W_h^T with W_h the rows [h n, (h + 1) n) of `stack` (k values
+  /// each) as bf16, A_h at a + h k (token stride N k), C_h at h n (token stride N n) of c (bf16) or c_f32.
+  void heads_product(const DeviceMatrix& stack, int64_t n, const __nv_bfloat16* a, int64_t k, int T,
+                     __nv_bfloat16* c, float* c_f32, int64_t c_head_stride, cudaStream_t stream) {
+    const int N = c_.n_head;
+    if (!blas_) blas_ = std::make_unique<BlasHandle>();
+    const int64_t ldw = bf16_weight_stride(stack.k);
+    const size_t elems = static_cast<size_t>(stack.rows) * static_cast<size_t>(ldw);
+    __nv_bfloat16* w_bf16 = grow_scratch(heads_weight_bf16_, elems, "mla per-head weight bf16");
+    dequantize_weight_bf16({.type = stack.type,
+                            .weight = stack.data,
+                            .weight_bytes = stack.bytes(),
+                            .n_rows = static_cast<int>(stack.rows),
+                            .k = static_cast<int>(stack.k)},
+                           w_bf16, elems, stream);
+    gemm_bf16_batched(*blas_,
+                      {.a = a,
+                       .lda = N * k,
+                       .stride_a = k,
+                       .w = w_bf16,
+                       .ldw = ldw,
+                       .stride_w = n * ldw,
+                       .c = c,
+                       .c_f32 = c_f32,
+                       .ldc = N * c_head_stride,
+                       .stride_c = c_head_stride,
+                       .m = T,
+                       .n = static_cast<int>(n),
+                       .k = static_cast<int>(k),
+                       .batch = N},
+                      stream);
   }
 
   [[nodiscard]] bool decompressed_prefill(const AttentionInput& in) const {
@@ -489,6 +547,7 @@ class CudaMlaBackend final : public CudaAttentionBackend {
   DeviceBuffer<float> o_lat_;
   DeviceBuffer<float> prefill_workspace_;  // flash prefill's split partial results
   DeviceBuffer<__nv_bfloat16> q_lat_bf16_, q_rope_bf16_;
+  DeviceBuffer<__nv_bfloat16> q_nope_bf16_, o_lat_bf16_, heads_weight_bf16_;  // decode steps of many rows
   DeviceBuffer<uint8_t> q_nope_q_;  // decode: q_nope per token and head as split-int8 records
   /// The page table of layer il among the step's (one table: that layer's, whatever il is).
   static int in_layer_table(const DeviceStep& step, int il) { return step.n_layer == 1 ? 0 : il; }

@@ -85,22 +85,26 @@ void gemm_bf16(BlasHandle& blas, const Bf16GemmParams& p, cudaStream_t stream) {
 
 void gemm_bf16_batched(BlasHandle& blas, const Bf16BatchedGemmParams& p, cudaStream_t stream) {
   const auto fits = [](int64_t v) { return v >= 0 && v <= INT32_MAX; };
-  if (p.a == nullptr || p.w == nullptr || p.c == nullptr || p.m < 0 || p.n <= 0 || p.k <= 0 || p.batch < 1 ||
-      p.lda < p.k || p.ldw < p.k || p.ldc < p.n || !fits(p.lda) || !fits(p.ldw) || !fits(p.ldc) ||
-      p.stride_w < 0 || p.stride_c < 0) {
+  if (p.a == nullptr || p.w == nullptr || (p.c == nullptr) == (p.c_f32 == nullptr) || p.m < 0 || p.n <= 0 ||
+      p.k <= 0 || p.batch < 1 || p.lda < p.k || p.ldw < p.k || p.ldc < p.n || !fits(p.lda) || !fits(p.ldw) ||
+      !fits(p.ldc) || p.stride_a < 0 || p.stride_w < 0 || p.stride_c < 0) {
     throw Error(ErrorCode::invalid_argument, "gemm_bf16_batched: invalid shape m=" + std::to_string(p.m) +
                                                  " n=" + std::to_string(p.n) + " k=" + std::to_string(p.k) +
-                                                 " batch=" + std::to_string(p.batch) + " or strides");
+                                                 " batch=" + std::to_string(p.batch) +
+                                                 ", strides, or not exactly one output (c, c_f32)");
   }
   if (p.m == 0) return;
   check_blas(cublasSetStream(blas.get(), stream), "cublasSetStream");
   const float alpha = 1.0f, beta = 0.0f;
-  // Column-major view as in gemm_ex: C_b^T[n, m] = W_b (op T) * A^T; A is shared (stride 0).
+  const bool f32 = p.c_f32 != nullptr;
+  // Column-major view as in gemm_ex: C_b^T[n, m] = W_b (op T) * A_b^T.
   check_blas(cublasGemmStridedBatchedEx(blas.get(), CUBLAS_OP_T, CUBLAS_OP_N, p.n, p.m, p.k, &alpha, p.w, CUDA_R_16BF,
                                         static_cast<int>(p.ldw), p.stride_w, p.a, CUDA_R_16BF,
-                                        static_cast<int>(p.lda), 0, &beta, p.c, CUDA_R_16BF, static_cast<int>(p.ldc),
-                                        p.stride_c, p.batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-             "cublasGemmStridedBatchedEx (bf16 out)");
+                                        static_cast<int>(p.lda), p.stride_a, &beta,
+                                        f32 ? static_cast<void*>(p.c_f32) : static_cast<void*>(p.c),
+                                        f32 ? CUDA_R_32F : CUDA_R_16BF, static_cast<int>(p.ldc), p.stride_c, p.batch,
+                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+             f32 ? "cublasGemmStridedBatchedEx (fp32 out)" : "cublasGemmStridedBatchedEx (bf16 out)");
 }
 
 void gemm_f32(BlasHandle& blas, const F32GemmParams& p, cudaStream_t stream) {

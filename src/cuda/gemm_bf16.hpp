@@ -48,16 +48,20 @@ struct Bf16GemmParams {
 /// Runs the cuBLAS GEMM on `stream`. Throws Error on invalid arguments or a cuBLAS failure.
 void gemm_bf16(BlasHandle& blas, const Bf16GemmParams& p, cudaStream_t stream);
 
-/// For b in [0, batch): C_b[m, n] (bf16, ldc, at c + b * stride_c) = A[m, k] (bf16, lda, the same for every b)
-/// * W_b[n, k]^T (bf16, ldw, at w + b * stride_w); fp32 accumulation, each output rounded to bf16 once. The
-/// mla backend's decompression writes every head's K and V straight into the flash-prefill layout with it.
+/// For b in [0, batch): C_b[m, n] (ldc, at c + b * stride_c) = A_b[m, k] (bf16, lda, at a + b * stride_a)
+/// * W_b[n, k]^T (bf16, ldw, at w + b * stride_w); fp32 accumulation, written as bf16 (c, each output rounded
+/// once) or fp32 (c_f32): exactly one of the two is set. The mla backend's decompression writes every head's
+/// K and V straight into the flash-prefill layout with it (A shared: stride_a 0), and decode steps of many
+/// rows multiply each head's queries by its W_UK and its attention output by its W_UV.
 struct Bf16BatchedGemmParams {
   const __nv_bfloat16* a = nullptr;
   int64_t lda = 0;
+  int64_t stride_a = 0;  ///< elements between A_b and A_{b+1}; 0: one A for every b
   const __nv_bfloat16* w = nullptr;
   int64_t ldw = 0;
   int64_t stride_w = 0;  ///< elements between W_b and W_{b+1}
   __nv_bfloat16* c = nullptr;
+  float* c_f32 = nullptr;
   int64_t ldc = 0;
   int64_t stride_c = 0;  ///< elements between C_b and C_{b+1}
   int m = 0, n = 0, k = 0, batch = 0;

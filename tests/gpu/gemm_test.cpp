@@ -6,6 +6,7 @@
 
 #include <cuda_bf16.h>
 
+#include <cmath>
 #include <cstdint>
 #include "cuda/gemm_bf16.hpp"
 #include "cuda/gemm_quant.hpp"
@@ -231,6 +232,62 @@ TEST_CASE("gemm_bf16_batched writes each head's bf16 product at its offset and n
                                            .batch = batch},
                                           nullptr),
                   Error);
+}
+
+TEST_CASE("gemm_bf16_batched with an A per head and fp32 output (W_UK / W_UV of a decode step)") {
+  // C_b[m, n] = A_b W_b^T with A_b at b * k of each A row (lda = batch k), C_b at b * n of each fp32 output
+  // row (ldc = batch n + 5: a poisoned tail per row that must stay)
+  auto rng = make_rng("gemm_bf16_batched_f32");
+  cuda::BlasHandle blas;
+  const int m = 29, n = 40, k = 48, batch = 4;
+  const int64_t lda = static_cast<int64_t>(batch) * k, ldw = k, stride_w = static_cast<int64_t>(n) * ldw;
+  const int64_t ldc = static_cast<int64_t>(batch) * n + 5;
+  const auto a = random_floats(static_cast<size_t>(m * lda), rng);
+  const auto w = random_floats(static_cast<size_t>(batch * stride_w), rng);
+  const auto da = upload(to_bf16_bits(a));
+  const auto dw = upload(to_bf16_bits(w));
+  DeviceBuffer<float> c(static_cast<size_t>(m * ldc));
+  poison(c.data(), c.bytes());
+  cuda::Bf16BatchedGemmParams p{.a = reinterpret_cast<const __nv_bfloat16*>(da.data()),
+                                .lda = lda,
+                                .stride_a = k,
+                                .w = reinterpret_cast<const __nv_bfloat16*>(dw.data()),
+                                .ldw = ldw,
+                                .stride_w = stride_w,
+                                .c_f32 = c.data(),
+                                .ldc = ldc,
+                                .stride_c = n,
+                                .m = m,
+                                .n = n,
+                                .k = k,
+                                .batch = batch};
+  cuda::gemm_bf16_batched(blas, p, nullptr);
+  const auto out = download(c.data(), c.size());
+  std::vector<float> got;
+  std::vector<double> want;
+  int64_t touched_tail = 0;
+  for (int i = 0; i < m; ++i) {
+    for (int64_t j = static_cast<int64_t>(batch) * n; j < ldc; ++j) {
+      touched_tail += !std::isnan(out[static_cast<size_t>(i * ldc + j)]);
+    }
+    for (int b = 0; b < batch; ++b) {
+      for (int j = 0; j < n; ++j) {
+        double s = 0;
+        for (int x = 0; x < k; ++x) {
+          s += static_cast<double>(round_bf16(a[static_cast<size_t>(i * lda + b * k + x)])) *
+               round_bf16(w[static_cast<size_t>(b * stride_w + j * ldw + x)]);
+        }
+        got.push_back(out[static_cast<size_t>(i * ldc + b * n + j)]);
+        want.push_back(s);
+      }
+    }
+  }
+  CHECK_MESSAGE(touched_tail == 0, touched_tail << " values past the heads' outputs were written");
+  // exact bf16 products summed in fp32 over k = 48
+  check_close("gemm_bf16_batched fp32", "29 x 4 x 40, k 48", compare(got, want), 1e-5);
+  cuda::Bf16BatchedGemmParams both = p;
+  both.c = reinterpret_cast<__nv_bfloat16*>(c.data());  // two outputs: rejected
+  CHECK_THROWS_AS(cuda::gemm_bf16_batched(blas, both, nullptr), Error);
 }
 
 TEST_CASE("gemm_quant rejects violated preconditions with latte::Error") {
