@@ -123,8 +123,8 @@ struct X8Rows {
 /// (choice blockIdx.y: one token); false when the block has nothing to do. Dense launches and choices walk
 /// tiles blockIdx.x, + gridDim.x, ... A gathered launch has a row of blocks for each of max_groups groups,
 /// but the sort makes fewer (8 tokens x 6 of 64 experts: ~37 of 48, 32 tokens: ~65 of 88): the grid's
-/// blocks are dealt out over the groups that exist, each group getting the same number of whole rows of
-/// blocks, so that none of the launch's single wave of resident blocks idles.
+/// blocks are dealt out over the groups that exist (as evenly as they divide), so that none of the launch's
+/// single wave of resident blocks idles.
 /// Shared memory bytes the in-block routing (GemvParams::route) takes after the staged records.
 inline constexpr int kX8RouteSmemBytes = (moe_max_experts + 2 * moe_max_k) * 4;
 
@@ -170,11 +170,14 @@ __device__ __forceinline__ bool x8_group(const GemvParams& p, X8Rows<NT>& r, uin
   const int slots = static_cast<int>(gridDim.y);
   int group = j;
   if (n_groups > 0 && n_groups < slots) {
-    const int per_group = slots / n_groups * static_cast<int>(gridDim.x);  // blocks of each group
-    const int linear = j * static_cast<int>(gridDim.x) + static_cast<int>(blockIdx.x);
-    group = linear / per_group;
-    r.first_tile = linear % per_group;
-    r.tile_stride = per_group;
+    // group g takes blocks [ceil(g total / n), ceil((g + 1) total / n)) of the grid's total in linear order
+    const int64_t total = static_cast<int64_t>(slots) * gridDim.x;
+    const int64_t linear = static_cast<int64_t>(j) * gridDim.x + blockIdx.x;
+    group = static_cast<int>(linear * n_groups / total);
+    const int64_t first = (group * total + n_groups - 1) / n_groups;
+    const int64_t next = ((group + 1) * total + n_groups - 1) / n_groups;
+    r.first_tile = static_cast<int>(linear - first);
+    r.tile_stride = static_cast<int>(next - first);
   }
   if (group >= n_groups) return false;
   const GemvGroup& g = p.groups[group];
