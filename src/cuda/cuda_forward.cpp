@@ -13,6 +13,7 @@
 // observer runs eagerly (never as a captured graph). Without an observer nothing changes.
 #include "cuda/cuda_forward.hpp"
 
+#include "core/row_scatter.hpp"
 #include "core/task_pool.hpp"
 #include "cuda/activations.hpp"
 #include "cuda/check.hpp"
@@ -1043,7 +1044,7 @@ class CudaForward final : public CudaRankForward {
         }
       }
     } else {
-      scatter_rows(n_out, vocab, row);
+      scatter_logits(n_out, vocab, row);
     }
     const size_t n = batch.logits != nullptr ? n_out * vocab : 0;  // the logits tap reads the contiguous output
     std::string tap;
@@ -1052,35 +1053,23 @@ class CudaForward final : public CudaRankForward {
     }
   }
 
-  /// Copies logit row i of the pinned staging buffer to row(i). A batched step's logits are tens of MB
-  /// (128 rows x 129,280 values: 66 MB): one thread copies them at ~10 GB/s, several ms per step on the
-  /// serial path, so from kParallelCopyBytes on the rows are spread over a small pool of threads made on
-  /// first use (LATTE_LOGITS_COPY_THREADS sets its size, 1 copies on the calling thread only).
+  /// Copies logit row i of the pinned staging buffer to row(i): from kParallelScatterBytes on, spread over
+  /// a small pool of threads made on first use (LATTE_LOGITS_COPY_THREADS sets its size, 1 copies on the
+  /// calling thread only). One thread took several ms per 128-row step (66 MB) on the serial path.
   template <class RowFn>
-  void scatter_rows(size_t n_out, size_t vocab, const RowFn& row) {
-    constexpr size_t kParallelCopyBytes = size_t{8} << 20;
-    const size_t row_bytes = vocab * sizeof(float);
+  void scatter_logits(size_t n_out, size_t vocab, const RowFn& row) {
     const unsigned threads = logits_copy_threads();
-    if (threads <= 1 || n_out * row_bytes < kParallelCopyBytes) {
-      for (size_t i = 0; i < n_out; ++i) std::memcpy(row(i), logits_host_.data() + i * vocab, row_bytes);
-      return;
+    if (threads > 1 && !copy_pool_ && n_out * vocab * sizeof(float) >= kParallelScatterBytes) {
+      copy_pool_ = std::make_unique<TaskPool>(threads);
     }
-    if (!copy_pool_) copy_pool_ = std::make_unique<TaskPool>(threads);
-    // whole rows, or each row cut in up to 4 pieces when there are fewer rows than 2 per thread
-    const size_t pieces_per_row = std::clamp<size_t>((2 * threads + n_out - 1) / n_out, 1, 4);
-    const size_t piece = (vocab + pieces_per_row - 1) / pieces_per_row;
-    copy_pool_->run(n_out * pieces_per_row, [&](size_t task) {
-      const size_t i = task / pieces_per_row, begin = task % pieces_per_row * piece;
-      const size_t end = std::min(vocab, begin + piece);
-      if (begin < end) {
-        std::memcpy(row(i) + begin, logits_host_.data() + i * vocab + begin, (end - begin) * sizeof(float));
-      }
-    });
+    latte::scatter_rows(logits_host_.data(), n_out, vocab, row, copy_pool_.get());
   }
 
   static unsigned logits_copy_threads() {
     static const unsigned n = [] {
-      if (const char* v = std::getenv("LATTE_LOGITS_COPY_THREADS")) return static_cast<unsigned>(std::max(1, std::atoi(v)));
+      if (const char* v = std::getenv("LATTE_LOGITS_COPY_THREADS")) {
+        return static_cast<unsigned>(std::max(1, std::atoi(v)));
+      }
       return std::clamp(std::thread::hardware_concurrency() / 2, 1u, 8u);
     }();
     return n;
@@ -1114,7 +1103,7 @@ class CudaForward final : public CudaRankForward {
   DeviceStepTables tables_;
   DeviceStep step_{};
   std::vector<const std::byte*> rows_, index_rows_;
-  std::unique_ptr<TaskPool> copy_pool_;  // scatter_rows: made on the first large step
+  std::unique_ptr<TaskPool> copy_pool_;  // scatter_logits: made on the first large step
   std::vector<AttentionSequence> attention_sequences_;
   PinnedBuffer<float> logits_host_;
   const detail::TapSink* taps_ = nullptr;  // this step's observer, or null

@@ -31,7 +31,6 @@ int combine_lanes(int splits) {
   return lanes;
 }
 
-
 /// max (or sum) over the block's threads (a multiple of 32, at most 32 * kMaxLanes); every thread gets it.
 template <bool Max>
 __device__ float block_reduce(float v, float* scratch) {
@@ -134,7 +133,8 @@ void run_split_kv_combine(const SplitKvCombineParams& p, cudaStream_t stream) {
   // the split weights, then (in the same bytes) the lanes' float4 sums: at most 48 KB for 12288 splits
   const size_t smem = std::max(static_cast<size_t>(p.splits), static_cast<size_t>(lanes - 1) * kColumnGroups * 4) *
                       sizeof(float);
-  const dim3 grid(static_cast<unsigned>((p.dim / 4 + kColumnGroups - 1) / kColumnGroups), static_cast<unsigned>(p.rows));
+  const dim3 grid(static_cast<unsigned>((p.dim / 4 + kColumnGroups - 1) / kColumnGroups),
+                  static_cast<unsigned>(p.rows));
   launch_kernel(split_kv_combine_kernel, grid, kColumnGroups * lanes, smem, stream, p);
 }
 
