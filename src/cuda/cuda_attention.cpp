@@ -295,7 +295,6 @@ class CudaMlaBackend final : public CudaAttentionBackend {
     // q_lat[t, h] = W_UK_h^T q_nope[t, h] (all heads, one launch), written as bf16 for the kernel.
     __nv_bfloat16* q_lat_bf16 = grow_scratch(q_lat_bf16_, TN * L, "mla q_lat bf16");
     __nv_bfloat16* q_rope_bf16 = grow_scratch(q_rope_bf16_, TN * R, "mla q_rope bf16");
-    float* o_lat = grow_scratch(o_lat_, TN * L, "mla o_lat");
     const HeadGroups::Groups groups = groups_.get(T, N);
     // decode: each token's and head's q_nope as a split-int8 record for the int8 GEMV (W_UK's rows are
     // short), and q_pe as bf16: written by the rope launch when the caller took query_targets, else here
@@ -315,7 +314,8 @@ class CudaMlaBackend final : public CudaAttentionBackend {
       }
     }
     const bool heads_blas = heads_through_blas(T);  // never with the DSA indexer (see there)
-    __nv_bfloat16* o_lat_bf16 = nullptr;
+    float* o_lat = nullptr;               // the attention output: fp32 for the per-head GEMV,
+    __nv_bfloat16* o_lat_bf16 = nullptr;  // or bf16 for the cuBLAS product
     if (heads_blas) {
       // many rows: q_nope as bf16 and one strided-batched product with every head's W_UK (a batch entry per
       // head, bf16 out), where the per-head GEMV re-read each head's matrix for every group of 8 tokens
@@ -325,6 +325,7 @@ class CudaMlaBackend final : public CudaAttentionBackend {
       o_lat_bf16 = grow_scratch(o_lat_bf16_, TN * L, "mla o_lat bf16");
     } else {
       per_head_gemv(w.k_b, L, groups, in.q, qk, nullptr, L, stream, q_lat_bf16, q_nope_q);  // bf16 for the kernel
+      o_lat = grow_scratch(o_lat_, TN * L, "mla o_lat");
     }
     if (!given) convert_to_bf16(in.q + P, qk, q_rope_bf16, R, static_cast<int>(TN), R, stream);
 
@@ -390,21 +391,12 @@ class CudaMlaBackend final : public CudaAttentionBackend {
   void heads_product(const DeviceMatrix& stack, int64_t n, const __nv_bfloat16* a, int64_t k, int T,
                      __nv_bfloat16* c, float* c_f32, int64_t c_head_stride, cudaStream_t stream) {
     const int N = c_.n_head;
-    if (!blas_) blas_ = std::make_unique<BlasHandle>();
     const int64_t ldw = bf16_weight_stride(stack.k);
-    const size_t elems = static_cast<size_t>(stack.rows) * static_cast<size_t>(ldw);
-    __nv_bfloat16* w_bf16 = grow_scratch(heads_weight_bf16_, elems, "mla per-head weight bf16");
-    dequantize_weight_bf16({.type = stack.type,
-                            .weight = stack.data,
-                            .weight_bytes = stack.bytes(),
-                            .n_rows = static_cast<int>(stack.rows),
-                            .k = static_cast<int>(stack.k)},
-                           w_bf16, elems, stream);
-    gemm_bf16_batched(*blas_,
+    gemm_bf16_batched(blas(),
                       {.a = a,
                        .lda = N * k,
                        .stride_a = k,
-                       .w = w_bf16,
+                       .w = weight_bf16(stack, stream),
                        .ldw = ldw,
                        .stride_w = n * ldw,
                        .c = c,
@@ -416,6 +408,25 @@ class CudaMlaBackend final : public CudaAttentionBackend {
                        .k = static_cast<int>(k),
                        .batch = N},
                       stream);
+  }
+
+  /// `m` as bf16 rows bf16_weight_stride(m.k) apart, dequantized on `stream` into the one weight scratch
+  /// (each copy is read by the products enqueued after it and before the next copy).
+  __nv_bfloat16* weight_bf16(const DeviceMatrix& m, cudaStream_t stream) {
+    const size_t elems = static_cast<size_t>(m.rows) * static_cast<size_t>(bf16_weight_stride(m.k));
+    __nv_bfloat16* out = grow_scratch(weight_bf16_, elems, "mla weight bf16");
+    dequantize_weight_bf16({.type = m.type,
+                            .weight = m.data,
+                            .weight_bytes = m.bytes(),
+                            .n_rows = static_cast<int>(m.rows),
+                            .k = static_cast<int>(m.k)},
+                           out, elems, stream);
+    return out;
+  }
+
+  BlasHandle& blas() {
+    if (!blas_) blas_ = std::make_unique<BlasHandle>();
+    return *blas_;
   }
 
   [[nodiscard]] bool decompressed_prefill(const AttentionInput& in) const {
@@ -441,23 +452,22 @@ class CudaMlaBackend final : public CudaAttentionBackend {
     __nv_bfloat16* v = grow_scratch(v_, static_cast<size_t>(n_kv) * N * V, "mla decompressed V");
     const PagedRows<__nv_bfloat16> k_rows{.data = k, .token_stride = static_cast<int64_t>(N) * qk, .head_stride = qk};
     const PagedRows<__nv_bfloat16> v_rows{.data = v, .token_stride = static_cast<int64_t>(N) * V, .head_stride = V};
-    const QuantGemmParams gemm{.type = w.kv_b.type,
-                               .weight = w.kv_b.data,
-                               .weight_bytes = w.kv_b.bytes(),
-                               .n_rows = static_cast<int>(w.kv_b.rows),
-                               .k = static_cast<int>(w.kv_b.k),
-                               .a = cache,
-                               .lda = row,
-                               .ldc = kv_width,
-                               .m = n_kv};
     const bool fused = gemm_quant_supports(w.kv_b.type) && reinterpret_cast<uintptr_t>(w.kv_b.data) % 16 == 0 &&
                        n_kv < kBlasMinCacheRows;
     if (fused) {
       // Short caches: the fused quantized GEMM into fp32 [n_kv, N(P+V)], then into K and V.
       float* kv = grow_scratch(kv_, static_cast<size_t>(n_kv) * kv_width, "mla decompressed kv");
-      QuantGemmParams into_kv = gemm;
-      into_kv.c = kv;
-      gemm_quant(into_kv, stream);
+      gemm_quant({.type = w.kv_b.type,
+                  .weight = w.kv_b.data,
+                  .weight_bytes = w.kv_b.bytes(),
+                  .n_rows = static_cast<int>(w.kv_b.rows),
+                  .k = static_cast<int>(w.kv_b.k),
+                  .a = cache,
+                  .lda = row,
+                  .c = kv,
+                  .ldc = kv_width,
+                  .m = n_kv},
+                 stream);
       for (const auto& [offset, dim, dst] : {std::tuple{0, P, k_rows}, std::tuple{P, V, v_rows}}) {
         run_kv_cache_append({.src = kv + offset,
                              .src_token_stride = kv_width,
@@ -473,13 +483,10 @@ class CudaMlaBackend final : public CudaAttentionBackend {
       // Long caches: a bf16 copy of attn_kv_b, then one batched cuBLAS product per half (a batch entry per
       // head) writing bf16 straight into K and V: no fp32 [n_kv, N(P+V)] round trip (4 N (P+V) bytes per
       // cached row written and read again).
-      if (!blas_) blas_ = std::make_unique<BlasHandle>();
       const int64_t ldw = bf16_weight_stride(w.kv_b.k);
-      const size_t elems = static_cast<size_t>(w.kv_b.rows) * static_cast<size_t>(ldw);
-      __nv_bfloat16* w_bf16 = grow_scratch(weight_bf16_, elems, "mla kv_b bf16");
-      dequantize_weight_bf16(gemm, w_bf16, elems, stream);
+      const __nv_bfloat16* w_bf16 = weight_bf16(w.kv_b, stream);
       for (const auto& [offset, dim, dst] : {std::tuple{0, P, k_rows}, std::tuple{P, V, v_rows}}) {
-        gemm_bf16_batched(*blas_,
+        gemm_bf16_batched(blas(),
                           {.a = cache,
                            .lda = row,
                            .w = w_bf16 + offset * ldw,
@@ -551,7 +558,7 @@ class CudaMlaBackend final : public CudaAttentionBackend {
   DeviceBuffer<float> o_lat_;
   DeviceBuffer<float> prefill_workspace_;  // flash prefill's split partial results
   DeviceBuffer<__nv_bfloat16> q_lat_bf16_, q_rope_bf16_;
-  DeviceBuffer<__nv_bfloat16> q_nope_bf16_, o_lat_bf16_, heads_weight_bf16_;  // decode steps of many rows
+  DeviceBuffer<__nv_bfloat16> q_nope_bf16_, o_lat_bf16_;  // decode steps of many rows
   DeviceBuffer<uint8_t> q_nope_q_;  // decode: q_nope per token and head as split-int8 records
   /// The page table of layer il among the step's (one table: that layer's, whatever il is).
   static int in_layer_table(const DeviceStep& step, int il) { return step.n_layer == 1 ? 0 : il; }

@@ -45,6 +45,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <initializer_list>
 #include <map>
 #include <string>
@@ -1056,8 +1057,7 @@ class CudaForward final : public CudaRankForward {
   /// Copies logit row i of the pinned staging buffer to row(i): from kParallelScatterBytes on, spread over
   /// a small pool of threads made on first use (LATTE_LOGITS_COPY_THREADS sets its size, 1 copies on the
   /// calling thread only). One thread took several ms per 128-row step (66 MB) on the serial path.
-  template <class RowFn>
-  void scatter_logits(size_t n_out, size_t vocab, const RowFn& row) {
+  void scatter_logits(size_t n_out, size_t vocab, const std::function<float*(size_t)>& row) {
     const unsigned threads = logits_copy_threads();
     if (threads > 1 && !copy_pool_ && n_out * vocab * sizeof(float) >= kParallelScatterBytes) {
       copy_pool_ = std::make_unique<TaskPool>(threads);
