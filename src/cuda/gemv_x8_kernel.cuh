@@ -649,7 +649,29 @@ __global__ void __launch_bounds__(128, 4) gemv_x8_legacy_kernel(const GemvParams
     const bool more = next_tile < tiles;
     if (more) load(next_tile, next_s, next_mis);
     const int u = 32 * s + lane;
-    if (u < n_units) {
+    const int left = n_units - 32 * s;  // blocks of each row in this step
+    if (kUnitsPerBlock == 1 && left <= 16) {
+      // a short last step (k = 1408: 12 of 44 blocks): the two rows' blocks side by side, lanes 0-15 on
+      // row 0 and 16-31 on row 1, one decode per lane instead of two over 12 busy lanes
+      const int j = lane / 16, b = lane % 16;
+      if constexpr (kUnitsPerBlock == 1) {
+        if (b < left) {
+          X8UnitCodes c;
+          x8_block_codes<T>(reinterpret_cast<const uint8_t*>(stage[warp][j]), (j == 0 ? mis[0] : mis[1]) + b * kBytes,
+                            c);
+#pragma unroll
+          for (int t = 0; t < NT; ++t) {
+            if (t >= rows.count) continue;
+            const float v = x8_block_dot<T>(c, x8_x_unit(xs + t * record, n_units, 32 * s + b));
+            if (j == 0) {
+              acc[0][t] += v;
+            } else {
+              acc[1][t] += v;
+            }
+          }
+        }
+      }
+    } else if (u < n_units) {
       // both rows' codes once (a row past the end decodes its stale stage; its sums are never written),
       // then each token's x unit once for both rows
       X8UnitCodes c[R];

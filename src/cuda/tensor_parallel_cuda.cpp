@@ -36,7 +36,7 @@ constexpr double kMiB = 1024.0 * 1024.0;
   return std::to_string(static_cast<int64_t>(static_cast<double>(bytes) / kMiB + 0.5)) + " MiB";
 }
 
-[[maybe_unused]] int cuda_device_count() {
+int cuda_device_count() {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {
     cudaGetLastError();
@@ -291,12 +291,7 @@ class TensorParallelCudaForward final : public detail::ForwardPass {
 }  // namespace
 
 void require_tensor_parallel_devices(int first, int world) {
-#ifndef LATTE_WITH_NCCL
-  (void)first;
-  throw Error(ErrorCode::unsupported, degree_on(first, world) +
-                                          ": this latte was built without NCCL, which tensor parallelism on "
-                                          "CUDA needs (configure with -DLATTE_NCCL=ON where NCCL is installed)");
-#else
+  // the GPUs first: asking for more ranks than the host has GPUs is the caller's mistake in any build
   const int count = cuda_device_count();
   if (first < 0 || first + world > count) {
     throw Error(ErrorCode::invalid_argument, degree_on(first, world) + " needs GPUs cuda:" + std::to_string(first) +
@@ -304,6 +299,10 @@ void require_tensor_parallel_devices(int first, int world) {
                                                  std::to_string(count) + " CUDA device" +
                                                  (count == 1 ? " was" : "s were") + " found");
   }
+#ifndef LATTE_WITH_NCCL
+  throw Error(ErrorCode::unsupported, degree_on(first, world) +
+                                          ": this latte was built without NCCL, which tensor parallelism on "
+                                          "CUDA needs (configure with -DLATTE_NCCL=ON where NCCL is installed)");
 #endif
 }
 

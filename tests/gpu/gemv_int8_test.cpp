@@ -171,8 +171,9 @@ TEST_CASE("gemv on split-int8 x: K-quant and legacy types, dense rows and tiles 
   // the second partial, an odd row count; 5 x 256: 4 of 32 lanes busy. Legacy types: 37 x 1408 (rows of
   // 44 blocks, 8-byte aligned for Q8_0: two steps, the second partial), 3 x 96.
   const std::vector<Shape> kquant = {{4400, 2048}, {37, 2816}, {5, 256}};
-  // 300 x 128 and 70 x 32: short rows (4 blocks, 1 block), several rows per staged step
-  const std::vector<Shape> legacy = {{37, 1408}, {3, 96}, {300, 128}, {70, 32}};
+  // 300 x 128 and 70 x 32: short rows (4 blocks, 1 block), several rows per staged step. Last steps of
+  // 16, 17 and 1 blocks (k = 1536, 1568, 1056): up to 16, a warp's two rows share the step's lanes
+  const std::vector<Shape> legacy = {{37, 1408}, {3, 96}, {300, 128}, {70, 32}, {6, 1536}, {5, 1568}, {7, 1056}};
   for (GgmlType type : {GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k, GgmlType::q8_0, GgmlType::q5_0, GgmlType::q4_0,
                         GgmlType::q4_1, GgmlType::q5_1}) {
     const bool is_k = latte::type_traits(type).block_values == 256;
@@ -754,7 +755,7 @@ TEST_CASE("gemv on split-int8 x: 2-8 tokens in one pass, dense rows, within each
        {GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k, GgmlType::q8_0, GgmlType::q5_0, GgmlType::q4_1}) {
     const bool is_k = latte::type_traits(type).block_values == 256;
     const std::vector<Shape> shapes =
-        is_k ? std::vector<Shape>{{1000, 2048}, {37, 2816}} : std::vector<Shape>{{37, 1408}, {300, 128}};
+        is_k ? std::vector<Shape>{{1000, 2048}, {37, 2816}} : std::vector<Shape>{{37, 1408}, {300, 128}, {9, 1056}};
     for (const Shape s : shapes) {
       for (const int n : {2, 3, 5, 8}) {
         CAPTURE(latte::type_name(type));
@@ -892,7 +893,8 @@ TEST_CASE("gemv routing the token in its blocks (route) equals moe_route then th
 
 TEST_CASE("gemv on split-int8 x: gated groups of several tokens, and choices of several tokens") {
   Rng rng;
-  const int64_t rows = 260, k = 1024, experts = 4;
+  // k = 1280: a partial item per lane for Q4_K, a last step of 8 blocks (gate and up side by side) for Q8_0
+  const int64_t rows = 260, k = 1280, experts = 4;
   for (GgmlType type : {GgmlType::q4_k, GgmlType::q8_0}) {
     CAPTURE(latte::type_name(type));
     const Matrix gate = random_matrix(type, rows * experts, k, rng);
