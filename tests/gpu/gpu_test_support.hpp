@@ -86,12 +86,12 @@ std::vector<float> run_session(const Model& model, const std::string& backend, s
 bool all_finite(std::span<const float> v);
 
 /// Truncation against a fresh session, checked: one session evaluates `first`, truncates to `keep` and
-/// evaluates `other`; a fresh one evaluates first[0, keep) then `other`; a third keeps all of `first`
-/// before `other` (the control). The chunks differ from the fresh session's, so the kept rows'
-/// projections may take other GEMM kernels and a routing or DSA selection near-tie may flip at a few
-/// positions: at most max(1, n / 6) of other's positions may be over the bf16 bound 2e-2, the median must be
-/// within 5e-3, and the control must be over 8e-2 at half the positions or more (as rows that
-/// survived a truncation would be). Prints the figures after `label`.
+/// evaluates `other`; a fresh one evaluates first[0, keep) and `other` in one eval (with `other` as long as
+/// first's dropped tail, the kept rows take the same kernels in both); a third keeps all of `first` before
+/// `other` (the control). The new rows are evaluated in chunks of other lengths in the two sessions, so a
+/// routing or DSA selection near-tie may flip at a few positions: at most max(1, n / 6) of other's positions may be
+/// over the bf16 bound 2e-2, the median must be within 5e-3, and the control must be over 8e-2 at half the positions or
+/// more (as rows that survived a truncation would be). Prints the figures after `label`.
 void check_truncation(const Model& model, const std::string& backend, std::span<const Token> first, int keep,
                       std::span<const Token> other, const std::string& label);
 
