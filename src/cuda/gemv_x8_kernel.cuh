@@ -119,12 +119,6 @@ struct X8Rows {
   int tile_stride = 1;
 };
 
-/// This block's matrix, tokens and tiles: dense (tokens 0 .. n_tokens - 1), gathered (a group's) or a choice
-/// (choice blockIdx.y: one token); false when the block has nothing to do. Dense launches and choices walk
-/// tiles blockIdx.x, + gridDim.x, ... A gathered launch has a row of blocks for each of max_groups groups,
-/// but the sort makes fewer (8 tokens x 6 of 64 experts: ~37 of 48, 32 tokens: ~65 of 88): the grid's
-/// blocks are dealt out over the groups that exist (as evenly as they divide), so that none of the launch's
-/// single wave of resident blocks idles.
 /// Shared memory bytes the in-block routing (GemvParams::route) takes after the staged records.
 inline constexpr int kX8RouteSmemBytes = (moe_max_experts + 2 * moe_max_k) * 4;
 
@@ -144,6 +138,12 @@ __device__ __forceinline__ int x8_route_choice(const GemvParams& p, uint8_t* rou
   return ids[j];
 }
 
+/// This block's matrix, tokens and tiles: dense (tokens 0 .. n_tokens - 1), gathered (a group's) or a choice
+/// (choice blockIdx.y: one token); false when the block has nothing to do. Dense launches and choices walk
+/// tiles blockIdx.x, + gridDim.x, ... A gathered launch has a row of blocks for each of max_groups groups,
+/// but the sort makes fewer (8 tokens x 6 of 64 experts: ~37 of 48, 32 tokens: ~65 of 88): the grid's
+/// blocks are dealt out over the groups that exist (as evenly as they divide), so that none of the launch's
+/// single wave of resident blocks idles.
 template <int NT>
 __device__ __forceinline__ bool x8_group(const GemvParams& p, X8Rows<NT>& r, uint8_t* route_smem) {
   const int j = static_cast<int>(blockIdx.y);
