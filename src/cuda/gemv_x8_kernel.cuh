@@ -305,10 +305,15 @@ template <GgmlType T>
 __device__ __forceinline__ void x8_item_codes(const X8Item& w, int item, X8ItemCodes& o) {
   const int j = item & 3;
   const uint32_t q[8] = {w.qs[0].x, w.qs[0].y, w.qs[0].z, w.qs[0].w, w.qs[1].x, w.qs[1].y, w.qs[1].z, w.qs[1].w};
+  // sub-blocks 2j (low nibbles) and 2j + 1 (high nibbles). Q4_K keeps the high nibbles in place, 16 times
+  // their codes (a shift fewer per word): the sums come out 16 times larger, still exact in int32
+  // (32 x 240 x 128 x 254 < 2^31), and the sub-block's scale carries the 1 / 16 (a power of two: the
+  // products are the same floats)
+  constexpr bool kInPlace = T == GgmlType::q4_k;
 #pragma unroll
-  for (int i = 0; i < 8; ++i) {  // sub-blocks 2j (low nibbles) and 2j + 1 (high nibbles)
+  for (int i = 0; i < 8; ++i) {
     o.ca[i] = q[i] & 0x0F0F0F0Fu;
-    o.cb[i] = (q[i] >> 4) & 0x0F0F0F0Fu;
+    o.cb[i] = kInPlace ? q[i] & 0xF0F0F0F0u : (q[i] >> 4) & 0x0F0F0F0Fu;
   }
   if constexpr (T == GgmlType::q5_k) {
     const uint32_t h[8] = {w.qh[0].x, w.qh[0].y, w.qh[0].z, w.qh[0].w, w.qh[1].x, w.qh[1].y, w.qh[1].z, w.qh[1].w};
@@ -328,7 +333,7 @@ __device__ __forceinline__ void x8_item_codes(const X8Item& w, int item, X8ItemC
   const float d = quant::half_bits_to_float(w.head.x & 0xFFFFu);
   const float dmin = quant::half_bits_to_float(w.head.x >> 16);
   o.sa = d * static_cast<float>((scw >> shift) & 0xFFu);
-  o.sb = d * static_cast<float>((scw >> (shift + 8)) & 0xFFu);
+  o.sb = d * static_cast<float>((scw >> (shift + 8)) & 0xFFu) * (kInPlace ? 1.0f / 16.0f : 1.0f);
   o.oa = dmin * static_cast<float>((mw >> shift) & 0xFFu);
   o.ob = dmin * static_cast<float>((mw >> (shift + 8)) & 0xFFu);
 }
