@@ -14,7 +14,7 @@ stage=$(mktemp -d)
 cp build-gpu/tools/latte/latte build-gpu/tests/gpu/latte_gpu_tests "$stage/"
 strip "$stage/latte" "$stage/latte_gpu_tests"
 mkdir -p .carry
-tar -C "$stage" -cJf .carry/bin.tar.xz latte latte_gpu_tests
+tar -C "$stage" -cf - latte latte_gpu_tests | xz -9e -T2 >.carry/bin.tar.xz  # -9e: the two binaries share their kernels
 tar -cJf .carry/deps.tar.xz .deps
 rm -rf "$stage"
 du -h .carry/*

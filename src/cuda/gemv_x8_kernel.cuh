@@ -219,8 +219,9 @@ __device__ __forceinline__ float x8_rms_scale(const float* x, int n, float eps) 
   return rsqrtf(total / static_cast<float>(n) + eps);
 }
 
-/// The block's tokens' x records (n_units units each) into shared memory, record t at x_record + 5 n_units t;
-/// the caller syncs. Paired (n_units even): units at x8_pair_slot.
+/// The block's tokens' x records (n_units units each) into shared memory, record t at x_record + token_words t
+/// (16-byte words; 0: 5 n_units, the records back to back); the caller syncs. Paired (n_units even): units at
+/// x8_pair_slot.
 ///  - from p.x_q (rows x_row[t]): copied; each thread issues four 16-byte loads before it stores them (8
 ///    tokens' records are 40 KB at k = 2048: one load in flight per thread would serialise ~20 round trips
 ///    to L2);
@@ -229,15 +230,17 @@ __device__ __forceinline__ float x8_rms_scale(const float* x, int n, float eps) 
 ///    block's, so every lane of a quad takes part in its shuffles.
 template <int NT, bool Paired = false>
 __device__ __forceinline__ void x8_stage_records(const GemvParams& p, const X8Rows<NT>& r, int n_units,
-                                                 uint4* x_record) {
+                                                 uint4* x_record, int token_words = 0) {
   const int threads = static_cast<int>(blockDim.x);
+  const int words = 5 * n_units;
+  if (token_words == 0) token_words = words;
   if (p.x_q == nullptr) {
     const int q = static_cast<int>(threadIdx.x) % 4;
 #pragma unroll
     for (int t = 0; t < NT; ++t) {
       if (t >= r.count) break;
       const float* x = p.x + static_cast<int64_t>(r.x_row[t]) * p.x_stride;
-      uint8_t* area = reinterpret_cast<uint8_t*>(x_record + t * 5 * n_units);
+      uint8_t* area = reinterpret_cast<uint8_t*>(x_record + t * token_words);
       const float inv = p.x_norm_weight != nullptr ? x8_rms_scale(x, 32 * n_units, p.x_norm_eps) : 1.0f;
       for (int base = 0; base < n_units; base += threads / 4) {
         const int u = base + static_cast<int>(threadIdx.x) / 4;
@@ -260,7 +263,6 @@ __device__ __forceinline__ void x8_stage_records(const GemvParams& p, const X8Ro
     return;
   }
   constexpr int kBatch = 4;
-  const int words = 5 * n_units;
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
     if (t >= r.count) break;
@@ -280,7 +282,7 @@ __device__ __forceinline__ void x8_stage_records(const GemvParams& p, const X8Ro
           const int plane = i / n_units, u = i - plane * n_units;
           dst = plane * n_units + x8_pair_slot(u, n_units);
         }
-        x_record[t * words + dst] = v[c];
+        x_record[t * token_words + dst] = v[c];
       }
     }
   }
@@ -292,6 +294,25 @@ __device__ __forceinline__ float x8_unit(const uint32_t (&c)[8], const X8XUnit& 
   const int b = x8_dot16(c, 4, x.l1, x8_dot16(c, 0, x.l0, 0));
   const int codes = 254 * a + b;
   return x.m.dx * (scale * static_cast<float>(codes) - offset * static_cast<float>(x.m.s0 + x.m.s1));
+}
+
+/// The scales d sc and offsets dmin m of sub-blocks 2j and 2j + 1 (item j, 0-3) of a Q4_K / Q5_K super-block
+/// from its 16-byte header; sb carries `odd_scale` (the 1 / 16 of high nibbles kept in place).
+__device__ __forceinline__ void x8_item_scales(uint4 head, int j, float odd_scale, float& sa, float& sb, float& oa,
+                                               float& ob) {
+  // 6-bit scales and mins of sub-blocks 0-3 (bytes of scales[0..3], [4..7]) or 4-7 (low nibbles of
+  // scales[8..11] and the top bits of [0..3] / [4..7]), four per word; this item's two are bytes 2 (j % 2)
+  // and 2 (j % 2) + 1 (k4_scale_min, four at a time)
+  const uint32_t s03 = head.y, m03 = head.z, hi = head.w;
+  const uint32_t scw = j < 2 ? (s03 & 0x3F3F3F3Fu) : ((hi & 0x0F0F0F0Fu) | ((s03 >> 2) & 0x30303030u));
+  const uint32_t mw = j < 2 ? (m03 & 0x3F3F3F3Fu) : (((hi >> 4) & 0x0F0F0F0Fu) | ((m03 >> 2) & 0x30303030u));
+  const int shift = 16 * (j & 1);
+  const float d = quant::half_bits_to_float(head.x & 0xFFFFu);
+  const float dmin = quant::half_bits_to_float(head.x >> 16);
+  sa = d * static_cast<float>((scw >> shift) & 0xFFu);
+  sb = d * static_cast<float>((scw >> (shift + 8)) & 0xFFu) * odd_scale;
+  oa = dmin * static_cast<float>((mw >> shift) & 0xFFu);
+  ob = dmin * static_cast<float>((mw >> (shift + 8)) & 0xFFu);
 }
 
 /// One item's weights, decoded once for all tokens: the codes of sub-blocks 2j and 2j + 1 and their
@@ -323,19 +344,7 @@ __device__ __forceinline__ void x8_item_codes(const X8Item& w, int item, X8ItemC
       o.cb[i] |= ((h[i] >> (2 * j + 1)) & 0x01010101u) << 4;
     }
   }
-  // 6-bit scales and mins of sub-blocks 0-3 (bytes of scales[0..3], [4..7]) or 4-7 (low nibbles of
-  // scales[8..11] and the top bits of [0..3] / [4..7]), four per word; this item's two are bytes 2 (j % 2)
-  // and 2 (j % 2) + 1 (k4_scale_min, four at a time)
-  const uint32_t s03 = w.head.y, m03 = w.head.z, hi = w.head.w;
-  const uint32_t scw = j < 2 ? (s03 & 0x3F3F3F3Fu) : ((hi & 0x0F0F0F0Fu) | ((s03 >> 2) & 0x30303030u));
-  const uint32_t mw = j < 2 ? (m03 & 0x3F3F3F3Fu) : (((hi >> 4) & 0x0F0F0F0Fu) | ((m03 >> 2) & 0x30303030u));
-  const int shift = 16 * (j & 1);
-  const float d = quant::half_bits_to_float(w.head.x & 0xFFFFu);
-  const float dmin = quant::half_bits_to_float(w.head.x >> 16);
-  o.sa = d * static_cast<float>((scw >> shift) & 0xFFu);
-  o.sb = d * static_cast<float>((scw >> (shift + 8)) & 0xFFu) * (kInPlace ? 1.0f / 16.0f : 1.0f);
-  o.oa = dmin * static_cast<float>((mw >> shift) & 0xFFu);
-  o.ob = dmin * static_cast<float>((mw >> (shift + 8)) & 0xFFu);
+  x8_item_scales(w.head, j, kInPlace ? 1.0f / 16.0f : 1.0f, o.sa, o.sb, o.oa, o.ob);
 }
 
 /// Reduces a warp's two row sums of one token and writes them (lane 0): gated silu(acc0) * acc1 at row r0,

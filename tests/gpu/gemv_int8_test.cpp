@@ -998,3 +998,132 @@ TEST_CASE("gemv on split-int8 x: gated groups of several tokens, and choices of 
     CHECK(bad == 0);
   }
 }
+
+TEST_CASE("gemv on split-int8 x: groups of several tokens on the tensor cores, gated and plain, every build") {
+  Rng rng;
+  struct Shape {
+    int64_t rows, k;
+  };
+  // K-quants: 300 x 1280: 19 tile rows of 16 (the last partial), five super-blocks; 37 x 256: one
+  // super-block, most of a 32-row plain tile past the end. Legacy types: 300 x 1408 (11 steps of 4 blocks,
+  // the MoE down's k), 37 x 1056 (33 blocks: a last step of one)
+  const int n_x = 12, experts = 3;
+  for (GgmlType type : {GgmlType::q4_k, GgmlType::q5_k, GgmlType::q8_0, GgmlType::q5_0, GgmlType::q4_0,
+                        GgmlType::q4_1, GgmlType::q5_1}) {
+    const bool is_k = latte::type_traits(type).block_values == 256;
+    for (const Shape s : is_k ? std::vector<Shape>{{300, 1280}, {37, 256}} : std::vector<Shape>{{300, 1408}, {37, 1056}}) {
+      const int64_t rows = s.rows, k = s.k;
+      const Matrix gate = random_matrix(type, rows * experts, k, rng);
+      const Matrix up = random_matrix(type, rows * experts, k, rng);
+      const auto dgate = upload(gate.bytes), dup = upload(up.bytes);
+      const int64_t matrix_bytes = static_cast<int64_t>(latte::row_bytes(type, k)) * rows;
+      auto x = random_vector(static_cast<size_t>(n_x * k), rng);
+      x[static_cast<size_t>(5 * k + 40)] *= 60.0f;  // a unit with a wide range
+      const auto dx = upload(x);
+      const auto rec = records_of(dx, n_x, static_cast<int>(k));
+      const auto rec_host = download(rec.data(), rec.size());
+      const int64_t stride = latte::cuda::x_int8_record_bytes(k);
+      std::vector<DecodedRecord> decoded;
+      for (int r = 0; r < n_x; ++r) {
+        decoded.push_back(decode_record(
+            std::vector<uint8_t>(rec_host.begin() + r * stride, rec_host.begin() + (r + 1) * stride), static_cast<int>(k)));
+      }
+      latte::cuda::DeviceBuffer<float> x_nan(static_cast<size_t>(n_x * k));
+      poison(x_nan.data(), x_nan.bytes());
+      const auto residual = random_vector(static_cast<size_t>(2 * n_x * rows), rng);
+      const auto dres = upload(residual);
+      for (const int bound_tokens : {3, 4, 8}) {  // the 4-token build (twice) and the 8-token one
+        // groups of bound_tokens, 1 and bound_tokens - 1 tokens over shuffled x rows into shuffled y rows
+        // (y has 2 n_x rows; those of no group stay poisoned)
+        std::vector<int> xs(n_x), ys(2 * n_x);
+        for (int i = 0; i < n_x; ++i) xs[static_cast<size_t>(i)] = i;
+        for (int i = 0; i < 2 * n_x; ++i) ys[static_cast<size_t>(i)] = i;
+        for (size_t i = xs.size(); i > 1; --i) std::swap(xs[i - 1], xs[static_cast<size_t>(rng.uniform_int(0, static_cast<int>(i) - 1))]);
+        for (size_t i = ys.size(); i > 1; --i) std::swap(ys[i - 1], ys[static_cast<size_t>(rng.uniform_int(0, static_cast<int>(i) - 1))]);
+        std::vector<latte::cuda::GemvGroup> groups;
+        int used = 0;
+        const int32_t matrices[3] = {2, 0, 1};
+        for (const int count : {bound_tokens, 1, std::max(1, bound_tokens - 1)}) {
+          latte::cuda::GemvGroup g{.matrix = matrices[groups.size()], .count = count, .x_row = {}, .y_row = {}};
+          for (int t = 0; t < count; ++t, ++used) {
+            g.x_row[t] = xs[static_cast<size_t>(used % n_x)];
+            g.y_row[t] = ys[static_cast<size_t>(used)];
+          }
+          groups.push_back(g);
+        }
+        const std::vector<int32_t> n_groups = {static_cast<int32_t>(groups.size())};
+        const auto dgroups = upload(groups);
+        const auto dn = upload(n_groups);
+        for (const int mode : {0, 1, 2}) {  // gated + residual, plain + residual, plain bf16
+          CAPTURE(latte::type_name(type));
+          CAPTURE(rows);
+          CAPTURE(bound_tokens);
+          CAPTURE(mode);
+          latte::cuda::DeviceBuffer<float> y(static_cast<size_t>(2 * n_x * rows));
+          latte::cuda::DeviceBuffer<uint16_t> y16(static_cast<size_t>(2 * n_x * rows));
+          poison(y.data(), y.bytes());
+          poison(y16.data(), y16.bytes());
+          latte::cuda::gemv_quant({.type = type,
+                                   .weight = dgate.data(),
+                                   .weight_up = mode == 0 ? dup.data() : nullptr,
+                                   .weight_bytes = static_cast<int64_t>(gate.bytes.size()),
+                                   .matrix_stride_bytes = matrix_bytes,
+                                   .n_rows = static_cast<int>(rows),
+                                   .k = static_cast<int>(k),
+                                   .x = x_nan.data(),
+                                   .x_stride = k,
+                                   .y = mode == 2 ? nullptr : y.data(),
+                                   .y_bf16 = mode == 2 ? reinterpret_cast<__nv_bfloat16*>(y16.data()) : nullptr,
+                                   .y_stride = rows,
+                                   .residual = mode == 2 ? nullptr : dres.data(),
+                                   .groups = dgroups.data(),
+                                   .n_groups = dn.data(),
+                                   .max_groups = static_cast<int>(groups.size()) + 1,  // a slot with no group
+                                   .max_tokens_per_group = bound_tokens,
+                                   .x_q = rec.data(),
+                                   .x_q_stride = stride},
+                                  nullptr);
+          const auto got = download(y.data(), y.size());
+          const auto got16 = download(y16.data(), y16.size());
+          std::vector<char> written(static_cast<size_t>(2 * n_x), 0);
+          int bad = 0, untouched = 0;
+          for (const auto& g : groups) {
+            for (int t = 0; t < g.count; ++t) {
+              const int xr = g.x_row[t], yr = g.y_row[t];
+              written[static_cast<size_t>(yr)] = 1;
+              const float* xt = &x[static_cast<size_t>(xr * k)];
+              for (int64_t r = 0; r < rows; ++r) {
+                const int64_t m = g.matrix * rows + r;
+                const float* gw = &gate.values[static_cast<size_t>(m * k)];
+                const float* uw = &up.values[static_cast<size_t>(m * k)];
+                const double gv = dot(gw, xt, k), eg = x8_bound(gw, xt, decoded[static_cast<size_t>(xr)].dx, k);
+                double want = gv, bound = eg;
+                if (mode == 0) {
+                  const double uv = dot(uw, xt, k), eu = x8_bound(uw, xt, decoded[static_cast<size_t>(xr)].dx, k);
+                  want = silu(gv) * uv;
+                  bound = 1.1 * eg * (std::abs(uv) + eu) + std::abs(silu(gv)) * eu + 1e-6;
+                }
+                const size_t out = static_cast<size_t>(yr * rows + r);
+                if (mode == 2) {
+                  const double v = bf16_value(got16[out]);
+                  bad += !(std::abs(v - want) <= bound + std::abs(want) / 256.0);
+                } else {
+                  bad += !(std::abs(got[out] - (want + residual[out])) <= bound + 1e-6 * std::abs(want));
+                }
+              }
+            }
+          }
+          for (int yr = 0; yr < 2 * n_x; ++yr) {
+            if (written[static_cast<size_t>(yr)]) continue;
+            for (int64_t r = 0; r < rows; ++r) {
+              const size_t out = static_cast<size_t>(yr * rows + r);
+              untouched += mode == 2 ? got16[out] == 0xFFFF : std::isnan(got[out]);  // the poison
+            }
+          }
+          CHECK(bad == 0);
+          CHECK(untouched == (2 * n_x - used) * rows);
+        }
+      }
+    }
+  }
+}

@@ -99,6 +99,46 @@ inline void mma_bf16_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, u
   for (int e = 0; e < 4; ++e) c[e] = out[e];
 }
 
+/// D = A B with the m16n8k32 byte layouts (g = lane/4, t = lane%4; byte j of a register is element j):
+/// A (unsigned): a0 (g, 4t..), a1 (g+8, 4t..), a2 (g, 4t+16..), a3 (g+8, 4t+16..); B (signed): b0 (k 4t.., n g),
+/// b1 (k 4t+16.., n g); D: d0,d1 (g, 2t..2t+1), d2,d3 (g+8, 2t..2t+1). Exact integer sums.
+inline void mma_u8s8_16832(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  struct In {
+    uint32_t a[4];
+    uint32_t b[2];
+  };
+  In in;
+  for (int i = 0; i < 4; ++i) in.a[i] = a[i];
+  in.b[0] = b0;
+  in.b[1] = b1;
+  const auto out = emu::warp_collective(in, [](int lane, auto get) {
+    int A[16][32], B[32][8];
+    for (int l = 0; l < 32; ++l) {
+      const In v = get(l);
+      const int g = l / 4, t = l % 4;
+      for (int j = 0; j < 4; ++j) {
+        A[g][4 * t + j] = static_cast<int>((v.a[0] >> (8 * j)) & 0xFFu);
+        A[g + 8][4 * t + j] = static_cast<int>((v.a[1] >> (8 * j)) & 0xFFu);
+        A[g][4 * t + 16 + j] = static_cast<int>((v.a[2] >> (8 * j)) & 0xFFu);
+        A[g + 8][4 * t + 16 + j] = static_cast<int>((v.a[3] >> (8 * j)) & 0xFFu);
+        B[4 * t + j][g] = static_cast<int8_t>((v.b[0] >> (8 * j)) & 0xFFu);
+        B[4 * t + 16 + j][g] = static_cast<int8_t>((v.b[1] >> (8 * j)) & 0xFFu);
+      }
+    }
+    const int g = lane / 4, t = lane % 4;
+    std::array<int, 4> d;
+    for (int e = 0; e < 4; ++e) {
+      const int row = g + 8 * (e / 2);
+      const int col = 2 * t + (e % 2);
+      int sum = 0;
+      for (int k = 0; k < 32; ++k) sum += A[row][k] * B[k][col];
+      d[e] = sum;
+    }
+    return d;
+  });
+  for (int e = 0; e < 4; ++e) c[e] = out[e];
+}
+
 inline uint32_t pack_bf16x2(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   uint32_t u;

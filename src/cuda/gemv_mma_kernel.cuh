@@ -1,0 +1,509 @@
+// Split-int8 GEMV of Q4_K / Q5_K weights with 3-8 tokens per block on the int8 tensor cores
+// (mma.m16n8k32, unsigned weight codes x signed x bytes): the path launch_gemv takes for gathered groups of
+// several tokens (the MoE experts of a batched decode step) instead of gemv_x8_kernel, whose dp4a chains
+// cost ~50 instructions per token and 64 weights (BENCHMARKS.md: 32-token steps issue-bound at ~1.1 TB/s).
+// Here a warp's 16x8 tile of (rows x tokens) per 32-value sub-block is four tensor-core instructions (the
+// two x planes of two sub-blocks per item) and ~20 scalar ones to scale and add the integer sums, whatever
+// the group's token count.
+//
+// Work split: a warp owns a 16-row tile of W_gate and the same rows of W_up (gated) or two 16-row tiles
+// (dense), four warps a block tile; the block stages its group's x records (x_int8.hpp) in shared memory
+// once and walks tiles blockIdx.x, + gridDim.x, ... (x8_group). A warp walks K one super-block at a time,
+// loading the next step's weights before it computes the current one.
+//
+// Fragments (g = lane / 4, t = lane % 4, bf16_mma.cuh): the tensor core's k index is any bijection of a
+// sub-block's 32 positions, as long as A and B use the same one. Lane t takes positions 8t .. 8t + 7 of
+// each sub-block: k 4t..4t+3 <- positions 8t..8t+3 and k 4t+16.. <- 8t+4..8t+7. For rows g and g + 8 those
+// are the 8 qs bytes at 32 i + 8 t of item i (low nibbles: sub-block 2i, high: 2i + 1), one 8-byte load per
+// row and item; for token g the 8 bytes at 8t of the unit in each x plane, one 8-byte shared load.
+//
+// Arithmetic, per element (row r, token n) and sub-block s with x unit u (split_int8_dot.cuh):
+//     y += dx_u / 254 [ d sc_s (254 A + B) - dmin m_s S_u ],   A, B the tensor core's exact int32 sums.
+// Q4_K keeps the high nibbles in place (16 times the codes: 32 x 240 x 127 x 254 < 2^31), sc carrying 1/16.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <string_view>
+
+#include "cuda/bf16_mma.cuh"
+#include "cuda/gemv_x8_kernel.cuh"
+
+namespace latte::cuda {
+
+/// Whether the tensor-core GEMV may take gathered launches of several tokens (LATTE_GEMV_MMA=0: never).
+inline bool gemv_mma_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("LATTE_GEMV_MMA");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  return on;
+}
+
+/// Fewest tokens per block (the launch's bound, 1-8) for which it does (LATTE_GEMV_MMA_MIN_TOKENS, default 3:
+/// the 4- and 8-token builds). Measured on an H200 (BENCHMARKS.md): with groups of 2 (8 sequences x 6 of 64
+/// experts) the dp4a kernel is faster (x8 1,148 against 1,060 t/s); with groups of 8, 2x faster per launch.
+inline int gemv_mma_min_tokens() {
+  static const int n = [] {
+    const char* v = std::getenv("LATTE_GEMV_MMA_MIN_TOKENS");
+    return v ? std::clamp(std::atoi(v), 1, gemv_max_tokens) : 3;
+  }();
+  return n;
+}
+
+/// One lane's loads of one super-block for rows g and g + 8 of a tile: the headers (d, dmin, scales), the
+/// 8 qs bytes of each item at 32 i + 8 t and, for Q5_K, the 8 qh bytes at 8 t.
+struct MmaRows {
+  uint4 head[2];
+  uint2 qs[2][4];
+  uint2 qh[2];
+};
+
+template <GgmlType T>
+__device__ __forceinline__ void mma_load(const uint8_t* row_g, const uint8_t* row_g8, int sb, int t, MmaRows& w) {
+  constexpr int kBlock = quant::BlockTraits<T>::bytes;
+  constexpr int kQs = T == GgmlType::q4_k ? 16 : 48;
+  const uint8_t* rows[2] = {row_g + static_cast<int64_t>(sb) * kBlock, row_g8 + static_cast<int64_t>(sb) * kBlock};
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    w.head[h] = __ldg(reinterpret_cast<const uint4*>(rows[h]));
+#pragma unroll
+    for (int i = 0; i < 4; ++i) w.qs[h][i] = __ldg(reinterpret_cast<const uint2*>(rows[h] + kQs + 32 * i + 8 * t));
+    if constexpr (T == GgmlType::q5_k) w.qh[h] = __ldg(reinterpret_cast<const uint2*>(rows[h] + 16 + 8 * t));
+  }
+}
+
+/// Item i's A fragments: sub-block 2i (lo) and 2i + 1 (hi), rows g and g + 8.
+template <GgmlType T>
+__device__ __forceinline__ void mma_item_codes(const MmaRows& w, int i, uint32_t (&lo)[4], uint32_t (&hi)[4]) {
+  const uint32_t q[4] = {w.qs[0][i].x, w.qs[1][i].x, w.qs[0][i].y, w.qs[1][i].y};
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    lo[r] = q[r] & 0x0F0F0F0Fu;
+    if constexpr (T == GgmlType::q4_k) {
+      hi[r] = q[r] & 0xF0F0F0F0u;  // 16 times the codes
+    } else {
+      const uint32_t h = r < 2 ? (r == 0 ? w.qh[0].x : w.qh[1].x) : (r == 2 ? w.qh[0].y : w.qh[1].y);
+      lo[r] |= ((h >> (2 * i)) & 0x01010101u) << 4;
+      hi[r] = ((q[r] >> 4) & 0x0F0F0F0Fu) | (((h >> (2 * i + 1)) & 0x01010101u) << 4);
+    }
+  }
+}
+
+/// y (fp32, + residual, or bf16) at token row y_row, feature r.
+__device__ __forceinline__ void mma_store(const GemvParams& p, int y_row, int r, float v) {
+  const int64_t at = static_cast<int64_t>(y_row) * p.y_stride + r;
+  if (p.y_bf16 != nullptr) {
+    p.y_bf16[at] = __float2bfloat16_rn(v);
+  } else {
+    p.y[at] = p.residual ? v + p.residual[at] : v;
+  }
+}
+
+/// A lane's view of the block's staged tokens: B fragments of token g (hi plane at xb + 16 u, lo plane at
+/// xb + 32 n + 16 u), the meta records of tokens 2t and 2t + 1 (xm[c] + 16 u) and where their sums go. Slots
+/// past the group's count read token 0; their sums are never written (live false).
+struct MmaTokens {
+  const uint8_t* xb;
+  const uint8_t* xm[2];
+  int y_row[2];
+  bool live[2];
+};
+
+template <int NT>
+__device__ __forceinline__ MmaTokens mma_tokens(const X8Rows<NT>& rows, const uint8_t* xs, int token_bytes, int n,
+                                                int g, int t) {
+  auto slot = [&](int token) { return token < rows.count ? token : 0; };
+  MmaTokens o;
+  o.xb = xs + slot(g) * token_bytes + 16 * (t >> 1) * n + 8 * (t & 1);
+  o.xm[0] = xs + slot(2 * t) * token_bytes + 64 * n;
+  o.xm[1] = xs + slot(2 * t + 1) * token_bytes + 64 * n;
+  o.y_row[0] = o.y_row[1] = 0;
+  o.live[0] = o.live[1] = false;
+#pragma unroll
+  for (int tt = 0; tt < NT; ++tt) {
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      if (tt == 2 * t + c && tt < rows.count) {
+        o.y_row[c] = rows.y_row[tt];
+        o.live[c] = true;
+      }
+    }
+  }
+  return o;
+}
+
+/// Writes a warp's finished tiles (rows first_row[j] + g, + 8; tokens 2t, 2t + 1): gated silu(tile 0) *
+/// tile 1, else both tiles; then clears the sums.
+__device__ __forceinline__ void mma_finish(const GemvParams& p, const MmaTokens& x, const int (&first_row)[2], int g,
+                                           float (&acc)[2][4]) {
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const int h = e / 2, c = e % 2;
+    if (!x.live[c]) continue;
+    if (p.weight_up != nullptr) {
+      const int r = first_row[0] + g + 8 * h;
+      if (r < p.n_rows) mma_store(p, x.y_row[c], r, acc[0][e] / (1.0f + __expf(-acc[0][e])) * acc[1][e]);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int r = first_row[j] + g + 8 * h;
+        if (r < p.n_rows) mma_store(p, x.y_row[c], r, acc[j][e]);
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < 2; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
+}
+
+template <GgmlType T, int NT>
+__global__ void __launch_bounds__(128, 3) gemv_mma_kernel(const GemvParams p, const int tiles) {
+  static_assert(kGemvX8KQuant<T>);
+  constexpr int kWarps = 4;
+  extern __shared__ __align__(16) uint4 x_record[];
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int g = lane / 4, t = lane % 4;
+  const bool gathered = p.groups != nullptr || p.choice_ids != nullptr;
+  if (gathered) {  // the group table is another kernel's output
+    wait_for_producers();
+    allow_dependents();
+  }
+  const int n = p.k / 32;                // x units
+  const int token_words = 5 * n + 1;     // a 16-byte pad: token g's words 16 g bytes further in the banks
+  const int token_bytes = 16 * token_words;
+  X8Rows<NT> rows;
+  if (!x8_group(p, rows, reinterpret_cast<uint8_t*>(x_record) + NT * token_bytes)) return;
+
+  const bool gated = p.weight_up != nullptr;
+  const int64_t row_bytes = static_cast<int64_t>(p.k) / 256 * quant::BlockTraits<T>::bytes;
+  const uint8_t* base[2];
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    base[j] = static_cast<const uint8_t*>(gated && j == 1 ? p.weight_up : p.weight) +
+              static_cast<int64_t>(rows.matrix) * p.matrix_stride_bytes;
+  }
+  // tile j's first row: gated, the same 16 rows of W_gate and W_up; dense, rows 32 w .. 32 w + 31
+  auto first_row = [&](int tile, int j) {
+    const int w = tile * kWarps + warp;
+    return gated ? 16 * w : 32 * w + 16 * j;
+  };
+  const int steps = p.k / 256;  // super-blocks per row
+  auto load = [&](int tile, int sb, MmaRows(&w)[2]) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int r0 = first_row(tile, j) + g;
+      // rows past the end load the last row (their sums are never written)
+      const int64_t a = min(r0, p.n_rows - 1), b = min(r0 + 8, p.n_rows - 1);
+      mma_load<T>(base[j] + a * row_bytes, base[j] + b * row_bytes, sb, t, w[j]);
+    }
+  };
+
+  int tile = rows.first_tile, sb = 0;
+  MmaRows cur[2], next[2];
+  if (tile < tiles) load(tile, 0, cur);  // weights are never written by a step: before the wait
+  if (!gathered) {
+    wait_for_producers();
+    allow_dependents();
+  }
+  x8_stage_records<NT>(p, rows, n, x_record, token_words);
+  __syncthreads();
+
+  const MmaTokens x = mma_tokens(rows, reinterpret_cast<const uint8_t*>(x_record), token_bytes, n, g, t);
+
+  float acc[2][4] = {};
+  while (tile < tiles) {
+    int next_tile = tile, next_sb = sb + 1;
+    if (next_sb == steps) {
+      next_sb = 0;
+      next_tile += rows.tile_stride;
+    }
+    if (next_tile < tiles) load(next_tile, next_sb, next);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int u = 8 * sb + 2 * i;  // x units of sub-blocks 2i and 2i + 1
+      uint2 xh[2], xl[2];
+      float dx[2][2], xsum[2][2];  // [sub-block][token]
+#pragma unroll
+      for (int s = 0; s < 2; ++s) {
+        xh[s] = *reinterpret_cast<const uint2*>(x.xb + 16 * (u + s));
+        xl[s] = *reinterpret_cast<const uint2*>(x.xb + 16 * (2 * n + u + s));
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const split_int8::Meta m = *reinterpret_cast<const split_int8::Meta*>(x.xm[c] + 16 * (u + s));
+          dx[s][c] = m.dx;
+          xsum[s][c] = static_cast<float>(m.s0 + m.s1);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        uint32_t a[2][4];
+        mma_item_codes<T>(cur[j], i, a[0], a[1]);
+        float sc[2][2], mn[2][2];  // [sub-block][row g, g + 8]
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          x8_item_scales(cur[j].head[h], i, T == GgmlType::q4_k ? 1.0f / 16.0f : 1.0f, sc[0][h], sc[1][h], mn[0][h],
+                         mn[1][h]);
+        }
+#pragma unroll
+        for (int s = 0; s < 2; ++s) {
+          int ch[4], cl[4];
+          mma::mma_u8s8_16832(ch, a[s], xh[s].x, xh[s].y);
+          mma::mma_u8s8_16832(cl, a[s], xl[s].x, xl[s].y);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int h = e / 2, c = e % 2;
+            const float codes = static_cast<float>(254 * ch[e] + cl[e]);
+            acc[j][e] = fmaf(dx[s][c], fmaf(sc[s][h], codes, -mn[s][h] * xsum[s][c]), acc[j][e]);
+          }
+        }
+      }
+    }
+    if (sb == steps - 1) {
+      const int first[2] = {first_row(tile, 0), first_row(tile, 1)};
+      mma_finish(p, x, first, g, acc);
+    }
+    tile = next_tile;
+    sb = next_sb;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) cur[j] = next[j];
+  }
+}
+
+/// Legacy 32-value block types the tensor-core GEMV reads (staged through shared memory: 2-byte aligned).
+template <GgmlType T>
+inline constexpr bool kGemvMmaLegacy = T == GgmlType::q8_0 || T == GgmlType::q4_0 || T == GgmlType::q5_0 ||
+                                       T == GgmlType::q4_1 || T == GgmlType::q5_1;
+
+/// Lane t's codes of a staged legacy block at the even offset `off`: positions 8t .. 8t + 3 in w[0] and
+/// 8t + 4 .. 8t + 7 in w[1] (unsigned: Q8_0's q + 128), its scale d and, for Q4_1 / Q5_1, its minimum m.
+template <GgmlType T>
+__device__ __forceinline__ void mma_block_codes(const uint8_t* st, int off, int t, uint32_t (&w)[2], float& d,
+                                                float& m) {
+  constexpr bool kMin = T == GgmlType::q4_1 || T == GgmlType::q5_1;
+  constexpr bool kFive = T == GgmlType::q5_0 || T == GgmlType::q5_1;
+  constexpr int kData = kMin ? 4 : 2;  // bytes before qh / qs
+  d = quant::half_bits_to_float(*reinterpret_cast<const uint16_t*>(st + off));
+  m = kMin ? quant::half_bits_to_float(*reinterpret_cast<const uint16_t*>(st + off + 2)) : 0.0f;
+  if constexpr (T == GgmlType::q8_0) {
+    x8_words<2>(st, off + kData + 8 * t, w);
+    w[0] ^= 0x80808080u;
+    w[1] ^= 0x80808080u;
+  } else {
+    // values 0-15 are the low nibbles of qs[0..15], 16-31 the high ones: positions 8t.. are qs[8 (t % 2) ..]
+    constexpr int kQs = kData + (kFive ? 4 : 0);
+    x8_words<2>(st, off + kQs + 8 * (t & 1), w);
+    const int shift = 4 * (t >> 1);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) w[i] = (w[i] >> shift) & 0x0F0F0F0Fu;
+    if constexpr (kFive) {
+      uint32_t qh[1];
+      x8_words<1>(st, off + kData, qh);
+      // bit j of qh is the fifth bit of value j: four bits to bit 4 of four bytes by one multiply
+#pragma unroll
+      for (int i = 0; i < 2; ++i) w[i] |= (((qh[0] >> (8 * t + 4 * i)) & 0xFu) * 0x02040810u) & 0x10101010u;
+    }
+  }
+}
+
+/// The tensor-core GEMV for the legacy types, gemv_mma_kernel's tiles and tokens: a warp copies each step's
+/// four blocks of its 32 rows into shared memory with 16-byte cp.async copies (a two-step ring, the next
+/// step's copies in flight while it computes the current one) and each lane reads its 8 bytes of a block
+/// from there as aligned words.
+template <GgmlType T, int NT>
+__global__ void __launch_bounds__(128, 3) gemv_mma_legacy_kernel(const GemvParams p, const int tiles) {
+  static_assert(kGemvMmaLegacy<T>);
+  constexpr int kWarps = 4;
+  constexpr int kBytes = quant::BlockTraits<T>::bytes;
+  constexpr int kUnits = 4;  // blocks per row and step
+  constexpr bool kMin = T == GgmlType::q4_1 || T == GgmlType::q5_1;
+  constexpr int kOff = split_int8::kIntegerOffset<T>;
+  // a row's step: up to 15 bytes of misalignment, the blocks, and the word x8_words reads past the last
+  constexpr int kChunks = (15 + kUnits * kBytes + 4 + 15) / 16;
+  __shared__ __align__(16) uint4 stage[kWarps][2][32][kChunks];
+  extern __shared__ __align__(16) uint4 x_record[];
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int g = lane / 4, t = lane % 4;
+  const bool gathered = p.groups != nullptr || p.choice_ids != nullptr;
+  if (gathered) {
+    wait_for_producers();
+    allow_dependents();
+  }
+  const int n = p.k / 32;
+  const int token_words = 5 * n + 1;
+  const int token_bytes = 16 * token_words;
+  X8Rows<NT> rows;
+  if (!x8_group(p, rows, reinterpret_cast<uint8_t*>(x_record) + NT * token_bytes)) return;
+
+  const bool gated = p.weight_up != nullptr;
+  const int64_t row_bytes = static_cast<int64_t>(n) * kBytes;
+  const uint8_t* lo[2];
+  const uint8_t* hi[2];
+  const uint8_t* base[2];
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    lo[j] = static_cast<const uint8_t*>(gated && j == 1 ? p.weight_up : p.weight);
+    hi[j] = lo[j] + p.weight_bytes;
+    base[j] = lo[j] + static_cast<int64_t>(rows.matrix) * p.matrix_stride_bytes;
+  }
+  auto first_row = [&](int tile, int j) {
+    const int w = tile * kWarps + warp;
+    return gated ? 16 * w : 32 * w + 16 * j;
+  };
+  const int steps = (n + kUnits - 1) / kUnits;
+  // the start of row rr (0-31: tile rr / 16, row rr % 16) at step s; rows past the end read the last row
+  auto row_start = [&](int tile, int s, int rr) {
+    const int j = rr / 16;
+    const int64_t r = min(first_row(tile, j) + rr % 16, p.n_rows - 1);
+    return base[j] + r * row_bytes + static_cast<int64_t>(kUnits * s) * kBytes;
+  };
+  // copies of step (tile, s) into ring slot b: the aligned chunks from each row's start down to 16 bytes
+  auto copy = [&](int tile, int s, int b) {
+    for (int c = lane; c < 32 * kChunks; c += 32) {
+      const int rr = c / kChunks, ch = c % kChunks;
+      const uint8_t* start = row_start(tile, s, rr);
+      const int j = rr / 16;
+      const uint8_t* src = start - (reinterpret_cast<uintptr_t>(start) & 15) + 16 * ch;
+      if (src >= lo[j] && src + 16 <= hi[j]) {
+        mma::cp_async_16(&stage[warp][b][rr][ch], src, true);
+      } else {
+        stage[warp][b][rr][ch] = load_chunk_guarded(src, lo[j], hi[j]);
+      }
+    }
+    mma::cp_async_commit();
+  };
+
+  int tile = rows.first_tile, s = 0, b = 0;
+  if (tile < tiles) copy(tile, 0, 0);  // weights are never written by a step: before the wait
+  if (!gathered) {
+    wait_for_producers();
+    allow_dependents();
+  }
+  x8_stage_records<NT>(p, rows, n, x_record, token_words);
+  __syncthreads();
+  const MmaTokens x = mma_tokens(rows, reinterpret_cast<const uint8_t*>(x_record), token_bytes, n, g, t);
+
+  float acc[2][4] = {};
+  while (tile < tiles) {
+    int next_tile = tile, next_s = s + 1;
+    if (next_s == steps) {
+      next_s = 0;
+      next_tile += rows.tile_stride;
+    }
+    if (next_tile < tiles) {
+      copy(next_tile, next_s, b ^ 1);
+    } else {
+      mma::cp_async_commit();  // an empty group: the wait below still means "this step's copies"
+    }
+    mma::cp_async_wait<1>();
+    __syncwarp();  // every lane's copies of this step have landed
+    // lane's rows: tile j, h = 0 / 1 -> ring row 16 j + g + 8 h, its misalignment within the staged chunks
+    int mis[2][2];
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        mis[j][h] = static_cast<int>(reinterpret_cast<uintptr_t>(row_start(tile, s, 16 * j + g + 8 * h)) & 15);
+#pragma unroll
+    for (int i = 0; i < kUnits; ++i) {
+      const int u = kUnits * s + i;
+      if (u >= n) break;
+      const uint2 xh = *reinterpret_cast<const uint2*>(x.xb + 16 * u);
+      const uint2 xl = *reinterpret_cast<const uint2*>(x.xb + 16 * (2 * n + u));
+      float dx[2];
+      int xsum[2];
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const split_int8::Meta m = *reinterpret_cast<const split_int8::Meta*>(x.xm[c] + 16 * u);
+        dx[c] = m.dx;
+        xsum[c] = m.s0 + m.s1;
+      }
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        uint32_t w[2][2], a[4];
+        float d[2], mn[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const uint8_t* st = reinterpret_cast<const uint8_t*>(stage[warp][b][16 * j + g + 8 * h]);
+          mma_block_codes<T>(st, mis[j][h] + i * kBytes, t, w[h], d[h], mn[h]);
+        }
+        a[0] = w[0][0], a[1] = w[1][0], a[2] = w[0][1], a[3] = w[1][1];
+        int ch[4], cl[4];
+        mma::mma_u8s8_16832(ch, a, xh.x, xh.y);
+        mma::mma_u8s8_16832(cl, a, xl.x, xl.y);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int h = e / 2, c = e % 2;
+          if constexpr (kMin) {
+            acc[j][e] = fmaf(dx[c], fmaf(d[h], static_cast<float>(254 * ch[e] + cl[e]),
+                                         mn[h] * static_cast<float>(xsum[c])), acc[j][e]);
+          } else {
+            acc[j][e] = fmaf(dx[c] * d[h], static_cast<float>(254 * ch[e] + cl[e] - kOff * xsum[c]), acc[j][e]);
+          }
+        }
+      }
+    }
+    if (s == steps - 1) {
+      const int first[2] = {first_row(tile, 0), first_row(tile, 1)};
+      mma_finish(p, x, first, g, acc);
+    }
+    __syncwarp();  // every lane has read slot b before the step after next copies into it
+    tile = next_tile;
+    s = next_s;
+    b ^= 1;
+  }
+  mma::cp_async_wait<0>();
+}
+
+/// Whether launch_gemv_mma takes this launch: a Q4_K / Q5_K launch gemv_x8 would take, over gathered groups
+/// built for at least gemv_mma_min_tokens tokens.
+template <GgmlType T>
+inline bool gemv_mma_applies(const GemvParams& p) {
+  if constexpr (!kGemvX8KQuant<T> && !kGemvMmaLegacy<T>) {
+    return false;
+  } else {
+    // legacy rows of under 32 blocks (the per-head W_UK / W_UV) stay on gemv_x8's short-row kernel
+    return gemv_mma_enabled() && p.groups != nullptr && p.choice_ids == nullptr && p.route.logits == nullptr &&
+           gemv_x8_tokens(p.max_tokens_per_group) >= gemv_mma_min_tokens() && (kGemvX8KQuant<T> || p.k >= 1024) &&
+           gemv_x8_applies<T>(p);
+  }
+}
+
+template <GgmlType T, int NT>
+void launch_gemv_mma_as(const GemvParams& p, cudaStream_t stream) {
+  void (*kernel)(const GemvParams, const int) = nullptr;
+  if constexpr (kGemvX8KQuant<T>) {
+    kernel = gemv_mma_kernel<T, NT>;
+  } else {
+    kernel = gemv_mma_legacy_kernel<T, NT>;
+  }
+  const int smem = NT * 16 * (5 * (p.k / 32) + 1);
+  LATTE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  const int rows_per_warp = p.weight_up ? 16 : 32;
+  const int64_t warps = (p.n_rows + rows_per_warp - 1) / rows_per_warp;
+  const int tiles = static_cast<int>((warps + 3) / 4);
+  int device = 0;
+  LATTE_CUDA_CHECK(cudaGetDevice(&device));
+  // one wave of resident blocks over all groups; each walks an equal share of its group's tiles
+  const int64_t resident = static_cast<int64_t>(device_caps(device).sm_count) *
+                           gemv_resident_blocks(reinterpret_cast<const void*>(kernel), smem);
+  const int64_t cap = std::max<int64_t>(1, resident / p.max_groups);
+  const int64_t per_block = (tiles + cap - 1) / cap;
+  const dim3 grid(static_cast<unsigned>((tiles + per_block - 1) / per_block), static_cast<unsigned>(p.max_groups));
+  launch_kernel(kernel, grid, dim3(128), static_cast<size_t>(smem), stream, p, tiles);
+}
+
+template <GgmlType T>
+void launch_gemv_mma(const GemvParams& p, cudaStream_t stream) {
+  if constexpr (kGemvX8KQuant<T> || kGemvMmaLegacy<T>) {
+    // built for 4 and 8 tokens (groups of 1-2 take the 4-token build where LATTE_GEMV_MMA_MIN_TOKENS asks)
+    if (p.max_tokens_per_group <= 4) return launch_gemv_mma_as<T, 4>(p, stream);
+    return launch_gemv_mma_as<T, 8>(p, stream);
+  }
+}
+
+}  // namespace latte::cuda
