@@ -528,11 +528,13 @@ class CudaForward final : public CudaRankForward {
   static constexpr int kRecordRows = moe_gemv_max_tokens;
 
   /// Most tokens whose routed experts run as GEMVs over expert groups (moe_experts_decode) rather than
-  /// the grouped GEMM: LATTE_MOE_GEMV_TOKENS (8-64, default 32).
+  /// the grouped GEMM: LATTE_MOE_GEMV_TOKENS (8-64, default 64). With the tensor-core GEMV for groups of
+  /// 3-8 tokens (gemv_mma_kernel.cuh) a 64-token step's experts take ~0.4 of the grouped GEMM's time
+  /// (BENCHMARKS.md).
   static int moe_gemv_tokens() {
     static const int n = [] {
       const char* v = std::getenv("LATTE_MOE_GEMV_TOKENS");
-      const int t = v ? std::atoi(v) : 32;
+      const int t = v ? std::atoi(v) : 64;
       return std::clamp(t, gemv_max_tokens, moe_gemv_max_tokens);
     }();
     return n;

@@ -310,9 +310,9 @@ __device__ __forceinline__ void mma_block_codes(const uint8_t* st, int off, int 
 }
 
 /// The tensor-core GEMV for the legacy types, gemv_mma_kernel's tiles and tokens: a warp copies each step's
-/// four blocks of its 32 rows into shared memory with 16-byte cp.async copies (a two-step ring, the next
-/// step's copies in flight while it computes the current one) and each lane reads its 8 bytes of a block
-/// from there as aligned words.
+/// four blocks of its 32 rows (lane l: row l) into shared memory with 16-byte cp.async copies (a two-step
+/// ring, the next step's copies in flight while it computes the current one) and each lane reads its 8
+/// bytes of a block from there as aligned words.
 template <GgmlType T, int NT>
 __global__ void __launch_bounds__(128, 3) gemv_mma_legacy_kernel(const GemvParams p, const int tiles) {
   static_assert(kGemvMmaLegacy<T>);
@@ -359,19 +359,21 @@ __global__ void __launch_bounds__(128, 3) gemv_mma_legacy_kernel(const GemvParam
   auto row_start = [&](int tile, int s, int rr) {
     const int j = rr / 16;
     const int64_t r = min(first_row(tile, j) + rr % 16, p.n_rows - 1);
-    return base[j] + r * row_bytes + static_cast<int64_t>(kUnits * s) * kBytes;
+    return (j == 0 ? base[0] : base[1]) + r * row_bytes + static_cast<int64_t>(kUnits * s) * kBytes;
   };
-  // copies of step (tile, s) into ring slot b: the aligned chunks from each row's start down to 16 bytes
+  // copies of step (tile, s) into ring slot b: lane l copies row l's aligned chunks, from its start rounded
+  // down to 16 bytes (the row's pointer once per step, then one copy per chunk)
+  const uint8_t* my_lo = lane < 16 ? lo[0] : lo[1];
+  const uint8_t* my_hi = lane < 16 ? hi[0] : hi[1];
   auto copy = [&](int tile, int s, int b) {
-    for (int c = lane; c < 32 * kChunks; c += 32) {
-      const int rr = c / kChunks, ch = c % kChunks;
-      const uint8_t* start = row_start(tile, s, rr);
-      const int j = rr / 16;
-      const uint8_t* src = start - (reinterpret_cast<uintptr_t>(start) & 15) + 16 * ch;
-      if (src >= lo[j] && src + 16 <= hi[j]) {
-        mma::cp_async_16(&stage[warp][b][rr][ch], src, true);
+    const uint8_t* start = row_start(tile, s, lane);
+    const uint8_t* src = start - (reinterpret_cast<uintptr_t>(start) & 15);
+#pragma unroll
+    for (int ch = 0; ch < kChunks; ++ch, src += 16) {
+      if (src >= my_lo && src + 16 <= my_hi) {
+        mma::cp_async_16(&stage[warp][b][lane][ch], src, true);
       } else {
-        stage[warp][b][rr][ch] = load_chunk_guarded(src, lo[j], hi[j]);
+        stage[warp][b][lane][ch] = load_chunk_guarded(src, my_lo, my_hi);
       }
     }
     mma::cp_async_commit();
