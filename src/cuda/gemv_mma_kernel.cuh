@@ -461,6 +461,20 @@ __global__ void __launch_bounds__(128, 3) gemv_mma_legacy_kernel(const GemvParam
   mma::cp_async_wait<0>();
 }
 
+/// Tokens a launch's blocks are built for (4 or 8) and the shared memory a block takes: the padded x records,
+/// and for the legacy types the copy ring (static).
+inline int gemv_mma_tokens(const GemvParams& p) { return p.max_tokens_per_group <= 4 ? 4 : 8; }
+template <GgmlType T>
+inline int gemv_mma_smem_bytes(const GemvParams& p) {
+  const int records = gemv_mma_tokens(p) * 16 * (5 * (p.k / 32) + 1);
+  if constexpr (kGemvMmaLegacy<T>) {
+    constexpr int kChunks = (15 + 4 * quant::BlockTraits<T>::bytes + 4 + 15) / 16;  // the kernel's ring
+    return records + 4 * 2 * 32 * kChunks * 16;
+  } else {
+    return records;
+  }
+}
+
 /// Whether launch_gemv_mma takes this launch: a Q4_K / Q5_K launch gemv_x8 would take, over gathered groups
 /// built for at least gemv_mma_min_tokens tokens.
 template <GgmlType T>
@@ -469,9 +483,15 @@ inline bool gemv_mma_applies(const GemvParams& p) {
     return false;
   } else {
     // legacy rows of under 32 blocks (the per-head W_UK / W_UV) stay on gemv_x8's short-row kernel
-    return gemv_mma_enabled() && p.groups != nullptr && p.choice_ids == nullptr && p.route.logits == nullptr &&
-           gemv_x8_tokens(p.max_tokens_per_group) >= gemv_mma_min_tokens() && (kGemvX8KQuant<T> || p.k >= 1024) &&
-           gemv_x8_applies<T>(p);
+    if (!(gemv_mma_enabled() && p.groups != nullptr && p.choice_ids == nullptr && p.route.logits == nullptr &&
+          gemv_x8_tokens(p.max_tokens_per_group) >= gemv_mma_min_tokens() && (kGemvX8KQuant<T> || p.k >= 1024) &&
+          gemv_x8_applies<T>(p))) {
+      return false;
+    }
+    // the block's shared memory within the device's (sm_120: 99 KB; 1 KB for the kernel's other statics)
+    int device = 0;
+    LATTE_CUDA_CHECK(cudaGetDevice(&device));
+    return gemv_mma_smem_bytes<T>(p) + 1024 <= device_caps(device).smem_per_block_optin;
   }
 }
 
@@ -483,7 +503,7 @@ void launch_gemv_mma_as(const GemvParams& p, cudaStream_t stream) {
   } else {
     kernel = gemv_mma_legacy_kernel<T, NT>;
   }
-  const int smem = NT * 16 * (5 * (p.k / 32) + 1);
+  const int smem = NT * 16 * (5 * (p.k / 32) + 1);  // the records (the legacy ring is static)
   LATTE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const int rows_per_warp = p.weight_up ? 16 : 32;
   const int64_t warps = (p.n_rows + rows_per_warp - 1) / rows_per_warp;
@@ -503,7 +523,7 @@ template <GgmlType T>
 void launch_gemv_mma(const GemvParams& p, cudaStream_t stream) {
   if constexpr (kGemvX8KQuant<T> || kGemvMmaLegacy<T>) {
     // built for 4 and 8 tokens (groups of 1-2 take the 4-token build where LATTE_GEMV_MMA_MIN_TOKENS asks)
-    if (p.max_tokens_per_group <= 4) return launch_gemv_mma_as<T, 4>(p, stream);
+    if (gemv_mma_tokens(p) == 4) return launch_gemv_mma_as<T, 4>(p, stream);
     return launch_gemv_mma_as<T, 8>(p, stream);
   }
 }

@@ -1006,12 +1006,13 @@ TEST_CASE("gemv on split-int8 x: groups of several tokens on the tensor cores, g
   };
   // K-quants: 300 x 1280: 19 tile rows of 16 (the last partial), five super-blocks; 37 x 256: one
   // super-block, most of a 32-row plain tile past the end. Legacy types: 300 x 1408 (11 steps of 4 blocks,
-  // the MoE down's k), 37 x 1056 (33 blocks: a last step of one)
+  // the MoE down's k), 37 x 1056 (33 blocks: a last step of one), 20 x 3200 (8 tokens' records 64 KB: with
+  // the copy ring past sm_120's 99 KB of shared memory, where the dp4a GEMV takes it)
   const int n_x = 12, experts = 3;
   for (GgmlType type : {GgmlType::q4_k, GgmlType::q5_k, GgmlType::q8_0, GgmlType::q5_0, GgmlType::q4_0,
                         GgmlType::q4_1, GgmlType::q5_1}) {
     const bool is_k = latte::type_traits(type).block_values == 256;
-    for (const Shape s : is_k ? std::vector<Shape>{{300, 1280}, {37, 256}} : std::vector<Shape>{{300, 1408}, {37, 1056}}) {
+    for (const Shape s : is_k ? std::vector<Shape>{{300, 1280}, {37, 256}} : std::vector<Shape>{{300, 1408}, {37, 1056}, {20, 3200}}) {
       const int64_t rows = s.rows, k = s.k;
       const Matrix gate = random_matrix(type, rows * experts, k, rng);
       const Matrix up = random_matrix(type, rows * experts, k, rng);
