@@ -3,7 +3,9 @@
 // layout (rows of ggml blocks, any supported type); x and y are fp32 and the sum is fp32, so the
 // result matches the CPU reference (dequantize_row + fp32 dot) to ~1e-6 relative. With x_q (1-8 tokens;
 // Q4_K, Q5_K, Q6_K and the legacy 32-value types) x is read as split-int8 records instead: each value within
-// 1/64516 of its group's largest (x_int8.hpp), integer dot products, fp32 scales and sums.
+// 1/64516 of its group's largest (x_int8.hpp), integer dot products, fp32 scales and sums; gathered groups
+// built for 3-8 tokens of Q4_K, Q5_K and the legacy types take those products on the int8 tensor cores
+// (gemv_mma_kernel.cuh).
 // Modes: dense (rows 0..n_tokens-1 of x), gathered (per-expert groups built on the device), gated
 // (y = silu(W_gate x) * (W_up x), both stacks read in the same pass) and residual (y = W x + r).
 //
