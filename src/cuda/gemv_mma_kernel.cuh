@@ -1,6 +1,7 @@
-// Split-int8 GEMV of Q4_K / Q5_K weights with 3-8 tokens per block on the int8 tensor cores
-// (mma.m16n8k32, unsigned weight codes x signed x bytes): the path launch_gemv takes for gathered groups of
-// several tokens (the MoE experts of a batched decode step) instead of gemv_x8_kernel, whose dp4a chains
+// Split-int8 GEMV of Q4_K / Q5_K weights (gemv_mma_kernel) and of the legacy 32-value types
+// (gemv_mma_legacy_kernel) with 3-8 tokens per block on the int8 tensor cores (mma.m16n8k32, unsigned weight
+// codes x signed x bytes): the path launch_gemv takes for gathered groups of several tokens (the MoE experts
+// of a batched decode step) instead of the gemv_x8 kernels, whose dp4a chains
 // cost ~50 instructions per token and 64 weights (BENCHMARKS.md: 32-token steps issue-bound at ~1.1 TB/s).
 // Here a warp's 16x8 tile of (rows x tokens) per 32-value sub-block is four tensor-core instructions (the
 // two x planes of two sub-blocks per item) and ~20 scalar ones to scale and add the integer sums, whatever
