@@ -540,6 +540,18 @@ class CudaForward final : public CudaRankForward {
     return n;
   }
 
+  /// Most rows of a step whose routed experts run as GEMVs, in chunks of moe_gemv_tokens rows (each chunk
+  /// reads the experts it routes to again) rather than the grouped GEMM: LATTE_MOE_GEMV_ROWS (default 128;
+  /// below moe_gemv_tokens() it is moe_gemv_tokens()).
+  static int moe_gemv_rows() {
+    static const int n = [] {
+      const char* v = std::getenv("LATTE_MOE_GEMV_ROWS");
+      const int r = v ? std::atoi(v) : 128;
+      return std::max(r, moe_gemv_tokens());
+    }();
+    return n;
+  }
+
   /// The rotation of n_heads heads of `data` in place over T tokens (the caller adds an out-of-place source,
   /// a second target, ... to the returned parameters, then runs rope_yarn).
   RopeYarnParams rope_params(float* data, int64_t token_stride, int n_heads, int64_t head_stride, int rot_offset,
@@ -725,9 +737,8 @@ class CudaForward final : public CudaRankForward {
     // 2-8 tokens, or up to Linear::kPassRows as GEMV passes: the heads' outputs as records for the
     // split-int8 GEMV (one token: the GEMV quantizes them itself, Linear)
     uint8_t* attn_q = nullptr;
-    if (T >= 2 && (T <= gemv_max_tokens || Linear::gemv_passes(w.attn_output, T)) && nv % 32 == 0 &&
-        a.xq.size() >= static_cast<size_t>(T * x_int8_record_bytes(nv)) &&
-        gemv_reads_x_int8(w.attn_output.type, nv, std::min(T, gemv_max_tokens))) {
+    if (T >= 2 && nv % 32 == 0 && a.xq.size() >= static_cast<size_t>(T * x_int8_record_bytes(nv)) &&
+        Linear::reads_records(w.attn_output, T)) {
       attn_q = a.xq.data();
       quantize_x_int8({.x = a.attn.data(),
                        .x_stride = nv,
@@ -878,9 +889,8 @@ class CudaForward final : public CudaRankForward {
     const int64_t F = f.gate.rows;
     lin.gated(f, a.xn.data(), c_.n_embd, T, a.hidden.data(), F, a.gate_up.data(), on, hidden_record(T));
     uint8_t* hq = nullptr;  // one token: the down GEMV quantizes the activations itself (Linear)
-    if ((T >= 2 || !gemv_self_quantize()) && (T <= gemv_max_tokens || Linear::gemv_passes(f.down, T)) &&
-        a.hq.size() >= static_cast<size_t>(T * x_int8_record_bytes(F)) &&
-        gemv_reads_x_int8(f.down.type, F, std::min(T, gemv_max_tokens))) {
+    if ((T >= 2 || !gemv_self_quantize()) && a.hq.size() >= static_cast<size_t>(T * x_int8_record_bytes(F)) &&
+        Linear::reads_records(f.down, T)) {
       hq = a.hq.data();  // the activations as records for the split-int8 down GEMV
       quantize_x_int8({.x = a.hidden.data(),
                        .x_stride = F,
@@ -941,7 +951,7 @@ class CudaForward final : public CudaRankForward {
                                    .n_experts = n_held_,
                                    .hidden = H,
                                    .ffn = F};
-    const bool grouped_gemm = T > moe_gemv_tokens() && gemm_quant_supports(x.gate.type) &&
+    const bool grouped_gemm = T > moe_gemv_rows() && gemm_quant_supports(x.gate.type) &&
                               gemm_quant_supports(x.up.type) && gemm_quant_supports(x.down.type);
     if (grouped_gemm) {
       convert_to_bf16(a.xn.data(), H, a.xn_bf16.data(), H, T, H, stream());
@@ -963,6 +973,19 @@ class CudaForward final : public CudaRankForward {
     for (int t0 = 0; t0 < T; t0 += chunk) {
       const int n = std::min(chunk, T - t0);
       const size_t pair0 = static_cast<size_t>(t0) * K, row0 = static_cast<size_t>(t0) * H;
+      // the chunk's rows of the normalisation's records; beyond kRecordRows rows, the chunk's own
+      uint8_t* records = hidden_record(T);
+      if (records != nullptr) {
+        records += static_cast<size_t>(t0) * static_cast<size_t>(x_int8_record_bytes(H));
+      } else if ((records = hidden_record(n)) != nullptr) {
+        quantize_x_int8({.x = a.xn.data() + row0,
+                         .x_stride = H,
+                         .rows = n,
+                         .k = H,
+                         .out = records,
+                         .out_stride = x_int8_record_bytes(H)},
+                        stream());
+      }
       moe_experts_decode(experts, *moe_,
                          {.ids = a.ids.data() + pair0,
                           .weights = a.weights.data() + pair0,
@@ -970,7 +993,7 @@ class CudaForward final : public CudaRankForward {
                           .k = K,
                           .x = a.xn.data() + row0,
                           .x_stride = H,
-                          .x_q = T <= chunk ? hidden_record(T) : nullptr,
+                          .x_q = records,
                           .x_q_stride = x_int8_record_bytes(H),
                           .out = a.x.data() + row0,
                           .out_stride = H,

@@ -1,7 +1,9 @@
 // Split-int8 GEMV of Q4_K / Q5_K weights (gemv_mma_kernel) and of the legacy 32-value types
 // (gemv_mma_legacy_kernel) with 3-8 tokens per block on the int8 tensor cores (mma.m16n8k32, unsigned weight
 // codes x signed x bytes): the path launch_gemv takes for gathered groups of several tokens (the MoE experts
-// of a batched decode step) instead of the gemv_x8 kernels, whose dp4a chains
+// of a batched decode step) and for dense launches of 9-64 rows with records (the projections of a batched
+// step, one row of blocks per 8 rows, the weights read from L2 after the first) instead of the gemv_x8
+// kernels, whose dp4a chains
 // cost ~50 instructions per token and 64 weights (BENCHMARKS.md: 32-token steps issue-bound at ~1.1 TB/s).
 // Here a warp's 16x8 tile of (rows x tokens) per 32-value sub-block is four tensor-core instructions (the
 // two x planes of two sub-blocks per item) and ~20 scalar ones to scale and add the integer sums, whatever
@@ -173,8 +175,8 @@ __global__ void __launch_bounds__(128, 3) gemv_mma_kernel(const GemvParams p, co
     wait_for_producers();
     allow_dependents();
   }
-  const int n = p.k / 32;                // x units
-  const int token_words = 5 * n + 1;     // a 16-byte pad: token g's words 16 g bytes further in the banks
+  const int n = p.k / 32;             // x units
+  const int token_words = 5 * n + 1;  // a 16-byte pad: token g's words 16 g bytes further in the banks
   const int token_bytes = 16 * token_words;
   X8Rows<NT> rows;
   if (!x8_group(p, rows, reinterpret_cast<uint8_t*>(x_record) + NT * token_bytes)) return;
@@ -276,8 +278,8 @@ __global__ void __launch_bounds__(128, 3) gemv_mma_kernel(const GemvParams p, co
 
 /// Legacy 32-value block types the tensor-core GEMV reads (staged through shared memory: 2-byte aligned).
 template <GgmlType T>
-inline constexpr bool kGemvMmaLegacy = T == GgmlType::q8_0 || T == GgmlType::q4_0 || T == GgmlType::q5_0 ||
-                                       T == GgmlType::q4_1 || T == GgmlType::q5_1;
+inline constexpr bool kGemvMmaLegacy =
+    T == GgmlType::q8_0 || T == GgmlType::q4_0 || T == GgmlType::q5_0 || T == GgmlType::q4_1 || T == GgmlType::q5_1;
 
 /// Lane t's codes of a staged legacy block at the even offset `off`: positions 8t .. 8t + 3 in w[0] and
 /// 8t + 4 .. 8t + 7 in w[1] (unsigned: Q8_0's q + 128), its scale d and, for Q4_1 / Q5_1, its minimum m.
@@ -442,8 +444,9 @@ __global__ void __launch_bounds__(128, 3) gemv_mma_legacy_kernel(const GemvParam
         for (int e = 0; e < 4; ++e) {
           const int h = e / 2, c = e % 2;
           if constexpr (kMin) {
-            acc[j][e] = fmaf(dx[c], fmaf(d[h], static_cast<float>(254 * ch[e] + cl[e]),
-                                         mn[h] * static_cast<float>(xsum[c])), acc[j][e]);
+            acc[j][e] =
+                fmaf(dx[c], fmaf(d[h], static_cast<float>(254 * ch[e] + cl[e]), mn[h] * static_cast<float>(xsum[c])),
+                     acc[j][e]);
           } else {
             acc[j][e] = fmaf(dx[c] * d[h], static_cast<float>(254 * ch[e] + cl[e] - kOff * xsum[c]), acc[j][e]);
           }
@@ -462,9 +465,26 @@ __global__ void __launch_bounds__(128, 3) gemv_mma_legacy_kernel(const GemvParam
   mma::cp_async_wait<0>();
 }
 
+/// Whether dense launches of 9 to gemv_max_dense_rows rows with records take the tensor-core GEMV, in rows
+/// of 8 per blockIdx.y (LATTE_GEMV_MMA_ROWS=0: never; they then take GEMV passes or a GEMM, Linear).
+inline bool gemv_mma_rows_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("LATTE_GEMV_MMA_ROWS");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  return on;
+}
+
+/// A dense launch of more rows than one block takes (gemv_mma_dense_rows).
+inline bool gemv_mma_dense_rows(const GemvParams& p) {
+  return p.groups == nullptr && p.choice_ids == nullptr && p.n_tokens > gemv_max_tokens;
+}
+
 /// Tokens a launch's blocks are built for (4 or 8) and the shared memory a block takes: the padded x records,
 /// and for the legacy types the copy ring (static).
-inline int gemv_mma_tokens(const GemvParams& p) { return p.max_tokens_per_group <= 4 ? 4 : 8; }
+inline int gemv_mma_tokens(const GemvParams& p) {
+  return gemv_mma_dense_rows(p) ? 8 : p.max_tokens_per_group <= 4 ? 4 : 8;
+}
 template <GgmlType T>
 inline int gemv_mma_smem_bytes(const GemvParams& p) {
   const int records = gemv_mma_tokens(p) * 16 * (5 * (p.k / 32) + 1);
@@ -476,17 +496,26 @@ inline int gemv_mma_smem_bytes(const GemvParams& p) {
   }
 }
 
-/// Whether launch_gemv_mma takes this launch: a Q4_K / Q5_K launch gemv_x8 would take, over gathered groups
-/// built for at least gemv_mma_min_tokens tokens.
+/// Whether launch_gemv_mma takes this launch: a launch gemv_x8 would take, over gathered groups built for at
+/// least gemv_mma_min_tokens tokens; or a dense one of 9 to gemv_max_dense_rows rows with records, as blocks of
+/// 8 rows (each block the launch of 8 rows that gemv_x8 would take).
 template <GgmlType T>
 inline bool gemv_mma_applies(const GemvParams& p) {
   if constexpr (!kGemvX8KQuant<T> && !kGemvMmaLegacy<T>) {
     return false;
   } else {
+    if (!gemv_mma_enabled() || p.route.logits != nullptr || p.choice_ids != nullptr) return false;
     // legacy rows of under 32 blocks (the per-head W_UK / W_UV) stay on gemv_x8's short-row kernel
-    if (!(gemv_mma_enabled() && p.groups != nullptr && p.choice_ids == nullptr && p.route.logits == nullptr &&
-          gemv_x8_tokens(p.max_tokens_per_group) >= gemv_mma_min_tokens() && (kGemvX8KQuant<T> || p.k >= 1024) &&
-          gemv_x8_applies<T>(p))) {
+    if (!kGemvX8KQuant<T> && p.k < 1024) return false;
+    if (gemv_mma_dense_rows(p)) {
+      GemvParams block = p;
+      block.n_tokens = gemv_max_tokens;
+      if (!(gemv_mma_rows_enabled() && p.n_tokens <= gemv_max_dense_rows && p.x_q != nullptr &&
+            gemv_x8_applies<T>(block))) {
+        return false;
+      }
+    } else if (!(p.groups != nullptr && gemv_x8_tokens(p.max_tokens_per_group) >= gemv_mma_min_tokens() &&
+                 gemv_x8_applies<T>(p))) {
       return false;
     }
     // the block's shared memory within the device's (sm_120: 99 KB; 1 KB for the kernel's other statics)
@@ -514,9 +543,10 @@ void launch_gemv_mma_as(const GemvParams& p, cudaStream_t stream) {
   // one wave of resident blocks over all groups; each walks an equal share of its group's tiles
   const int64_t resident = static_cast<int64_t>(device_caps(device).sm_count) *
                            gemv_resident_blocks(reinterpret_cast<const void*>(kernel), smem);
-  const int64_t cap = std::max<int64_t>(1, resident / p.max_groups);
+  const int groups = gemv_mma_dense_rows(p) ? (p.n_tokens + NT - 1) / NT : p.max_groups;
+  const int64_t cap = std::max<int64_t>(1, resident / groups);
   const int64_t per_block = (tiles + cap - 1) / cap;
-  const dim3 grid(static_cast<unsigned>((tiles + per_block - 1) / per_block), static_cast<unsigned>(p.max_groups));
+  const dim3 grid(static_cast<unsigned>((tiles + per_block - 1) / per_block), static_cast<unsigned>(groups));
   launch_kernel(kernel, grid, dim3(128), static_cast<size_t>(smem), stream, p, tiles);
 }
 

@@ -55,6 +55,20 @@ bool gemv_reads_x_int8(GgmlType type, int64_t k, int tokens) noexcept {
   return reads;
 }
 
+bool gemv_takes_dense_rows(const GemvParams& p) noexcept {
+  if (p.groups != nullptr || p.choice_ids != nullptr || p.n_tokens <= gemv_max_tokens ||
+      p.n_tokens > gemv_max_dense_rows || p.x_q == nullptr) {
+    return false;
+  }
+  bool takes = false;
+  try {
+    GemvTypes::dispatch(p.type, [&]<GgmlType T>() { takes = gemv_mma_applies<T>(p); });
+  } catch (...) {
+    return false;  // no device to ask about its shared memory
+  }
+  return takes;
+}
+
 bool gemv_self_quantize() noexcept {
   static const bool on = [] {
     const char* v = std::getenv("LATTE_GEMV_SELF_QUANTIZE");
@@ -93,8 +107,10 @@ void gemv_quant(const GemvParams& p, cudaStream_t stream) {
   if (p.choice_ids != nullptr) {
     // checked below, with the split-int8 path
   } else if (p.groups == nullptr) {
-    require_arg(p.n_tokens >= 1 && p.n_tokens <= gemv_max_tokens,
-                "n_tokens = " + std::to_string(p.n_tokens) + " outside 1..8 (use the GEMM)");
+    require_arg((p.n_tokens >= 1 && p.n_tokens <= gemv_max_tokens) || gemv_takes_dense_rows(p),
+                "n_tokens = " + std::to_string(p.n_tokens) +
+                    " outside 1..8 and not a launch of up to 64 rows with records the tensor-core GEMV takes "
+                    "(use the GEMM)");
   } else {
     require_arg(p.n_groups != nullptr, "gathered mode needs the device group count n_groups");
     require_arg(p.max_groups >= 1 && p.max_groups <= 65535, "max_groups outside 1..65535");

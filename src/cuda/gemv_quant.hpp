@@ -26,6 +26,8 @@ namespace latte::cuda {
 
 /// Most tokens one GEMV pass multiplies (more: use the GEMM).
 inline constexpr int gemv_max_tokens = 8;
+/// Most rows of a dense launch: more than gemv_max_tokens only where gemv_takes_dense_rows says so.
+inline constexpr int gemv_max_dense_rows = 64;
 
 /// One gathered group (device memory): `count` tokens multiplied by matrix `matrix` of the stack.
 struct GemvGroup {
@@ -50,7 +52,7 @@ struct GemvParams {
   __nv_bfloat16* y_bf16 = nullptr;    ///< optional: y written as bf16 (round to nearest) here instead
   int64_t y_stride = 0;               ///< floats between rows of y
   const float* residual = nullptr;    ///< optional fp32 [rows, y_stride]: y = W x + residual (may be y)
-  int n_tokens = 1;                   ///< dense mode: x rows 0..n-1 -> y rows 0..n-1 (1..8)
+  int n_tokens = 1;                   ///< dense mode: x rows 0..n-1 -> y rows 0..n-1 (1..8, see gemv_takes_dense_rows)
   const GemvGroup* groups = nullptr;  ///< gathered mode: groups[0 .. *n_groups) (device)
   const int32_t* n_groups = nullptr;  ///< gathered mode: device count of valid groups, <= max_groups
   int max_groups = 0;                 ///< gathered mode: grid size in groups (host bound)
@@ -95,6 +97,11 @@ bool gemv_supports(GgmlType type) noexcept;
 /// is given (the split-int8 GEMV: Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, the records in 64 KB; not
 /// with LATTE_GEMV_INT8=0), so that a caller can skip making records nobody reads.
 bool gemv_reads_x_int8(GgmlType type, int64_t k, int tokens = 1) noexcept;
+
+/// Whether a dense launch `p` of 9 to gemv_max_dense_rows rows (n_tokens) with records (x_q) runs: on the
+/// int8 tensor cores in blocks of 8 rows (gemv_mma_kernel.cuh), for Q4_K, Q5_K and the legacy types with
+/// rows of 1024 values or more whose 8 records fit the kernel; else gemv_quant refuses it.
+bool gemv_takes_dense_rows(const GemvParams& p) noexcept;
 
 /// Whether one-token GEMVs without records quantize x themselves (GemvParams::x_quantize) where their
 /// callers leave it to this switch (Linear): LATTE_GEMV_SELF_QUANTIZE=0 keeps them on the fp32 GEMV.

@@ -138,9 +138,9 @@ __device__ __forceinline__ int x8_route_choice(const GemvParams& p, uint8_t* rou
   return ids[j];
 }
 
-/// This block's matrix, tokens and tiles: dense (tokens 0 .. n_tokens - 1), gathered (a group's) or a choice
-/// (choice blockIdx.y: one token); false when the block has nothing to do. Dense launches and choices walk
-/// tiles blockIdx.x, + gridDim.x, ... A gathered launch has a row of blocks for each of max_groups groups,
+/// This block's matrix, tokens and tiles: dense (tokens 0 .. n_tokens - 1, in rows of NT per blockIdx.y), gathered (a
+/// group's) or a choice (choice blockIdx.y: one token); false when the block has nothing to do. Dense launches and
+/// choices walk tiles blockIdx.x, + gridDim.x, ... A gathered launch has a row of blocks for each of max_groups groups,
 /// but the sort makes fewer (8 tokens x 6 of 64 experts: ~37 of 48, 32 tokens: ~65 of 88): the grid's
 /// blocks are dealt out over the groups that exist (as evenly as they divide), so that none of the launch's
 /// single wave of resident blocks idles.
@@ -161,10 +161,13 @@ __device__ __forceinline__ bool x8_group(const GemvParams& p, X8Rows<NT>& r, uin
     return true;
   }
   if (p.groups == nullptr) {
-    r.count = min(p.n_tokens, NT);
+    // dense: rows NT j .. NT j + NT - 1 of x and y (one row of blocks unless the tensor-core GEMV takes
+    // more than NT rows, gemv_mma_dense_rows)
+    const int first = NT * j;
+    r.count = min(p.n_tokens - first, NT);
 #pragma unroll
-    for (int t = 0; t < NT; ++t) r.x_row[t] = r.y_row[t] = t < r.count ? t : 0;
-    return true;
+    for (int t = 0; t < NT; ++t) r.x_row[t] = r.y_row[t] = first + (t < r.count ? t : 0);
+    return r.count > 0;
   }
   const int n_groups = *p.n_groups;
   const int slots = static_cast<int>(gridDim.y);
@@ -229,8 +232,8 @@ __device__ __forceinline__ float x8_rms_scale(const float* x, int n, float eps) 
 ///    (split_int8::quantize_unit_quad, the same records quantize_x_int8 writes). The trip count is the
 ///    block's, so every lane of a quad takes part in its shuffles.
 template <int NT, bool Paired = false>
-__device__ __forceinline__ void x8_stage_records(const GemvParams& p, const X8Rows<NT>& r, int n_units,
-                                                 uint4* x_record, int token_words = 0) {
+__device__ __forceinline__ void x8_stage_records(const GemvParams& p, const X8Rows<NT>& r, int n_units, uint4* x_record,
+                                                 int token_words = 0) {
   const int threads = static_cast<int>(blockDim.x);
   const int words = 5 * n_units;
   if (token_words == 0) token_words = words;

@@ -83,11 +83,29 @@ bool Linear::gemv_passes(const DeviceMatrix& w, int rows) {
          gemv_reads_x_int8(w.type, w.k, gemv_max_tokens);
 }
 
+bool Linear::gemv_rows(const DeviceMatrix& w, int rows) {
+  if (!w || rows <= gemv_max_tokens || rows > gemv_max_dense_rows) return false;
+  // a probe of the launch: the records' address only has to be set
+  GemvParams p = gemv_params(w, nullptr, w.k, nullptr, w.rows, nullptr, rows, reinterpret_cast<const uint8_t*>(w.data),
+                             x_int8_record_bytes(w.k));
+  return gemv_takes_dense_rows(p);
+}
+
+bool Linear::reads_records(const DeviceMatrix& w, int rows) {
+  return w && ((rows <= gemv_max_tokens && gemv_reads_x_int8(w.type, w.k, rows)) || gemv_passes(w, rows) ||
+               gemv_rows(w, rows));
+}
+
 void Linear::operator()(const DeviceMatrix& w, const LinearCall& c, cudaStream_t stream) {
   if (!w) throw Error(ErrorCode::internal, "linear: absent weight matrix");
   if (c.rows <= 0) return;
   if (c.x_norm_weight != nullptr && (c.rows != 1 || c.x_q != nullptr || !linear_normalises(w))) {
     throw Error(ErrorCode::internal, "linear: x_norm_weight needs one row without records and the split-int8 GEMV");
+  }
+  if (c.x_q != nullptr && c.x_norm_weight == nullptr && gemv_rows(w, c.rows)) {
+    // 9-64 rows with records: one tensor-core GEMV launch, a row of blocks per 8 rows
+    gemv_quant(gemv_params(w, c.x, c.x_stride, c.y, c.y_stride, c.residual, c.rows, c.x_q, c.x_q_stride), stream);
+    return;
   }
   const bool passes = c.x_q != nullptr && gemv_passes(w, c.rows);  // GEMV passes over the records (below)
   const bool gemm = c.rows > gemv_max_tokens && !passes && gemm_quant_supports(w.type) && w.k % 32 == 0 &&
@@ -154,7 +172,15 @@ void Linear::operator()(const DeviceMatrix& w, const LinearCall& c, cudaStream_t
 void Linear::gated(const DeviceGatedFfn& ffn, const float* x, int64_t x_stride, int rows, float* y, int64_t y_stride,
                    float* scratch, cudaStream_t stream, const uint8_t* x_q) {
   const int64_t F = ffn.gate.rows;
+  const bool same = ffn.gate.type == ffn.up.type && ffn.gate.bytes() == ffn.up.bytes();
   if (rows <= gemv_max_tokens && ffn.gate.type == ffn.up.type) {
+    GemvParams p = gemv_params(ffn.gate, x, x_stride, y, y_stride, nullptr, rows, x_q, x_int8_record_bytes(x_stride));
+    p.weight_up = ffn.up.data;
+    gemv_quant(p, stream);
+    return;
+  }
+  if (x_q != nullptr && same && gemv_rows(ffn.gate, rows) && gemv_rows(ffn.up, rows)) {
+    // 9-64 rows with records: silu(gate) * up from one tensor-core GEMV launch
     GemvParams p = gemv_params(ffn.gate, x, x_stride, y, y_stride, nullptr, rows, x_q, x_int8_record_bytes(x_stride));
     p.weight_up = ffn.up.data;
     gemv_quant(p, stream);
@@ -164,14 +190,32 @@ void Linear::gated(const DeviceGatedFfn& ffn, const float* x, int64_t x_stride, 
   const int64_t x_q_stride = x_q ? x_int8_record_bytes(x_stride) : 0;
   if (ffn.gate_up) {
     (*this)(ffn.gate_up,
-            {.x = x, .x_stride = x_stride, .rows = rows, .y = scratch, .y_stride = 2 * F, .x_q = x_q, .x_q_stride = x_q_stride},
+            {.x = x,
+             .x_stride = x_stride,
+             .rows = rows,
+             .y = scratch,
+             .y_stride = 2 * F,
+             .x_q = x_q,
+             .x_q_stride = x_q_stride},
             stream);
   } else {
     (*this)(ffn.gate,
-            {.x = x, .x_stride = x_stride, .rows = rows, .y = scratch, .y_stride = 2 * F, .x_q = x_q, .x_q_stride = x_q_stride},
+            {.x = x,
+             .x_stride = x_stride,
+             .rows = rows,
+             .y = scratch,
+             .y_stride = 2 * F,
+             .x_q = x_q,
+             .x_q_stride = x_q_stride},
             stream);
     (*this)(ffn.up,
-            {.x = x, .x_stride = x_stride, .rows = rows, .y = scratch + F, .y_stride = 2 * F, .x_q = x_q, .x_q_stride = x_q_stride},
+            {.x = x,
+             .x_stride = x_stride,
+             .rows = rows,
+             .y = scratch + F,
+             .y_stride = 2 * F,
+             .x_q = x_q,
+             .x_q_stride = x_q_stride},
             stream);
   }
   silu_gate({.gate = scratch,

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -744,6 +745,110 @@ TEST_CASE("gemv on split-int8 x: per-head short rows (W_UK-like, k = 128) over g
   }
 }
 
+TEST_CASE("gemv on split-int8 x: 9-64 dense rows in one tensor-core launch, plain and gated, within the bound") {
+  Rng rng;
+  struct Shape {
+    int64_t rows, k;
+  };
+  // K-quants: 300 x 2048 (tiles walked, a partial last tile); legacy: 37 x 1408 and 20 x 3200 (past sm_120's
+  // shared memory with the copy ring: refused there, and the test says so)
+  for (GgmlType type : {GgmlType::q4_k, GgmlType::q5_k, GgmlType::q8_0, GgmlType::q5_0, GgmlType::q4_0, GgmlType::q4_1,
+                        GgmlType::q5_1}) {
+    const bool is_k = latte::type_traits(type).block_values == 256;
+    const std::vector<Shape> shapes =
+        is_k ? std::vector<Shape>{{300, 2048}, {37, 256}} : std::vector<Shape>{{37, 1408}, {20, 3200}};
+    for (const Shape s : shapes) {
+      for (const int n : {9, 17, 30, 64}) {
+        CAPTURE(latte::type_name(type));
+        CAPTURE(s.rows);
+        CAPTURE(s.k);
+        CAPTURE(n);
+        latte::cuda::GemvParams probe{.type = type,
+                                      .weight = reinterpret_cast<const void*>(uintptr_t{256}),
+                                      .weight_bytes = static_cast<int64_t>(latte::row_bytes(type, s.k)) * s.rows,
+                                      .n_rows = static_cast<int>(s.rows),
+                                      .k = static_cast<int>(s.k),
+                                      .n_tokens = n,
+                                      .x_q = reinterpret_cast<const uint8_t*>(uintptr_t{256}),
+                                      .x_q_stride = latte::cuda::x_int8_record_bytes(s.k)};
+        if (!latte::cuda::gemv_takes_dense_rows(probe)) {
+          MESSAGE("not taken here (the device's shared memory): " << latte::type_name(type) << " k " << s.k);
+          continue;
+        }
+        CHECK(dense_x8_misses(type, s.rows, s.k, n, n % 2 == 0, rng) == 0);
+      }
+    }
+  }
+  // refused: more than 64 rows, no records, a type without the tensor-core kernel
+  latte::cuda::GemvParams probe{.type = GgmlType::q4_k,
+                                .weight = reinterpret_cast<const void*>(uintptr_t{256}),
+                                .weight_bytes = 256 * 144,
+                                .n_rows = 256,
+                                .k = 256,
+                                .n_tokens = 65,
+                                .x_q = reinterpret_cast<const uint8_t*>(uintptr_t{256}),
+                                .x_q_stride = latte::cuda::x_int8_record_bytes(256)};
+  CHECK_FALSE(latte::cuda::gemv_takes_dense_rows(probe));
+  probe.n_tokens = 64;
+  CHECK(latte::cuda::gemv_takes_dense_rows(probe));
+  probe.x_q = nullptr;
+  CHECK_FALSE(latte::cuda::gemv_takes_dense_rows(probe));
+  probe.x_q = reinterpret_cast<const uint8_t*>(uintptr_t{256});
+  probe.type = GgmlType::q6_k;
+  probe.weight_bytes = 256 * 210;
+  CHECK_FALSE(latte::cuda::gemv_takes_dense_rows(probe));
+
+  // gated: silu(gate x) * (up x) for 20 rows of x, Q4_K 300 x 1280 and Q8_0 37 x 1408
+  for (const auto& [type, rows, k] : {std::tuple{GgmlType::q4_k, int64_t{300}, int64_t{1280}},
+                                      std::tuple{GgmlType::q8_0, int64_t{37}, int64_t{1408}}}) {
+    CAPTURE(latte::type_name(type));
+    const int n = 20;
+    const Matrix gate = random_matrix(type, rows, k, rng), up = random_matrix(type, rows, k, rng);
+    const auto dgate = upload(gate.bytes), dup = upload(up.bytes);
+    const auto x = random_vector(static_cast<size_t>(n * k), rng);
+    const auto dx = upload(x);
+    const auto rec = records_of(dx, n, static_cast<int>(k));
+    const auto rec_host = download(rec.data(), rec.size());
+    const int64_t stride = latte::cuda::x_int8_record_bytes(k);
+    latte::cuda::DeviceBuffer<float> x_nan(static_cast<size_t>(n * k));
+    poison(x_nan.data(), x_nan.bytes());
+    latte::cuda::DeviceBuffer<float> y(static_cast<size_t>(n * rows));
+    poison(y.data(), y.bytes());
+    latte::cuda::gemv_quant({.type = type,
+                             .weight = dgate.data(),
+                             .weight_up = dup.data(),
+                             .weight_bytes = static_cast<int64_t>(gate.bytes.size()),
+                             .n_rows = static_cast<int>(rows),
+                             .k = static_cast<int>(k),
+                             .x = x_nan.data(),
+                             .x_stride = k,
+                             .y = y.data(),
+                             .y_stride = rows,
+                             .n_tokens = n,
+                             .x_q = rec.data(),
+                             .x_q_stride = stride},
+                            nullptr);
+    const auto got = download(y.data(), y.size());
+    int bad = 0;
+    for (int t = 0; t < n; ++t) {
+      const DecodedRecord d =
+          decode_record(std::vector<uint8_t>(rec_host.begin() + t * stride, rec_host.begin() + (t + 1) * stride),
+                        static_cast<int>(k));
+      const float* xt = &x[static_cast<size_t>(t * k)];
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* gw = &gate.values[static_cast<size_t>(r * k)];
+        const float* uw = &up.values[static_cast<size_t>(r * k)];
+        const double gv = dot(gw, xt, k), uv = dot(uw, xt, k);
+        const double eg = x8_bound(gw, xt, d.dx, k), eu = x8_bound(uw, xt, d.dx, k);
+        const double want = silu(gv) * uv;
+        const double bound = 1.1 * eg * (std::abs(uv) + eu) + std::abs(silu(gv)) * eu + 1e-6;
+        bad += !(std::abs(got[static_cast<size_t>(t * rows + r)] - want) <= bound);
+      }
+    }
+    CHECK(bad == 0);
+  }
+}
+
 TEST_CASE("gemv on split-int8 x: 2-8 tokens in one pass, dense rows, within each token's bound") {
   Rng rng;
   struct Shape {
@@ -1009,10 +1114,11 @@ TEST_CASE("gemv on split-int8 x: groups of several tokens on the tensor cores, g
   // the MoE down's k), 37 x 1056 (33 blocks: a last step of one), 20 x 3200 (8 tokens' records 64 KB: with
   // the copy ring past sm_120's 99 KB of shared memory, where the dp4a GEMV takes it)
   const int n_x = 12, experts = 3;
-  for (GgmlType type : {GgmlType::q4_k, GgmlType::q5_k, GgmlType::q8_0, GgmlType::q5_0, GgmlType::q4_0,
-                        GgmlType::q4_1, GgmlType::q5_1}) {
+  for (GgmlType type : {GgmlType::q4_k, GgmlType::q5_k, GgmlType::q8_0, GgmlType::q5_0, GgmlType::q4_0, GgmlType::q4_1,
+                        GgmlType::q5_1}) {
     const bool is_k = latte::type_traits(type).block_values == 256;
-    for (const Shape s : is_k ? std::vector<Shape>{{300, 1280}, {37, 256}} : std::vector<Shape>{{300, 1408}, {37, 1056}, {20, 3200}}) {
+    for (const Shape s :
+         is_k ? std::vector<Shape>{{300, 1280}, {37, 256}} : std::vector<Shape>{{300, 1408}, {37, 1056}, {20, 3200}}) {
       const int64_t rows = s.rows, k = s.k;
       const Matrix gate = random_matrix(type, rows * experts, k, rng);
       const Matrix up = random_matrix(type, rows * experts, k, rng);
@@ -1026,8 +1132,9 @@ TEST_CASE("gemv on split-int8 x: groups of several tokens on the tensor cores, g
       const int64_t stride = latte::cuda::x_int8_record_bytes(k);
       std::vector<DecodedRecord> decoded;
       for (int r = 0; r < n_x; ++r) {
-        decoded.push_back(decode_record(
-            std::vector<uint8_t>(rec_host.begin() + r * stride, rec_host.begin() + (r + 1) * stride), static_cast<int>(k)));
+        decoded.push_back(
+            decode_record(std::vector<uint8_t>(rec_host.begin() + r * stride, rec_host.begin() + (r + 1) * stride),
+                          static_cast<int>(k)));
       }
       latte::cuda::DeviceBuffer<float> x_nan(static_cast<size_t>(n_x * k));
       poison(x_nan.data(), x_nan.bytes());
@@ -1039,8 +1146,10 @@ TEST_CASE("gemv on split-int8 x: groups of several tokens on the tensor cores, g
         std::vector<int> xs(n_x), ys(2 * n_x);
         for (int i = 0; i < n_x; ++i) xs[static_cast<size_t>(i)] = i;
         for (int i = 0; i < 2 * n_x; ++i) ys[static_cast<size_t>(i)] = i;
-        for (size_t i = xs.size(); i > 1; --i) std::swap(xs[i - 1], xs[static_cast<size_t>(rng.uniform_int(0, static_cast<int>(i) - 1))]);
-        for (size_t i = ys.size(); i > 1; --i) std::swap(ys[i - 1], ys[static_cast<size_t>(rng.uniform_int(0, static_cast<int>(i) - 1))]);
+        for (size_t i = xs.size(); i > 1; --i)
+          std::swap(xs[i - 1], xs[static_cast<size_t>(rng.uniform_int(0, static_cast<int>(i) - 1))]);
+        for (size_t i = ys.size(); i > 1; --i)
+          std::swap(ys[i - 1], ys[static_cast<size_t>(rng.uniform_int(0, static_cast<int>(i) - 1))]);
         std::vector<latte::cuda::GemvGroup> groups;
         int used = 0;
         const int32_t matrices[3] = {2, 0, 1};
