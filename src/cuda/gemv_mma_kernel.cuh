@@ -1,7 +1,7 @@
 // Split-int8 GEMV of Q4_K / Q5_K weights (gemv_mma_kernel) and of the legacy 32-value types
 // (gemv_mma_legacy_kernel) with 3-8 tokens per block on the int8 tensor cores (mma.m16n8k32, unsigned weight
 // codes x signed x bytes): the path launch_gemv takes for gathered groups of several tokens (the MoE experts
-// of a batched decode step) and for dense launches of 9-64 rows with records (the projections of a batched
+// of a batched decode step) and for dense launches of 3-64 rows with records (the projections of a batched
 // step, one row of blocks per 8 rows, the weights read from L2 after the first) instead of the gemv_x8
 // kernels, whose dp4a chains
 // cost ~50 instructions per token and 64 weights (BENCHMARKS.md: 32-token steps issue-bound at ~1.1 TB/s).
@@ -162,8 +162,16 @@ __device__ __forceinline__ void mma_finish(const GemvParams& p, const MmaTokens&
     for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
 }
 
-template <GgmlType T, int NT>
-__global__ void __launch_bounds__(128, 3) gemv_mma_kernel(const GemvParams p, const int tiles) {
+/// Shared memory after a block's records that the split-K reduction of gemv_mma_kernel takes: each warp's
+/// accumulators, 4 warps x 32 lanes x 8 floats.
+inline constexpr int kMmaSplitSmemBytes = 4 * 32 * 8 * 4;
+
+/// Without Split each warp owns its tiles (32 rows, or 16 gated) and walks all of K. With Split (dense
+/// launches with too few tiles to fill the GPU: an 8-token step's projections) the block's four warps share
+/// each tile, warp w taking super-blocks w, w + 4, ..., and warp 0 sums their accumulators (in warp order,
+/// through shared memory) before it writes the tile.
+template <GgmlType T, int NT, bool Split>
+__global__ void __launch_bounds__(128, 3) gemv_mma_kernel(const GemvParams p, const int tiles, const int) {
   static_assert(kGemvX8KQuant<T>);
   constexpr int kWarps = 4;
   extern __shared__ __align__(16) uint4 x_record[];
@@ -182,6 +190,7 @@ __global__ void __launch_bounds__(128, 3) gemv_mma_kernel(const GemvParams p, co
   if (!x8_group(p, rows, reinterpret_cast<uint8_t*>(x_record) + NT * token_bytes)) return;
 
   const bool gated = p.weight_up != nullptr;
+  constexpr bool split = Split;
   const int64_t row_bytes = static_cast<int64_t>(p.k) / 256 * quant::BlockTraits<T>::bytes;
   const uint8_t* base[2];
 #pragma unroll
@@ -189,12 +198,14 @@ __global__ void __launch_bounds__(128, 3) gemv_mma_kernel(const GemvParams p, co
     base[j] = static_cast<const uint8_t*>(gated && j == 1 ? p.weight_up : p.weight) +
               static_cast<int64_t>(rows.matrix) * p.matrix_stride_bytes;
   }
-  // tile j's first row: gated, the same 16 rows of W_gate and W_up; dense, rows 32 w .. 32 w + 31
+  // tile j's first row: gated, the same 16 rows of W_gate and W_up; dense, rows 32 w .. 32 w + 31 (w: the
+  // warp's tile, or with split_k the block's)
   auto first_row = [&](int tile, int j) {
-    const int w = tile * kWarps + warp;
+    const int w = split ? tile : tile * kWarps + warp;
     return gated ? 16 * w : 32 * w + 16 * j;
   };
   const int steps = p.k / 256;  // super-blocks per row
+  const int sb_first = split ? warp : 0, sb_step = split ? kWarps : 1;
   auto load = [&](int tile, int sb, MmaRows(&w)[2]) {
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
@@ -205,9 +216,9 @@ __global__ void __launch_bounds__(128, 3) gemv_mma_kernel(const GemvParams p, co
     }
   };
 
-  int tile = rows.first_tile, sb = 0;
+  int tile = rows.first_tile, sb = sb_first;
   MmaRows cur[2], next[2];
-  if (tile < tiles) load(tile, 0, cur);  // weights are never written by a step: before the wait
+  if (tile < tiles && sb < steps) load(tile, sb, cur);  // weights are never written by a step: before the wait
   if (!gathered) {
     wait_for_producers();
     allow_dependents();
@@ -218,13 +229,8 @@ __global__ void __launch_bounds__(128, 3) gemv_mma_kernel(const GemvParams p, co
   const MmaTokens x = mma_tokens(rows, reinterpret_cast<const uint8_t*>(x_record), token_bytes, n, g, t);
 
   float acc[2][4] = {};
-  while (tile < tiles) {
-    int next_tile = tile, next_sb = sb + 1;
-    if (next_sb == steps) {
-      next_sb = 0;
-      next_tile += rows.tile_stride;
-    }
-    if (next_tile < tiles) load(next_tile, next_sb, next);
+  // acc += super-block sb of the rows in w
+  auto multiply = [&](const MmaRows(&w)[2], int sb) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int u = 8 * sb + 2 * i;  // x units of sub-blocks 2i and 2i + 1
@@ -244,11 +250,11 @@ __global__ void __launch_bounds__(128, 3) gemv_mma_kernel(const GemvParams p, co
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         uint32_t a[2][4];
-        mma_item_codes<T>(cur[j], i, a[0], a[1]);
+        mma_item_codes<T>(w[j], i, a[0], a[1]);
         float sc[2][2], mn[2][2];  // [sub-block][row g, g + 8]
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          x8_item_scales(cur[j].head[h], i, T == GgmlType::q4_k ? 1.0f / 16.0f : 1.0f, sc[0][h], sc[1][h], mn[0][h],
+          x8_item_scales(w[j].head[h], i, T == GgmlType::q4_k ? 1.0f / 16.0f : 1.0f, sc[0][h], sc[1][h], mn[0][h],
                          mn[1][h]);
         }
 #pragma unroll
@@ -265,14 +271,65 @@ __global__ void __launch_bounds__(128, 3) gemv_mma_kernel(const GemvParams p, co
         }
       }
     }
-    if (sb == steps - 1) {
-      const int first[2] = {first_row(tile, 0), first_row(tile, 1)};
-      mma_finish(p, x, first, g, acc);
-    }
-    tile = next_tile;
-    sb = next_sb;
+  };
+
+  if constexpr (!split) {
+    while (tile < tiles) {
+      int next_tile = tile, next_sb = sb + 1;
+      if (next_sb == steps) {
+        next_sb = 0;
+        next_tile += rows.tile_stride;
+      }
+      if (next_tile < tiles) load(next_tile, next_sb, next);
+      multiply(cur, sb);
+      if (sb == steps - 1) {
+        const int first[2] = {first_row(tile, 0), first_row(tile, 1)};
+        mma_finish(p, x, first, g, acc);
+      }
+      tile = next_tile;
+      sb = next_sb;
 #pragma unroll
-    for (int j = 0; j < 2; ++j) cur[j] = next[j];
+      for (int j = 0; j < 2; ++j) cur[j] = next[j];
+    }
+  } else {
+    float* red = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(x_record) + NT * token_bytes);
+    for (; tile < tiles; tile += rows.tile_stride) {  // the same tiles for the block's four warps
+      while (sb < steps) {  // this warp's super-blocks of the tile, the next one's loads in flight
+        int next_tile = tile, next_sb = sb + sb_step;
+        if (next_sb >= steps) {
+          next_sb = sb_first;
+          next_tile += rows.tile_stride;
+        }
+        if (next_tile < tiles) load(next_tile, next_sb, next);
+        multiply(cur, sb);
+#pragma unroll
+        for (int j = 0; j < 2; ++j) cur[j] = next[j];
+        if (next_tile != tile) break;
+        sb = next_sb;
+      }
+      sb = sb_first;
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) red[(warp * 32 + lane) * 8 + 4 * j + e] = acc[j][e];
+      __syncthreads();
+      if (warp == 0) {
+#pragma unroll
+        for (int w = 1; w < kWarps; ++w)
+#pragma unroll
+          for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[j][e] += red[(w * 32 + lane) * 8 + 4 * j + e];
+        const int first[2] = {first_row(tile, 0), first_row(tile, 1)};
+        mma_finish(p, x, first, g, acc);  // zeroes acc
+      } else {
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
+      }
+      __syncthreads();  // warp 0 has read every partial before the next tile's are stored
+    }
   }
 }
 
@@ -317,7 +374,7 @@ __device__ __forceinline__ void mma_block_codes(const uint8_t* st, int off, int 
 /// ring, the next step's copies in flight while it computes the current one) and each lane reads its 8
 /// bytes of a block from there as aligned words.
 template <GgmlType T, int NT>
-__global__ void __launch_bounds__(128, 3) gemv_mma_legacy_kernel(const GemvParams p, const int tiles) {
+__global__ void __launch_bounds__(128, 3) gemv_mma_legacy_kernel(const GemvParams p, const int tiles, const int) {
   static_assert(kGemvMmaLegacy<T>);
   constexpr int kWarps = 4;
   constexpr int kBytes = quant::BlockTraits<T>::bytes;
@@ -465,8 +522,8 @@ __global__ void __launch_bounds__(128, 3) gemv_mma_legacy_kernel(const GemvParam
   mma::cp_async_wait<0>();
 }
 
-/// Whether dense launches of 9 to gemv_max_dense_rows rows with records take the tensor-core GEMV, in rows
-/// of 8 per blockIdx.y (LATTE_GEMV_MMA_ROWS=0: never; they then take GEMV passes or a GEMM, Linear).
+/// Whether dense launches with records take the tensor-core GEMV, in rows of up to 8 per blockIdx.y
+/// (LATTE_GEMV_MMA_ROWS=0: never; beyond 8 rows they then take GEMV passes or a GEMM, Linear).
 inline bool gemv_mma_rows_enabled() {
   static const bool on = [] {
     const char* v = std::getenv("LATTE_GEMV_MMA_ROWS");
@@ -475,15 +532,24 @@ inline bool gemv_mma_rows_enabled() {
   return on;
 }
 
-/// A dense launch of more rows than one block takes (gemv_mma_dense_rows).
-inline bool gemv_mma_dense_rows(const GemvParams& p) {
-  return p.groups == nullptr && p.choice_ids == nullptr && p.n_tokens > gemv_max_tokens;
+/// Fewest rows of a dense launch that takes it (LATTE_GEMV_MMA_DENSE_MIN, 3-65, default 5: the 8-token build).
+/// Measured on an H200 (BENCHMARKS.md, tenth round), with K split over a block's warps where the launch has
+/// few tiles: x8 1,168 -> 1,233 t/s (an 8-sequence step's projections), x4 unchanged (943-947 either way).
+inline int gemv_mma_dense_min_rows() {
+  static const int n = [] {
+    const char* v = std::getenv("LATTE_GEMV_MMA_DENSE_MIN");
+    return v ? std::clamp(std::atoi(v), 3, gemv_max_dense_rows + 1) : 5;
+  }();
+  return n;
 }
+
+/// A dense launch (no groups, no choices): rows of up to 8 tokens per blockIdx.y.
+inline bool gemv_mma_dense(const GemvParams& p) { return p.groups == nullptr && p.choice_ids == nullptr; }
 
 /// Tokens a launch's blocks are built for (4 or 8) and the shared memory a block takes: the padded x records,
 /// and for the legacy types the copy ring (static).
 inline int gemv_mma_tokens(const GemvParams& p) {
-  return gemv_mma_dense_rows(p) ? 8 : p.max_tokens_per_group <= 4 ? 4 : 8;
+  return (gemv_mma_dense(p) ? p.n_tokens : p.max_tokens_per_group) <= 4 ? 4 : 8;
 }
 template <GgmlType T>
 inline int gemv_mma_smem_bytes(const GemvParams& p) {
@@ -497,8 +563,8 @@ inline int gemv_mma_smem_bytes(const GemvParams& p) {
 }
 
 /// Whether launch_gemv_mma takes this launch: a launch gemv_x8 would take, over gathered groups built for at
-/// least gemv_mma_min_tokens tokens; or a dense one of 9 to gemv_max_dense_rows rows with records, as blocks of
-/// 8 rows (each block the launch of 8 rows that gemv_x8 would take).
+/// least gemv_mma_min_tokens tokens; or a dense one of gemv_mma_dense_min_rows to gemv_max_dense_rows rows with
+/// records, as blocks of up to 8 rows (each block a launch of its rows that gemv_x8 would take).
 template <GgmlType T>
 inline bool gemv_mma_applies(const GemvParams& p) {
   if constexpr (!kGemvX8KQuant<T> && !kGemvMmaLegacy<T>) {
@@ -507,11 +573,11 @@ inline bool gemv_mma_applies(const GemvParams& p) {
     if (!gemv_mma_enabled() || p.route.logits != nullptr || p.choice_ids != nullptr) return false;
     // legacy rows of under 32 blocks (the per-head W_UK / W_UV) stay on gemv_x8's short-row kernel
     if (!kGemvX8KQuant<T> && p.k < 1024) return false;
-    if (gemv_mma_dense_rows(p)) {
+    if (gemv_mma_dense(p)) {
       GemvParams block = p;
-      block.n_tokens = gemv_max_tokens;
-      if (!(gemv_mma_rows_enabled() && p.n_tokens <= gemv_max_dense_rows && p.x_q != nullptr &&
-            gemv_x8_applies<T>(block))) {
+      block.n_tokens = std::min(p.n_tokens, gemv_max_tokens);
+      if (!(gemv_mma_rows_enabled() && p.n_tokens >= gemv_mma_dense_min_rows() && p.n_tokens <= gemv_max_dense_rows &&
+            p.x_q != nullptr && gemv_x8_applies<T>(block))) {
         return false;
       }
     } else if (!(p.groups != nullptr && gemv_x8_tokens(p.max_tokens_per_group) >= gemv_mma_min_tokens() &&
@@ -521,33 +587,49 @@ inline bool gemv_mma_applies(const GemvParams& p) {
     // the block's shared memory within the device's (sm_120: 99 KB; 1 KB for the kernel's other statics)
     int device = 0;
     LATTE_CUDA_CHECK(cudaGetDevice(&device));
-    return gemv_mma_smem_bytes<T>(p) + 1024 <= device_caps(device).smem_per_block_optin;
+    const int split_bytes = kGemvX8KQuant<T> && gemv_mma_dense(p) ? kMmaSplitSmemBytes : 0;  // launch_gemv_mma_as
+    return gemv_mma_smem_bytes<T>(p) + split_bytes + 1024 <= device_caps(device).smem_per_block_optin;
   }
+}
+
+/// Whether a dense K-quant launch whose blocks would not fill the GPU once splits K over each block's four
+/// warps (gemv_mma_kernel's split_k; LATTE_GEMV_MMA_SPLIT=0: never).
+inline bool gemv_mma_split_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("LATTE_GEMV_MMA_SPLIT");
+    return v == nullptr || std::string_view(v) != "0";
+  }();
+  return on;
 }
 
 template <GgmlType T, int NT>
 void launch_gemv_mma_as(const GemvParams& p, cudaStream_t stream) {
-  void (*kernel)(const GemvParams, const int) = nullptr;
+  int device = 0;
+  LATTE_CUDA_CHECK(cudaGetDevice(&device));
+  const int sm_count = device_caps(device).sm_count;
+  const int rows_per_warp = p.weight_up ? 16 : 32;
+  const int64_t warps = (p.n_rows + rows_per_warp - 1) / rows_per_warp;
+  const int groups = gemv_mma_dense(p) ? (p.n_tokens + NT - 1) / NT : p.max_groups;
+  // split K over a block's warps where a tile per warp leaves most SMs idle and each warp keeps 2+ super-blocks
+  const bool split = kGemvX8KQuant<T> && gemv_mma_dense(p) && gemv_mma_split_enabled() &&
+                     (warps + 3) / 4 * groups < sm_count && p.k / 256 >= 8;
+  void (*kernel)(const GemvParams, const int, const int) = nullptr;
   if constexpr (kGemvX8KQuant<T>) {
-    kernel = gemv_mma_kernel<T, NT>;
+    kernel = split ? gemv_mma_kernel<T, NT, true> : gemv_mma_kernel<T, NT, false>;
   } else {
     kernel = gemv_mma_legacy_kernel<T, NT>;
   }
-  const int smem = NT * 16 * (5 * (p.k / 32) + 1);  // the records (the legacy ring is static)
+  const int tiles = static_cast<int>(split ? warps : (warps + 3) / 4);
+  // the records (the legacy ring is static), and the split's partial sums
+  const int smem = NT * 16 * (5 * (p.k / 32) + 1) + (split ? kMmaSplitSmemBytes : 0);
   LATTE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  const int rows_per_warp = p.weight_up ? 16 : 32;
-  const int64_t warps = (p.n_rows + rows_per_warp - 1) / rows_per_warp;
-  const int tiles = static_cast<int>((warps + 3) / 4);
-  int device = 0;
-  LATTE_CUDA_CHECK(cudaGetDevice(&device));
   // one wave of resident blocks over all groups; each walks an equal share of its group's tiles
-  const int64_t resident = static_cast<int64_t>(device_caps(device).sm_count) *
-                           gemv_resident_blocks(reinterpret_cast<const void*>(kernel), smem);
-  const int groups = gemv_mma_dense_rows(p) ? (p.n_tokens + NT - 1) / NT : p.max_groups;
+  const int64_t resident =
+      static_cast<int64_t>(sm_count) * gemv_resident_blocks(reinterpret_cast<const void*>(kernel), smem);
   const int64_t cap = std::max<int64_t>(1, resident / groups);
   const int64_t per_block = (tiles + cap - 1) / cap;
   const dim3 grid(static_cast<unsigned>((tiles + per_block - 1) / per_block), static_cast<unsigned>(groups));
-  launch_kernel(kernel, grid, dim3(128), static_cast<size_t>(smem), stream, p, tiles);
+  launch_kernel(kernel, grid, dim3(128), static_cast<size_t>(smem), stream, p, tiles, split ? 4 : 1);
 }
 
 template <GgmlType T>

@@ -162,7 +162,7 @@ __device__ __forceinline__ bool x8_group(const GemvParams& p, X8Rows<NT>& r, uin
   }
   if (p.groups == nullptr) {
     // dense: rows NT j .. NT j + NT - 1 of x and y (one row of blocks unless the tensor-core GEMV takes
-    // more than NT rows, gemv_mma_dense_rows)
+    // more than NT rows, gemv_mma_dense)
     const int first = NT * j;
     r.count = min(p.n_tokens - first, NT);
 #pragma unroll

@@ -750,13 +750,14 @@ TEST_CASE("gemv on split-int8 x: 9-64 dense rows in one tensor-core launch, plai
   struct Shape {
     int64_t rows, k;
   };
-  // K-quants: 300 x 2048 (tiles walked, a partial last tile); legacy: 37 x 1408 and 20 x 3200 (past sm_120's
-  // shared memory with the copy ring: refused there, and the test says so)
+  // K-quants: 300 x 2048 (tiles walked, a partial last tile), 100 x 2048 (too few tiles: K split over a
+  // block's warps, also with 5 SMs), 37 x 256; legacy: 37 x 1408 and 20 x 3200 (past sm_120's shared memory
+  // with the copy ring: refused there, and the test says so)
   for (GgmlType type : {GgmlType::q4_k, GgmlType::q5_k, GgmlType::q8_0, GgmlType::q5_0, GgmlType::q4_0, GgmlType::q4_1,
                         GgmlType::q5_1}) {
     const bool is_k = latte::type_traits(type).block_values == 256;
     const std::vector<Shape> shapes =
-        is_k ? std::vector<Shape>{{300, 2048}, {37, 256}} : std::vector<Shape>{{37, 1408}, {20, 3200}};
+        is_k ? std::vector<Shape>{{300, 2048}, {100, 2048}, {37, 256}} : std::vector<Shape>{{37, 1408}, {20, 3200}};
     for (const Shape s : shapes) {
       for (const int n : {9, 17, 30, 64}) {
         CAPTURE(latte::type_name(type));
@@ -798,8 +799,9 @@ TEST_CASE("gemv on split-int8 x: 9-64 dense rows in one tensor-core launch, plai
   probe.weight_bytes = 256 * 210;
   CHECK_FALSE(latte::cuda::gemv_takes_dense_rows(probe));
 
-  // gated: silu(gate x) * (up x) for 20 rows of x, Q4_K 300 x 1280 and Q8_0 37 x 1408
-  for (const auto& [type, rows, k] : {std::tuple{GgmlType::q4_k, int64_t{300}, int64_t{1280}},
+  // gated: silu(gate x) * (up x) for 20 rows of x, Q4_K 48 x 2048 (K split over a block's warps) and Q8_0
+  // 37 x 1408
+  for (const auto& [type, rows, k] : {std::tuple{GgmlType::q4_k, int64_t{48}, int64_t{2048}},
                                       std::tuple{GgmlType::q8_0, int64_t{37}, int64_t{1408}}}) {
     CAPTURE(latte::type_name(type));
     const int n = 20;
@@ -854,13 +856,13 @@ TEST_CASE("gemv on split-int8 x: 2-8 tokens in one pass, dense rows, within each
   struct Shape {
     int64_t rows, k;
   };
-  // K-quants: 1000 x 2048 (tiles walked), 37 x 2816 (a partial second item per lane); legacy: 37 x 1408,
-  // 300 x 128 (short rows)
+  // K-quants: 1000 x 2048 (tiles walked), 100 x 2048, 37 x 2816 (a partial second item per lane; these two on
+  // the tensor cores with K split over a block's warps from 3 tokens); legacy: 37 x 1408, 300 x 128 (short rows)
   for (GgmlType type :
        {GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k, GgmlType::q8_0, GgmlType::q5_0, GgmlType::q4_1}) {
     const bool is_k = latte::type_traits(type).block_values == 256;
-    const std::vector<Shape> shapes =
-        is_k ? std::vector<Shape>{{1000, 2048}, {37, 2816}} : std::vector<Shape>{{37, 1408}, {300, 128}, {9, 1056}};
+    const std::vector<Shape> shapes = is_k ? std::vector<Shape>{{1000, 2048}, {100, 2048}, {37, 2816}}
+                                           : std::vector<Shape>{{37, 1408}, {300, 128}, {9, 1056}};
     for (const Shape s : shapes) {
       for (const int n : {2, 3, 5, 8}) {
         CAPTURE(latte::type_name(type));
