@@ -172,15 +172,10 @@ void Linear::operator()(const DeviceMatrix& w, const LinearCall& c, cudaStream_t
 void Linear::gated(const DeviceGatedFfn& ffn, const float* x, int64_t x_stride, int rows, float* y, int64_t y_stride,
                    float* scratch, cudaStream_t stream, const uint8_t* x_q) {
   const int64_t F = ffn.gate.rows;
-  const bool same = ffn.gate.type == ffn.up.type && ffn.gate.bytes() == ffn.up.bytes();
-  if (rows <= gemv_max_tokens && ffn.gate.type == ffn.up.type) {
-    GemvParams p = gemv_params(ffn.gate, x, x_stride, y, y_stride, nullptr, rows, x_q, x_int8_record_bytes(x_stride));
-    p.weight_up = ffn.up.data;
-    gemv_quant(p, stream);
-    return;
-  }
-  if (x_q != nullptr && same && gemv_rows(ffn.gate, rows) && gemv_rows(ffn.up, rows)) {
-    // 9-64 rows with records: silu(gate) * up from one tensor-core GEMV launch
+  const bool same = ffn.gate.type == ffn.up.type;
+  // up to 8 rows, or 9-64 with records on the tensor cores: silu(gate) * up from one GEMV launch
+  if (same && (rows <= gemv_max_tokens || (x_q != nullptr && ffn.gate.bytes() == ffn.up.bytes() &&
+                                           gemv_rows(ffn.gate, rows) && gemv_rows(ffn.up, rows)))) {
     GemvParams p = gemv_params(ffn.gate, x, x_stride, y, y_stride, nullptr, rows, x_q, x_int8_record_bytes(x_stride));
     p.weight_up = ffn.up.data;
     gemv_quant(p, stream);
