@@ -1,7 +1,7 @@
 // Split-int8 GEMV of Q4_K / Q5_K weights (gemv_mma_kernel) and of the legacy 32-value types
 // (gemv_mma_legacy_kernel) with 3-8 tokens per block on the int8 tensor cores (mma.m16n8k32, unsigned weight
 // codes x signed x bytes): the path launch_gemv takes for gathered groups of several tokens (the MoE experts
-// of a batched decode step) and for dense launches of 3-64 rows with records (the projections of a batched
+// of a batched decode step) and for dense launches of up to 64 rows with records (the projections of a batched
 // step, one row of blocks per 8 rows, the weights read from L2 after the first) instead of the gemv_x8
 // kernels, whose dp4a chains
 // cost ~50 instructions per token and 64 weights (BENCHMARKS.md: 32-token steps issue-bound at ~1.1 TB/s).
@@ -171,7 +171,7 @@ inline constexpr int kMmaSplitSmemBytes = 4 * 32 * 8 * 4;
 /// each tile, warp w taking super-blocks w, w + 4, ..., and warp 0 sums their accumulators (in warp order,
 /// through shared memory) before it writes the tile.
 template <GgmlType T, int NT, bool Split>
-__global__ void __launch_bounds__(128, 3) gemv_mma_kernel(const GemvParams p, const int tiles, const int) {
+__global__ void __launch_bounds__(128, 3) gemv_mma_kernel(const GemvParams p, const int tiles) {
   static_assert(kGemvX8KQuant<T>);
   constexpr int kWarps = 4;
   extern __shared__ __align__(16) uint4 x_record[];
@@ -190,7 +190,6 @@ __global__ void __launch_bounds__(128, 3) gemv_mma_kernel(const GemvParams p, co
   if (!x8_group(p, rows, reinterpret_cast<uint8_t*>(x_record) + NT * token_bytes)) return;
 
   const bool gated = p.weight_up != nullptr;
-  constexpr bool split = Split;
   const int64_t row_bytes = static_cast<int64_t>(p.k) / 256 * quant::BlockTraits<T>::bytes;
   const uint8_t* base[2];
 #pragma unroll
@@ -199,13 +198,13 @@ __global__ void __launch_bounds__(128, 3) gemv_mma_kernel(const GemvParams p, co
               static_cast<int64_t>(rows.matrix) * p.matrix_stride_bytes;
   }
   // tile j's first row: gated, the same 16 rows of W_gate and W_up; dense, rows 32 w .. 32 w + 31 (w: the
-  // warp's tile, or with split_k the block's)
+  // warp's tile, or with Split the block's)
   auto first_row = [&](int tile, int j) {
-    const int w = split ? tile : tile * kWarps + warp;
+    const int w = Split ? tile : tile * kWarps + warp;
     return gated ? 16 * w : 32 * w + 16 * j;
   };
   const int steps = p.k / 256;  // super-blocks per row
-  const int sb_first = split ? warp : 0, sb_step = split ? kWarps : 1;
+  const int sb_first = Split ? warp : 0, sb_step = Split ? kWarps : 1;
   auto load = [&](int tile, int sb, MmaRows(&w)[2]) {
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
@@ -273,7 +272,7 @@ __global__ void __launch_bounds__(128, 3) gemv_mma_kernel(const GemvParams p, co
     }
   };
 
-  if constexpr (!split) {
+  if constexpr (!Split) {
     while (tile < tiles) {
       int next_tile = tile, next_sb = sb + 1;
       if (next_sb == steps) {
@@ -374,7 +373,7 @@ __device__ __forceinline__ void mma_block_codes(const uint8_t* st, int off, int 
 /// ring, the next step's copies in flight while it computes the current one) and each lane reads its 8
 /// bytes of a block from there as aligned words.
 template <GgmlType T, int NT>
-__global__ void __launch_bounds__(128, 3) gemv_mma_legacy_kernel(const GemvParams p, const int tiles, const int) {
+__global__ void __launch_bounds__(128, 3) gemv_mma_legacy_kernel(const GemvParams p, const int tiles) {
   static_assert(kGemvMmaLegacy<T>);
   constexpr int kWarps = 4;
   constexpr int kBytes = quant::BlockTraits<T>::bytes;
@@ -593,7 +592,7 @@ inline bool gemv_mma_applies(const GemvParams& p) {
 }
 
 /// Whether a dense K-quant launch whose blocks would not fill the GPU once splits K over each block's four
-/// warps (gemv_mma_kernel's split_k; LATTE_GEMV_MMA_SPLIT=0: never).
+/// warps (gemv_mma_kernel's Split; LATTE_GEMV_MMA_SPLIT=0: never).
 inline bool gemv_mma_split_enabled() {
   static const bool on = [] {
     const char* v = std::getenv("LATTE_GEMV_MMA_SPLIT");
@@ -613,7 +612,7 @@ void launch_gemv_mma_as(const GemvParams& p, cudaStream_t stream) {
   // split K over a block's warps where a tile per warp leaves most SMs idle and each warp keeps 2+ super-blocks
   const bool split = kGemvX8KQuant<T> && gemv_mma_dense(p) && gemv_mma_split_enabled() &&
                      (warps + 3) / 4 * groups < sm_count && p.k / 256 >= 8;
-  void (*kernel)(const GemvParams, const int, const int) = nullptr;
+  void (*kernel)(const GemvParams, const int) = nullptr;
   if constexpr (kGemvX8KQuant<T>) {
     kernel = split ? gemv_mma_kernel<T, NT, true> : gemv_mma_kernel<T, NT, false>;
   } else {
@@ -629,7 +628,7 @@ void launch_gemv_mma_as(const GemvParams& p, cudaStream_t stream) {
   const int64_t cap = std::max<int64_t>(1, resident / groups);
   const int64_t per_block = (tiles + cap - 1) / cap;
   const dim3 grid(static_cast<unsigned>((tiles + per_block - 1) / per_block), static_cast<unsigned>(groups));
-  launch_kernel(kernel, grid, dim3(128), static_cast<size_t>(smem), stream, p, tiles, split ? 4 : 1);
+  launch_kernel(kernel, grid, dim3(128), static_cast<size_t>(smem), stream, p, tiles);
 }
 
 template <GgmlType T>
