@@ -70,6 +70,11 @@ double x8_bound(const float* w, const float* x, const std::vector<double>& dx, i
   return 1.01 * b + 4e-6 * mag;
 }
 
+/// The bound of silu(g) u from those of g (eg) and u (eu): |silu'| <= 1.1.
+double gated_bound(double gv, double uv, double eg, double eu) {
+  return 1.1 * eg * (std::abs(uv) + eu) + std::abs(silu(gv)) * eu + 1e-6;
+}
+
 /// A dense launch of n tokens (rows x k of `type`, optionally + a residual) on their split-int8 records,
 /// x itself NaN (a launch that read it instead of the records would fail): how many outputs miss the
 /// float64 product by more than the records' bound.
@@ -248,8 +253,7 @@ TEST_CASE("gemv on split-int8 x: gated + residual over gathered single-token gro
         const float* uw = &up.values[static_cast<size_t>(m * k)];
         const double gv = dot(gw, xt, k), uv = dot(uw, xt, k);
         const double eg = x8_bound(gw, xt, d.dx, k), eu = x8_bound(uw, xt, d.dx, k);
-        // |silu'| <= 1.1: the bound of silu(g) u from those of g and u
-        const double bound = 1.1 * eg * (std::abs(uv) + eu) + std::abs(silu(gv)) * eu + 1e-6;
+        const double bound = gated_bound(gv, uv, eg, eu);
         const size_t out = static_cast<size_t>(g.y_row[0] * rows + r);
         bad += !(std::abs(got[out] - (silu(gv) * uv + residual[out])) <= bound);
       }
@@ -664,7 +668,7 @@ TEST_CASE("gemv on split-int8 x: a token's expert choices read straight from the
         if (!per_slot) {
           const double uv = dot(uw, xt, k), eu = x8_bound(uw, xt, d.dx, k);
           want = silu(gv) * uv;
-          bound = 1.1 * eg * (std::abs(uv) + eu) + std::abs(silu(gv)) * eu + 1e-6;
+          bound = gated_bound(gv, uv, eg, eu);
         }
         bad += !(std::abs(got[static_cast<size_t>(j * rows + r)] - want) <= bound);
       }
@@ -843,7 +847,7 @@ TEST_CASE("gemv on split-int8 x: 9-64 dense rows in one tensor-core launch, plai
         const double gv = dot(gw, xt, k), uv = dot(uw, xt, k);
         const double eg = x8_bound(gw, xt, d.dx, k), eu = x8_bound(uw, xt, d.dx, k);
         const double want = silu(gv) * uv;
-        const double bound = 1.1 * eg * (std::abs(uv) + eu) + std::abs(silu(gv)) * eu + 1e-6;
+        const double bound = gated_bound(gv, uv, eg, eu);
         bad += !(std::abs(got[static_cast<size_t>(t * rows + r)] - want) <= bound);
       }
     }
@@ -1025,7 +1029,7 @@ TEST_CASE("gemv on split-int8 x: gated groups of several tokens, and choices of 
       const float* uw = &up.values[static_cast<size_t>(m * k)];
       const double gv = dot(gw, xt, k), uv = dot(uw, xt, k);
       const double eg = x8_bound(gw, xt, d.dx, k), eu = x8_bound(uw, xt, d.dx, k);
-      bound = 1.1 * eg * (std::abs(uv) + eu) + std::abs(silu(gv)) * eu + 1e-6;
+      bound = gated_bound(gv, uv, eg, eu);
       return silu(gv) * uv;
     };
 
@@ -1213,7 +1217,7 @@ TEST_CASE("gemv on split-int8 x: groups of several tokens on the tensor cores, g
                 if (mode == 0) {
                   const double uv = dot(uw, xt, k), eu = x8_bound(uw, xt, decoded[static_cast<size_t>(xr)].dx, k);
                   want = silu(gv) * uv;
-                  bound = 1.1 * eg * (std::abs(uv) + eu) + std::abs(silu(gv)) * eu + 1e-6;
+                  bound = gated_bound(gv, uv, eg, eu);
                 }
                 const size_t out = static_cast<size_t>(yr * rows + r);
                 if (mode == 2) {
