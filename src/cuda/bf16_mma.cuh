@@ -70,6 +70,11 @@ __device__ __forceinline__ void cp_async_16(void* smem_dst, const void* gmem_src
                "r"(src_bytes));
 }
 
+/// 16-byte asynchronous copy global -> shared that caches in L1 too (data several blocks of an SM read).
+__device__ __forceinline__ void cp_async_16_l1(void* smem_dst, const void* gmem_src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16;\n" ::"r"(smem_address(smem_dst)), "l"(gmem_src));
+}
+
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 
 /// Waits until at most `kPending` of this thread's committed copy groups are still in flight.

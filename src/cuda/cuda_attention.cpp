@@ -194,7 +194,7 @@ class HeadGroups {
 /// y[t, h] = M_h x[t, h] for every row t and head h, one launch (M_h: matrix h of `stack`, `rows_per_head` rows).
 void per_head_gemv(const DeviceMatrix& stack, int64_t rows_per_head, HeadGroups::Groups g, const float* x,
                    int64_t x_stride, float* y, int64_t y_stride, cudaStream_t stream, __nv_bfloat16* y_bf16 = nullptr,
-                   const uint8_t* x_q = nullptr) {
+                   const uint8_t* x_q = nullptr, bool x_quantize = false) {
   if (g.n > 65535) {
     throw Error(ErrorCode::unsupported, "cuda attention: " + std::to_string(g.n) + " head groups exceed one launch");
   }
@@ -214,7 +214,8 @@ void per_head_gemv(const DeviceMatrix& stack, int64_t rows_per_head, HeadGroups:
               .max_groups = g.n,
               .max_tokens_per_group = g.max_tokens,
               .x_q = x_q,
-              .x_q_stride = x_q ? x_int8_record_bytes(stack.k) : 0},
+              .x_q_stride = x_q ? x_int8_record_bytes(stack.k) : 0,
+              .x_quantize = x_quantize},
              stream);
 }
 
@@ -356,7 +357,7 @@ class CudaMlaBackend final : public CudaAttentionBackend {
     if (heads_blas) {
       heads_product(w.v_b, V, o_lat_bf16, L, T, nullptr, in.out, V, stream);
     } else {
-      per_head_gemv(w.v_b, V, groups, o_lat, L, in.out, V, stream);
+      per_head_gemv(w.v_b, V, groups, o_lat, L, in.out, V, stream, nullptr, nullptr, uv_quantizes(w, T));
     }
   }
 
@@ -371,6 +372,15 @@ class CudaMlaBackend final : public CudaAttentionBackend {
   /// rows on an H200).
   [[nodiscard]] bool reads_q_nope_records(const DeviceLayer& w, int T) const {
     return !heads_through_blas(T) && gemv_reads_x_int8(w.k_b.type, c_.qk_nope_head_dim, std::min(T, gemv_max_tokens));
+  }
+
+  /// Whether the per-head W_UV GEMV of a one-row step quantizes the attention output into split-int8 records
+  /// in its blocks (GemvParams::x_quantize: integer products) rather than reading it as fp32
+  /// (LATTE_MLA_UV_INT8=0: always fp32). Measured on an H200 (BENCHMARKS.md, eleventh round): tg64 +1-3%; at
+  /// 8 rows the 16 head groups' blocks each quantizing 8 rows took 27 us against the fp32 GEMV's 12.
+  [[nodiscard]] bool uv_quantizes(const DeviceLayer& w, int T) const {
+    static const bool on = env_switch("LATTE_MLA_UV_INT8", true);
+    return on && T == 1 && gemv_reads_x_int8(w.v_b.type, c_.kv_lora_rank, 1);
   }
 
   /// Whether a decode step of T rows multiplies the heads' queries by W_UK and their attention outputs by

@@ -9,6 +9,7 @@
 
 #include <latte/error.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <map>
@@ -67,6 +68,16 @@ bool gemv_takes_dense_rows(const GemvParams& p) noexcept {
     return false;  // no device to ask about its shared memory
   }
   return takes;
+}
+
+int gemv_x_async_tokens() noexcept {
+  static const int n = [] {
+    const char* v = std::getenv("LATTE_GEMV_X_ASYNC");
+    if (v == nullptr) return gemv_max_tokens;
+    const int t = std::atoi(v);
+    return t <= 0 ? gemv_max_tokens + 1 : std::min(t, gemv_max_tokens);
+  }();
+  return n;
 }
 
 bool gemv_self_quantize() noexcept {
@@ -150,7 +161,9 @@ void gemv_quant(const GemvParams& p, cudaStream_t stream) {
                     p.x_q_stride >= x_int8_record_bytes(p.k),
                 "x_q must be 16-byte aligned, with x_q_stride a multiple of 16 and >= 80 k / 32 (k % 32 == 0)");
   }
-  if (GemvTypes::dispatch(p.type, [&]<GgmlType T>() { launch_gemv<T>(p, stream); })) return;
+  GemvParams q = p;
+  q.x_async_tokens = gemv_x_async_tokens();
+  if (GemvTypes::dispatch(p.type, [&]<GgmlType T>() { launch_gemv<T>(q, stream); })) return;
   throw Error(ErrorCode::internal, "gemv_quant: dispatch missed type " + type_name);
 }
 

@@ -84,6 +84,9 @@ struct GemvParams {
   /// choice's; block (0, 0) writes route.ids and route.weights for the launches after this one. The
   /// MoE decode step's first expert GEMV without a router launch before it.
   MoeRouterParams route{};
+  /// Set by gemv_quant (LATTE_GEMV_X_ASYNC): split-int8 blocks built for at least this many tokens stage their
+  /// tokens' records with every copy in flight at once, the others token after token (x8_stage_records).
+  int x_async_tokens = gemv_max_tokens;
 };
 
 /// Launches y = W x (see GemvParams). Throws Error(invalid_argument) on a violated precondition and
@@ -102,6 +105,11 @@ bool gemv_reads_x_int8(GgmlType type, int64_t k, int tokens = 1) noexcept;
 /// int8 tensor cores in blocks of 8 rows (gemv_mma_kernel.cuh), for Q4_K, Q5_K and the legacy types with
 /// rows of 1024 values or more whose 8 records fit the kernel; else gemv_quant refuses it.
 bool gemv_takes_dense_rows(const GemvParams& p) noexcept;
+
+/// Fewest tokens per block for which the split-int8 kernels stage x's records with all copies in flight at once
+/// (LATTE_GEMV_X_ASYNC: 0 never, 1-8; default 8, the 8-token builds). Measured on an H200 (BENCHMARKS.md,
+/// eleventh round): x8 +4% with 8 or 1, x4 +1-2% with 1 only, the rest within noise.
+int gemv_x_async_tokens() noexcept;
 
 /// Whether one-token GEMVs without records quantize x themselves (GemvParams::x_quantize) where their
 /// callers leave it to this switch (Linear): LATTE_GEMV_SELF_QUANTIZE=0 keeps them on the fp32 GEMV.

@@ -30,6 +30,7 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "cuda/bf16_mma.cuh"
 #include "cuda/check.hpp"
 #include "cuda/device_caps.hpp"
 #include "cuda/gemv_quant.hpp"
@@ -225,9 +226,11 @@ __device__ __forceinline__ float x8_rms_scale(const float* x, int n, float eps) 
 /// The block's tokens' x records (n_units units each) into shared memory, record t at x_record + token_words t
 /// (16-byte words; 0: 5 n_units, the records back to back); the caller syncs. Paired (n_units even): units at
 /// x8_pair_slot.
-///  - from p.x_q (rows x_row[t]): copied; each thread issues four 16-byte loads before it stores them (8
-///    tokens' records are 40 KB at k = 2048: one load in flight per thread would serialise ~20 round trips
-///    to L2);
+///  - from p.x_q (rows x_row[t]), in blocks built for GemvParams::x_async_tokens tokens or more: copied with
+///    16-byte asynchronous copies, every token's in flight before the one wait (8 tokens' records are 40 KB
+///    at k = 2048), so that a block of 8 tokens does not wait for ~8 round trips to L2 before its first
+///    product (BENCHMARKS.md, eleventh round); the caller's cp.async groups committed before are complete too
+///    when this returns. Else token after token, each thread issuing four 16-byte loads before it stores them;
 ///  - without x_q (GemvParams::x_quantize): made from the fp32 rows x_row[t] of p.x, four threads a unit
 ///    (split_int8::quantize_unit_quad, the same records quantize_x_int8 writes). The trip count is the
 ///    block's, so every lane of a quad takes part in its shuffles.
@@ -263,6 +266,26 @@ __device__ __forceinline__ void x8_stage_records(const GemvParams& p, const X8Ro
         split_int8::quantize_unit_quad(area, n_units, slot, v, q, active);
       }
     }
+    return;
+  }
+  if (NT >= p.x_async_tokens) {
+    // every token's words in flight at once (16-byte asynchronous copies through L1: every block of the
+    // launch reads the same records), then one wait
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      if (t >= r.count) break;
+      const uint4* src = reinterpret_cast<const uint4*>(p.x_q + static_cast<int64_t>(r.x_row[t]) * p.x_q_stride);
+      for (int i = static_cast<int>(threadIdx.x); i < words; i += threads) {
+        int dst = i;
+        if constexpr (Paired) {
+          const int plane = i / n_units, u = i - plane * n_units;
+          dst = plane * n_units + x8_pair_slot(u, n_units);
+        }
+        mma::cp_async_16_l1(x_record + t * token_words + dst, src + i);
+      }
+    }
+    mma::cp_async_commit();
+    mma::cp_async_wait<0>();
     return;
   }
   constexpr int kBatch = 4;

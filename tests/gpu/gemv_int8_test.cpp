@@ -309,8 +309,14 @@ TEST_CASE("gemv quantizing fp32 x in its blocks (x_quantize) equals the launch o
     const int64_t matrix_bytes = static_cast<int64_t>(latte::row_bytes(s.type, static_cast<uint64_t>(s.k))) * s.rows;
     const std::vector<int32_t> ids = {2, 0, 2, 1};
     const auto dids = upload(ids);
-    for (int mode = 0; mode < 3; ++mode) {
-      CAPTURE(mode);  // 0: one token, 1: three tokens, 2: four choices, x row = y row
+    // gathered groups of 3 and 1 tokens (the per-head W_UV: the tensor cores, except Q6_K)
+    const std::vector<latte::cuda::GemvGroup> groups = {{.matrix = 2, .count = 3, .x_row = {0, 1, 3}, .y_row = {1, 2, 0}},
+                                                        {.matrix = 0, .count = 1, .x_row = {2}, .y_row = {3}}};
+    const std::vector<int32_t> n_groups = {2};
+    const auto dgroups = upload(groups);
+    const auto dn = upload(n_groups);
+    for (int mode = 0; mode < 4; ++mode) {
+      CAPTURE(mode);  // 0: one token, 1: three tokens, 2: four choices, x row = y row, 3: groups
       latte::cuda::GemvParams p{.type = s.type,
                                 .weight = dw.data(),
                                 .weight_bytes = static_cast<int64_t>(w.bytes.size()),
@@ -325,6 +331,11 @@ TEST_CASE("gemv quantizing fp32 x in its blocks (x_quantize) equals the launch o
         p.max_groups = slots;
         p.x_row_is_y_row = true;
         p.choice_ids = dids.data();
+      } else if (mode == 3) {
+        p.groups = dgroups.data();
+        p.n_groups = dn.data();
+        p.max_groups = 2;
+        p.max_tokens_per_group = 3;
       }
       const size_t outs = static_cast<size_t>(slots * s.rows);
       latte::cuda::DeviceBuffer<float> from_records(outs), self(outs);
@@ -340,7 +351,7 @@ TEST_CASE("gemv quantizing fp32 x in its blocks (x_quantize) equals the launch o
       b.x_quantize = true;
       latte::cuda::gemv_quant(b, nullptr);
       const auto ga = download(from_records.data(), outs), gb = download(self.data(), outs);
-      const size_t written = static_cast<size_t>(mode == 0 ? 1 : mode == 1 ? 3 : slots) * s.rows;
+      const size_t written = static_cast<size_t>(mode == 0 ? 1 : mode == 1 ? 3 : slots) * s.rows;  // groups: 4 rows
       int differ = 0, nan = 0;
       for (size_t i = 0; i < written; ++i) {
         differ += std::memcmp(&ga[i], &gb[i], sizeof(float)) != 0;

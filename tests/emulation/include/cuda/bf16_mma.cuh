@@ -151,6 +151,7 @@ inline float round_to_bf16(float x) { return __bfloat162float(__float2bfloat16_r
 inline void cp_async_16(void* smem_dst, const void* gmem_src, bool valid) {
   emu::cp_async(smem_dst, gmem_src, 16, valid ? 16 : 0);
 }
+inline void cp_async_16_l1(void* smem_dst, const void* gmem_src) { emu::cp_async(smem_dst, gmem_src, 16, 16); }
 inline void cp_async_commit() { emu::cp_async_commit(); }
 template <int kPending>
 inline void cp_async_wait() {
