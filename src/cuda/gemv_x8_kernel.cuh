@@ -240,6 +240,15 @@ __device__ __forceinline__ void x8_stage_records(const GemvParams& p, const X8Ro
   const int threads = static_cast<int>(blockDim.x);
   const int words = 5 * n_units;
   if (token_words == 0) token_words = words;
+  // where word i of a record goes in its token's area (paired: each plane's units at x8_pair_slot)
+  auto staged_word = [&](int i) {
+    if constexpr (Paired) {
+      const int plane = i / n_units, u = i - plane * n_units;
+      return plane * n_units + x8_pair_slot(u, n_units);
+    } else {
+      return i;
+    }
+  };
   if (p.x_q == nullptr) {
     const int q = static_cast<int>(threadIdx.x) % 4;
 #pragma unroll
@@ -276,12 +285,7 @@ __device__ __forceinline__ void x8_stage_records(const GemvParams& p, const X8Ro
       if (t >= r.count) break;
       const uint4* src = reinterpret_cast<const uint4*>(p.x_q + static_cast<int64_t>(r.x_row[t]) * p.x_q_stride);
       for (int i = static_cast<int>(threadIdx.x); i < words; i += threads) {
-        int dst = i;
-        if constexpr (Paired) {
-          const int plane = i / n_units, u = i - plane * n_units;
-          dst = plane * n_units + x8_pair_slot(u, n_units);
-        }
-        mma::cp_async_16_l1(x_record + t * token_words + dst, src + i);
+        mma::cp_async_16_l1(x_record + t * token_words + staged_word(i), src + i);
       }
     }
     mma::cp_async_commit();
@@ -303,12 +307,7 @@ __device__ __forceinline__ void x8_stage_records(const GemvParams& p, const X8Ro
       for (int c = 0; c < kBatch; ++c) {
         const int i = i0 + c * threads;
         if (i >= words) break;
-        int dst = i;
-        if constexpr (Paired) {
-          const int plane = i / n_units, u = i - plane * n_units;
-          dst = plane * n_units + x8_pair_slot(u, n_units);
-        }
-        x_record[t * token_words + dst] = v[c];
+        x_record[t * token_words + staged_word(i)] = v[c];
       }
     }
   }

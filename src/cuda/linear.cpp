@@ -183,35 +183,22 @@ void Linear::gated(const DeviceGatedFfn& ffn, const float* x, int64_t x_stride, 
   }
   // [gate | up] into scratch [rows, 2F], then silu(gate) * up.
   const int64_t x_q_stride = x_q ? x_int8_record_bytes(x_stride) : 0;
+  auto product = [&](const DeviceMatrix& m, float* out) {
+    (*this)(m,
+            {.x = x,
+             .x_stride = x_stride,
+             .rows = rows,
+             .y = out,
+             .y_stride = 2 * F,
+             .x_q = x_q,
+             .x_q_stride = x_q_stride},
+            stream);
+  };
   if (ffn.gate_up) {
-    (*this)(ffn.gate_up,
-            {.x = x,
-             .x_stride = x_stride,
-             .rows = rows,
-             .y = scratch,
-             .y_stride = 2 * F,
-             .x_q = x_q,
-             .x_q_stride = x_q_stride},
-            stream);
+    product(ffn.gate_up, scratch);
   } else {
-    (*this)(ffn.gate,
-            {.x = x,
-             .x_stride = x_stride,
-             .rows = rows,
-             .y = scratch,
-             .y_stride = 2 * F,
-             .x_q = x_q,
-             .x_q_stride = x_q_stride},
-            stream);
-    (*this)(ffn.up,
-            {.x = x,
-             .x_stride = x_stride,
-             .rows = rows,
-             .y = scratch + F,
-             .y_stride = 2 * F,
-             .x_q = x_q,
-             .x_q_stride = x_q_stride},
-            stream);
+    product(ffn.gate, scratch);
+    product(ffn.up, scratch + F);
   }
   silu_gate({.gate = scratch,
              .gate_stride = 2 * F,
