@@ -31,6 +31,7 @@
 #include <string_view>
 
 #include "cuda/bf16_mma.cuh"
+#include "cuda/env_switch.hpp"
 #include "cuda/gemv_x8_kernel.cuh"
 
 namespace latte::cuda {
@@ -170,8 +171,8 @@ inline constexpr int kMmaSplitSmemBytes = 4 * 32 * 8 * 4;
 /// launches with too few tiles to fill the GPU: an 8-token step's projections) the block's four warps share
 /// each tile, warp w taking super-blocks w, w + 4, ..., and warp 0 sums their accumulators (in warp order,
 /// through shared memory) before it writes the tile.
-template <GgmlType T, int NT, bool Split>
-__global__ void __launch_bounds__(128, 3) gemv_mma_kernel(const GemvParams p, const int tiles) {
+template <GgmlType T, int NT, bool Split, int MinBlocks = 3>
+__global__ void __launch_bounds__(128, MinBlocks) gemv_mma_kernel(const GemvParams p, const int tiles) {
   static_assert(kGemvX8KQuant<T>);
   constexpr int kWarps = 4;
   extern __shared__ __align__(16) uint4 x_record[];
@@ -601,6 +602,14 @@ inline bool gemv_mma_split_enabled() {
   return on;
 }
 
+/// Whether unsplit Q4_K launches run the tensor-core GEMV built for 4 blocks per SM (128 registers, ~200 bytes
+/// spilled) instead of 3 (168 registers); LATTE_GEMV_MMA_WIDE=1. Off by default until measured. Q5_K spills
+/// ~300 bytes at 128 registers and stays at 3.
+inline bool gemv_mma_wide_enabled() {
+  static const bool on = env_switch("LATTE_GEMV_MMA_WIDE", false);
+  return on;
+}
+
 template <GgmlType T, int NT>
 void launch_gemv_mma_as(const GemvParams& p, cudaStream_t stream) {
   int device = 0;
@@ -614,7 +623,13 @@ void launch_gemv_mma_as(const GemvParams& p, cudaStream_t stream) {
                      (warps + 3) / 4 * groups < sm_count && p.k / 256 >= 8;
   void (*kernel)(const GemvParams, const int) = nullptr;
   if constexpr (kGemvX8KQuant<T>) {
-    kernel = split ? gemv_mma_kernel<T, NT, true> : gemv_mma_kernel<T, NT, false>;
+    if constexpr (T == GgmlType::q4_k) {
+      kernel = split                    ? gemv_mma_kernel<T, NT, true>
+               : gemv_mma_wide_enabled() ? gemv_mma_kernel<T, NT, false, 4>
+                                         : gemv_mma_kernel<T, NT, false>;
+    } else {
+      kernel = split ? gemv_mma_kernel<T, NT, true> : gemv_mma_kernel<T, NT, false>;
+    }
   } else {
     kernel = gemv_mma_legacy_kernel<T, NT>;
   }

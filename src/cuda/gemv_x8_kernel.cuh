@@ -33,6 +33,7 @@
 #include "cuda/bf16_mma.cuh"
 #include "cuda/check.hpp"
 #include "cuda/device_caps.hpp"
+#include "cuda/env_switch.hpp"
 #include "cuda/gemv_quant.hpp"
 #include "cuda/launch.cuh"
 #include "cuda/moe_route.cuh"
@@ -372,55 +373,66 @@ __device__ __forceinline__ void x8_item_codes(const X8Item& w, int item, X8ItemC
   x8_item_scales(w.head, j, kInPlace ? 1.0f / 16.0f : 1.0f, o.sa, o.sb, o.oa, o.ob);
 }
 
-/// Reduces a warp's two row sums of one token and writes them (lane 0): gated silu(acc0) * acc1 at row r0,
-/// else rows r0 and r1; + residual or as bf16 as the launch asks. Every lane calls it.
-__device__ __forceinline__ void x8_finish(const GemvParams& p, int y_row, int r0, int r1, float (&acc)[2], int lane) {
+/// Sums each of the V values `v` (V a power of two, at most 32) over the warp's 32 lanes and returns the sum of
+/// value lane / (32 / V), which every lane of that group of 32 / V lanes holds. Each exchange step halves the
+/// values a lane keeps (the upper half of the lanes keeps the upper half of the values and sends the lower
+/// half): V - 1 + 5 - log2 V shuffles in all instead of 5 V, and the V sums end up in different lanes, which
+/// then write them side by side. Every lane calls it.
+template <int V>
+__device__ __forceinline__ float x8_warp_sums(float (&v)[V], int lane) {
+  static_assert(V >= 1 && V <= 32 && (V & (V - 1)) == 0);
+  int offset = 16;
 #pragma unroll
-  for (int j = 0; j < 2; ++j) {
+  for (int half = V / 2; half >= 1; half /= 2, offset /= 2) {
+    const bool upper = (lane & offset) != 0;
 #pragma unroll
-    for (int o = 16; o > 0; o /= 2) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], o);
-  }
-  if (lane != 0 || r0 >= p.n_rows) return;
-  const int64_t y0 = static_cast<int64_t>(y_row) * p.y_stride;
-  const float* rrow = p.residual ? p.residual + y0 : nullptr;
-  if (p.weight_up != nullptr) {
-    const float v = acc[0] / (1.0f + __expf(-acc[0])) * acc[1];
-    if (p.y_bf16 != nullptr) {
-      p.y_bf16[y0 + r0] = __float2bfloat16_rn(v);
-    } else {
-      p.y[y0 + r0] = rrow ? v + rrow[r0] : v;
-    }
-    return;
-  }
-  const int rows[2] = {r0, r1};
-#pragma unroll
-  for (int j = 0; j < 2; ++j) {
-    const int r = rows[j];
-    if (r >= p.n_rows) continue;
-    if (p.y_bf16 != nullptr) {
-      p.y_bf16[y0 + r] = __float2bfloat16_rn(acc[j]);
-    } else {
-      p.y[y0 + r] = rrow ? acc[j] + rrow[r] : acc[j];
+    for (int i = 0; i < half; ++i) {
+      const float send = upper ? v[i] : v[i + half];
+      const float keep = upper ? v[i + half] : v[i];
+      v[i] = keep + __shfl_xor_sync(0xffffffffu, send, offset);
     }
   }
+  float sum = v[0];
+#pragma unroll
+  for (; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  return sum;
 }
 
-/// Every token's sums of a warp's two rows, written (see x8_finish), then cleared.
+/// Writes a warp's sums of two rows for each of the block's tokens, then clears them: gated silu(acc[0]) *
+/// acc[1] at row r0, else rows r0 and r1; + residual or as bf16 as the launch asks. The 2 NT sums are reduced
+/// together (x8_warp_sums) and each is written by the first lane of its group. Every lane calls it.
 template <int NT>
 __device__ __forceinline__ void x8_finish_tokens(const GemvParams& p, const X8Rows<NT>& r, int r0, int r1,
                                                  float (&acc)[2][NT], int lane) {
+  constexpr int V = 2 * NT;
+  constexpr int kGroup = 32 / V;  // lanes holding one sum
+  float v[V];
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
-    if (t < r.count) {
-      float a[2] = {acc[0][t], acc[1][t]};
-      x8_finish(p, r.y_row[t], r0, r1, a, lane);
-    }
+    v[2 * t] = acc[0][t];  // value 2 t + j: token t, row j
+    v[2 * t + 1] = acc[1][t];
     acc[0][t] = acc[1][t] = 0.0f;
+  }
+  const float sum = x8_warp_sums(v, lane);
+  const float other = __shfl_xor_sync(0xffffffffu, sum, kGroup);  // the same token's other row
+  const int index = lane / kGroup, t = index / 2, j = index % 2;
+  const bool gated = p.weight_up != nullptr;
+  const int row = j == 0 ? r0 : r1;
+  if (lane % kGroup != 0 || t >= r.count || (gated && j != 0) || row >= p.n_rows) return;
+  int y_row = r.y_row[0];
+#pragma unroll
+  for (int tt = 1; tt < NT; ++tt) y_row = tt == t ? r.y_row[tt] : y_row;  // no dynamic index: registers
+  const float value = gated ? sum / (1.0f + __expf(-sum)) * other : sum;
+  const int64_t at = static_cast<int64_t>(y_row) * p.y_stride + row;
+  if (p.y_bf16 != nullptr) {
+    p.y_bf16[at] = __float2bfloat16_rn(value);
+  } else {
+    p.y[at] = p.residual ? value + p.residual[at] : value;
   }
 }
 
-template <GgmlType T, int NT>
-__global__ void __launch_bounds__(128, 4) gemv_x8_kernel(const GemvParams p, const int tiles) {
+template <GgmlType T, int NT, int MinBlocks = 4>
+__global__ void __launch_bounds__(128, MinBlocks) gemv_x8_kernel(const GemvParams p, const int tiles) {
   static_assert(kGemvX8KQuant<T>);
   constexpr int kWarps = 4;
   constexpr int R = 2;  // rows per warp
@@ -601,8 +613,8 @@ __device__ __forceinline__ float x8_block_dot(const X8UnitCodes& w, const X8XUni
 /// are 2-byte aligned at best, so the warp copies each step's bytes into shared memory with coalesced
 /// aligned 16-byte loads (issued one step ahead) and each lane reads its block from there as aligned words,
 /// decodes it once and multiplies it with every token's record.
-template <GgmlType T, int NT>
-__global__ void __launch_bounds__(128, 4) gemv_x8_legacy_kernel(const GemvParams p, const int tiles) {
+template <GgmlType T, int NT, int MinBlocks = 4>
+__global__ void __launch_bounds__(128, MinBlocks) gemv_x8_legacy_kernel(const GemvParams p, const int tiles) {
   static_assert(kGemvX8Legacy<T>);
   constexpr int kWarps = 4;
   constexpr int R = 2;
@@ -879,6 +891,21 @@ inline bool gemv_x8_applies(const GemvParams& p) {
   }
 }
 
+/// Whether the 1- and 2-token builds of gemv_x8_kernel and gemv_x8_legacy_kernel run with more blocks per SM
+/// (kGemvX8WideBlocks; LATTE_GEMV_X8_WIDE=1). Off by default until measured: 4 blocks per SM, as the 4- and
+/// 8-token builds.
+inline bool gemv_x8_wide_enabled() {
+  static const bool on = env_switch("LATTE_GEMV_X8_WIDE", false);
+  return on;
+}
+
+/// Blocks per SM the wide 1- and 2-token builds are compiled for: as many as the registers allow without
+/// spills (ptxas, sm_90a): Q4_K one token 80 registers (6 blocks), two tokens 96 (5); the legacy types and
+/// Q6_K 80 (6). Q5_K spills below 128 and stays at 4. With 4 blocks (16 warps) per SM these kernels are
+/// latency-bound (BENCHMARKS.md).
+template <GgmlType T, int NT>
+inline constexpr int kGemvX8WideBlocks = T == GgmlType::q5_k ? 4 : T == GgmlType::q4_k && NT == 2 ? 5 : 6;
+
 template <GgmlType T, int NT>
 void launch_gemv_x8_as(const GemvParams& p, cudaStream_t stream) {
   void (*kernel)(const GemvParams, const int) = nullptr;
@@ -886,12 +913,16 @@ void launch_gemv_x8_as(const GemvParams& p, cudaStream_t stream) {
   // rows of 1-16 blocks (a power of two), not gated: several rows per staged step
   const bool short_rows =
       kGemvX8Legacy<T> && T != GgmlType::q6_k && units < 32 && (units & (units - 1)) == 0 && p.weight_up == nullptr;
+  constexpr int kWide = NT <= 2 ? kGemvX8WideBlocks<T, NT> : 4;
+  const bool wide = kWide != 4 && gemv_x8_wide_enabled();
   if constexpr (kGemvX8KQuant<T>) {
-    kernel = gemv_x8_kernel<T, NT>;
+    kernel = wide ? gemv_x8_kernel<T, NT, kWide> : gemv_x8_kernel<T, NT>;
   } else if constexpr (T == GgmlType::q6_k) {
-    kernel = gemv_x8_legacy_kernel<T, NT>;
+    kernel = wide ? gemv_x8_legacy_kernel<T, NT, kWide> : gemv_x8_legacy_kernel<T, NT>;
   } else {
-    kernel = short_rows ? gemv_x8_short_rows_kernel<T, NT> : gemv_x8_legacy_kernel<T, NT>;
+    kernel = short_rows ? gemv_x8_short_rows_kernel<T, NT>
+             : wide     ? gemv_x8_legacy_kernel<T, NT, kWide>
+                        : gemv_x8_legacy_kernel<T, NT>;
   }
   const int smem = static_cast<int>(NT * x_int8_record_bytes(p.k)) + (p.route.logits ? kX8RouteSmemBytes : 0);
   LATTE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
