@@ -15,12 +15,21 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s MODEL.gguf PROMPT [N_TOKENS]\n", argv[0]);
     return 2;
   }
-  const int n_tokens = argc > 3 ? std::atoi(argv[3]) : 32;
+  const long long n_tokens = argc > 3 ? std::strtoll(argv[3], nullptr, 10) : 32;
+  if (n_tokens < 1 || n_tokens > 1 << 30) {
+    std::fprintf(stderr, "N_TOKENS must be a whole number from 1 to 2^30 (got %s)\n", argv[3]);
+    return 2;
+  }
   try {
     const latte::Model model = latte::Model::load(argv[1]);
     const latte::Tokenizer& tokenizer = model.tokenizer();
     const std::vector<latte::Token> prompt = tokenizer.encode(argv[2]);
-    latte::Session session(model, {.n_ctx = static_cast<int>(prompt.size()) + n_tokens});
+    const long long positions = static_cast<long long>(prompt.size()) + n_tokens;
+    if (positions > 2147483647LL) {
+      std::fprintf(stderr, "the prompt and N_TOKENS need %lld positions, more than a session can hold\n", positions);
+      return 2;
+    }
+    latte::Session session(model, {.n_ctx = static_cast<int>(positions)});
     latte::Sampler sampler({.temperature = 0.0f});  // greedy: the same text on every run
     latte::StreamDecoder text(tokenizer);
     session.eval(prompt);

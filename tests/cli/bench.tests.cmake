@@ -28,6 +28,8 @@ latte_cli_test(NAME bench_zero_reps ARGS bench --model ${_bench_model} -r 0 EXPE
                EXPECT_STDERR "-r: 0 is below the minimum 1")
 latte_cli_test(NAME bench_nothing_to_run ARGS bench --model ${_bench_model} -p 0 -n 0 EXPECT_EXIT 1
                EXPECT_STDERR "-p and -n are all 0: nothing to run")
+latte_cli_test(NAME bench_context_overflow ARGS bench --model ${_bench_model} -p 16 -n 4 -d 2147483640 EXPECT_EXIT 1
+               EXPECT_STDERR "-d and -p \\(2147483640 \\+ 16\\) needs a context of 2147483656 positions")
 latte_cli_test(NAME bench_unknown_backend ARGS bench --model ${_bench_model} -p 4 -n 0 -r 1 --attention flash
                EXPECT_EXIT 1 EXPECT_STDERR "unknown attention backend 'flash'")
 latte_cli_test(NAME bench_bad_device ARGS bench --model ${_bench_model} --device tpu EXPECT_EXIT 1
@@ -37,5 +39,5 @@ latte_cli_test(NAME bench_kernels_on_cpu ARGS bench --model ${_bench_model} --ke
 latte_cli_test(NAME bench_unknown_option ARGS bench --model ${_bench_model} --frobnicate EXPECT_EXIT 1
                EXPECT_STDERR "frobnicate")
 set_tests_properties(cli_bench_table cli_bench_json cli_bench_bad_prompt cli_bench_negative_gen cli_bench_zero_batch
-                     cli_bench_zero_reps cli_bench_nothing_to_run cli_bench_unknown_backend cli_bench_bad_device
+                     cli_bench_zero_reps cli_bench_nothing_to_run cli_bench_context_overflow cli_bench_unknown_backend cli_bench_bad_device
                      cli_bench_kernels_on_cpu cli_bench_unknown_option cli_bench_tp_scaling cli_bench_tp_bad_moe PROPERTIES FIXTURES_REQUIRED cli_model)

@@ -25,8 +25,11 @@ latte_cli_test(NAME model_generate_bad_temperature ARGS generate --model ${_mode
                EXPECT_EXIT 1 EXPECT_STDERR "temperature")
 latte_cli_test(NAME model_missing_file ARGS logits --model ${CMAKE_CURRENT_BINARY_DIR}/no-such.gguf --tokens "1"
                EXPECT_EXIT 1 EXPECT_STDERR "no-such.gguf")
+latte_cli_test(NAME model_generate_context_overflow ARGS generate --model ${_model} --tokens "1 2" -n 2147483647
+               EXPECT_EXIT 1 EXPECT_STDERR "needs a context of 2147483649 positions, more than a session can hold")
 set_tests_properties(cli_model_token_out_of_range cli_model_bad_token_text cli_model_unknown_backend
-                     cli_model_generate_sampled cli_model_generate_bad_temperature PROPERTIES FIXTURES_REQUIRED cli_model)
+                     cli_model_generate_sampled cli_model_generate_bad_temperature cli_model_generate_context_overflow
+                     PROPERTIES FIXTURES_REQUIRED cli_model)
 
 # `latte inspect` shows a supported model's config and weight audit; --audit lists every tensor.
 latte_cli_test(NAME model_inspect_summary ARGS inspect --no-tensors ${_model}

@@ -92,8 +92,15 @@ int run_generate(std::span<const std::string> argv) {
       {.device = latte::Device::parse(device), .tensor_parallel = tp, .tensor_parallel_from_launch = tp_launch});
   // Every rank samples the same tokens from the same logits; rank 0 alone reports them.
   const bool quiet = tp_launch && latte::detail::read_launch_environment()->rank != 0;
-  latte::Session session(
-      model, {.n_ctx = static_cast<int>(prompt.size()) + std::max(n, 1), .attention = attention, .n_threads = threads});
+  const int n_ctx = latte::cli::context_positions(static_cast<int64_t>(prompt.size()) + std::max(n, 1),
+                                                  "the prompt (" + std::to_string(prompt.size()) + " tokens) and -n " +
+                                                      std::to_string(n));
+  const int trained = model.config().context_length;
+  if (!quiet && trained > 0 && n_ctx > trained) {
+    std::fprintf(stderr, "warning: %d positions (prompt + -n) is longer than the model's trained context (%d)\n", n_ctx,
+                 trained);
+  }
+  latte::Session session(model, {.n_ctx = n_ctx, .attention = attention, .n_threads = threads});
   using clock = std::chrono::steady_clock;
   const auto t0 = clock::now();
   session.eval(prompt);

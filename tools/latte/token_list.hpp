@@ -5,6 +5,7 @@
 #include <latte/token.hpp>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -44,6 +45,16 @@ inline int parse_int_option(const std::string& option, const std::string& text) 
     throw Error(ErrorCode::invalid_argument, option + ": '" + text + "' is not an integer");
   }
   return static_cast<int>(v);
+}
+
+/// The context a session needs for `positions` tokens (a sum the caller makes in 64 bits, e.g. prompt + -n):
+/// throws Error(invalid_argument) saying what asked for it when it is past the largest n_ctx (2^31 - 1).
+inline int context_positions(int64_t positions, const std::string& what) {
+  if (positions > 2147483647LL) {
+    throw Error(ErrorCode::invalid_argument, what + " needs a context of " + std::to_string(positions) +
+                                                 " positions, more than a session can hold (2147483647)");
+  }
+  return static_cast<int>(positions);
 }
 
 }  // namespace latte::cli
