@@ -31,7 +31,6 @@
 #include <string_view>
 
 #include "cuda/bf16_mma.cuh"
-#include "cuda/env_switch.hpp"
 #include "cuda/gemv_x8_kernel.cuh"
 
 namespace latte::cuda {
@@ -56,16 +55,19 @@ inline int gemv_mma_min_tokens() {
   return n;
 }
 
-/// One lane's loads of one super-block for rows g and g + 8 of a tile: the headers (d, dmin, scales), the
-/// 8 qs bytes of each item at 32 i + 8 t and, for Q5_K, the 8 qh bytes at 8 t.
+/// One lane's loads of `Items` items (4: a whole super-block, 2: half of one) for rows g and g + 8 of a tile:
+/// the headers (d, dmin, scales), the 8 qs bytes of each item at 32 i + 8 t and, for Q5_K, the 8 qh bytes at 8 t.
+template <int Items = 4>
 struct MmaRows {
   uint4 head[2];
-  uint2 qs[2][4];
+  uint2 qs[2][Items];
   uint2 qh[2];
 };
 
-template <GgmlType T>
-__device__ __forceinline__ void mma_load(const uint8_t* row_g, const uint8_t* row_g8, int sb, int t, MmaRows& w) {
+/// Items first_item .. first_item + Items - 1 of super-block sb of rows g and g + 8.
+template <GgmlType T, int Items>
+__device__ __forceinline__ void mma_load(const uint8_t* row_g, const uint8_t* row_g8, int sb, int first_item, int t,
+                                         MmaRows<Items>& w) {
   constexpr int kBlock = quant::BlockTraits<T>::bytes;
   constexpr int kQs = T == GgmlType::q4_k ? 16 : 48;
   const uint8_t* rows[2] = {row_g + static_cast<int64_t>(sb) * kBlock, row_g8 + static_cast<int64_t>(sb) * kBlock};
@@ -73,15 +75,19 @@ __device__ __forceinline__ void mma_load(const uint8_t* row_g, const uint8_t* ro
   for (int h = 0; h < 2; ++h) {
     w.head[h] = __ldg(reinterpret_cast<const uint4*>(rows[h]));
 #pragma unroll
-    for (int i = 0; i < 4; ++i) w.qs[h][i] = __ldg(reinterpret_cast<const uint2*>(rows[h] + kQs + 32 * i + 8 * t));
+    for (int i = 0; i < Items; ++i) {
+      w.qs[h][i] = __ldg(reinterpret_cast<const uint2*>(rows[h] + kQs + 32 * (first_item + i) + 8 * t));
+    }
     if constexpr (T == GgmlType::q5_k) w.qh[h] = __ldg(reinterpret_cast<const uint2*>(rows[h] + 16 + 8 * t));
   }
 }
 
-/// Item i's A fragments: sub-block 2i (lo) and 2i + 1 (hi), rows g and g + 8.
-template <GgmlType T>
-__device__ __forceinline__ void mma_item_codes(const MmaRows& w, int i, uint32_t (&lo)[4], uint32_t (&hi)[4]) {
-  const uint32_t q[4] = {w.qs[0][i].x, w.qs[1][i].x, w.qs[0][i].y, w.qs[1][i].y};
+/// The A fragments of item `item` of the super-block, loaded in w's slot i: sub-block 2 item (lo) and
+/// 2 item + 1 (hi), rows g and g + 8.
+template <GgmlType T, int Items>
+__device__ __forceinline__ void mma_item_codes(const MmaRows<Items>& w, int slot, int i, uint32_t (&lo)[4],
+                                               uint32_t (&hi)[4]) {
+  const uint32_t q[4] = {w.qs[0][slot].x, w.qs[1][slot].x, w.qs[0][slot].y, w.qs[1][slot].y};
 #pragma unroll
   for (int r = 0; r < 4; ++r) {
     lo[r] = q[r] & 0x0F0F0F0Fu;
@@ -170,10 +176,13 @@ inline constexpr int kMmaSplitSmemBytes = 4 * 32 * 8 * 4;
 /// Without Split each warp owns its tiles (32 rows, or 16 gated) and walks all of K. With Split (dense
 /// launches with too few tiles to fill the GPU: an 8-token step's projections) the block's four warps share
 /// each tile, warp w taking super-blocks w, w + 4, ..., and warp 0 sums their accumulators (in warp order,
-/// through shared memory) before it writes the tile.
-template <GgmlType T, int NT, bool Split, int MinBlocks = 3>
+/// through shared memory) before it writes the tile. A step is `Items` items of a super-block: 4 (all of it)
+/// or 2 (half: the loads in flight take 32 registers fewer, for more blocks per SM).
+template <GgmlType T, int NT, bool Split, int MinBlocks = 3, int Items = 4>
 __global__ void __launch_bounds__(128, MinBlocks) gemv_mma_kernel(const GemvParams p, const int tiles) {
   static_assert(kGemvX8KQuant<T>);
+  static_assert(Items == 4 || (Items == 2 && !Split));
+  constexpr int kParts = 4 / Items;  // steps per super-block
   constexpr int kWarps = 4;
   extern __shared__ __align__(16) uint4 x_record[];
   const int warp = static_cast<int>(threadIdx.x) / 32;
@@ -204,20 +213,21 @@ __global__ void __launch_bounds__(128, MinBlocks) gemv_mma_kernel(const GemvPara
     const int w = Split ? tile : tile * kWarps + warp;
     return gated ? 16 * w : 32 * w + 16 * j;
   };
-  const int steps = p.k / 256;  // super-blocks per row
+  const int steps = p.k / 256 * kParts;  // per row (Split: super-blocks)
   const int sb_first = Split ? warp : 0, sb_step = Split ? kWarps : 1;
-  auto load = [&](int tile, int sb, MmaRows(&w)[2]) {
+  // the loads of step sb (super-block sb / kParts, its items from (sb % kParts) Items)
+  auto load = [&](int tile, int sb, MmaRows<Items>(&w)[2]) {
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       const int r0 = first_row(tile, j) + g;
       // rows past the end load the last row (their sums are never written)
       const int64_t a = min(r0, p.n_rows - 1), b = min(r0 + 8, p.n_rows - 1);
-      mma_load<T>(base[j] + a * row_bytes, base[j] + b * row_bytes, sb, t, w[j]);
+      mma_load<T>(base[j] + a * row_bytes, base[j] + b * row_bytes, sb / kParts, sb % kParts * Items, t, w[j]);
     }
   };
 
   int tile = rows.first_tile, sb = sb_first;
-  MmaRows cur[2], next[2];
+  MmaRows<Items> cur[2], next[2];
   if (tile < tiles && sb < steps) load(tile, sb, cur);  // weights are never written by a step: before the wait
   if (!gathered) {
     wait_for_producers();
@@ -229,11 +239,12 @@ __global__ void __launch_bounds__(128, MinBlocks) gemv_mma_kernel(const GemvPara
   const MmaTokens x = mma_tokens(rows, reinterpret_cast<const uint8_t*>(x_record), token_bytes, n, g, t);
 
   float acc[2][4] = {};
-  // acc += super-block sb of the rows in w
-  auto multiply = [&](const MmaRows(&w)[2], int sb) {
+  // acc += step sb of the rows in w
+  auto multiply = [&](const MmaRows<Items>(&w)[2], int sb) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int u = 8 * sb + 2 * i;  // x units of sub-blocks 2i and 2i + 1
+    for (int slot = 0; slot < Items; ++slot) {
+      const int i = sb % kParts * Items + slot;  // the item of the super-block
+      const int u = 8 * (sb / kParts) + 2 * i;   // x units of sub-blocks 2i and 2i + 1
       uint2 xh[2], xl[2];
       float dx[2][2], xsum[2][2];  // [sub-block][token]
 #pragma unroll
@@ -250,7 +261,7 @@ __global__ void __launch_bounds__(128, MinBlocks) gemv_mma_kernel(const GemvPara
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         uint32_t a[2][4];
-        mma_item_codes<T>(w[j], i, a[0], a[1]);
+        mma_item_codes<T>(w[j], slot, i, a[0], a[1]);
         float sc[2][2], mn[2][2];  // [sub-block][row g, g + 8]
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -602,12 +613,17 @@ inline bool gemv_mma_split_enabled() {
   return on;
 }
 
-/// Whether unsplit Q4_K launches run the tensor-core GEMV built for 4 blocks per SM (128 registers, ~200 bytes
-/// spilled) instead of 3 (168 registers); LATTE_GEMV_MMA_WIDE=1. Off by default until measured. Q5_K spills
-/// ~300 bytes at 128 registers and stays at 3.
-inline bool gemv_mma_wide_enabled() {
-  static const bool on = env_switch("LATTE_GEMV_MMA_WIDE", false);
-  return on;
+/// Which build of the unsplit Q4_K tensor-core GEMV runs (LATTE_GEMV_MMA_WIDE, off by default until measured):
+/// 0, 3 blocks per SM (168 registers); 1, 4 blocks (128 registers, 160-200 bytes spilled); 2, 4 blocks with
+/// steps of half a super-block (the loads in flight in fewer registers). Q5_K spills ~300 bytes at 128
+/// registers and stays at 3.
+inline int gemv_mma_wide() {
+  static const int build = [] {
+    const char* v = std::getenv("LATTE_GEMV_MMA_WIDE");
+    const int n = v ? std::atoi(v) : 0;
+    return n == 1 || n == 2 ? n : 0;
+  }();
+  return build;
 }
 
 template <GgmlType T, int NT>
@@ -624,9 +640,11 @@ void launch_gemv_mma_as(const GemvParams& p, cudaStream_t stream) {
   void (*kernel)(const GemvParams, const int) = nullptr;
   if constexpr (kGemvX8KQuant<T>) {
     if constexpr (T == GgmlType::q4_k) {
-      kernel = split                    ? gemv_mma_kernel<T, NT, true>
-               : gemv_mma_wide_enabled() ? gemv_mma_kernel<T, NT, false, 4>
-                                         : gemv_mma_kernel<T, NT, false>;
+      const int wide = gemv_mma_wide();
+      kernel = split       ? gemv_mma_kernel<T, NT, true>
+               : wide == 1 ? gemv_mma_kernel<T, NT, false, 4>
+               : wide == 2 ? gemv_mma_kernel<T, NT, false, 4, 2>
+                           : gemv_mma_kernel<T, NT, false>;
     } else {
       kernel = split ? gemv_mma_kernel<T, NT, true> : gemv_mma_kernel<T, NT, false>;
     }
