@@ -904,7 +904,9 @@ inline bool gemv_x8_wide_enabled() {
 /// Q6_K 80 (6). Q5_K spills below 128 and stays at 4. With 4 blocks (16 warps) per SM these kernels are
 /// latency-bound (BENCHMARKS.md).
 template <GgmlType T, int NT>
-inline constexpr int kGemvX8WideBlocks = T == GgmlType::q5_k ? 4 : T == GgmlType::q4_k && NT == 2 ? 5 : 6;
+inline constexpr int kGemvX8WideBlocks = T == GgmlType::q5_k                ? 4
+                                         : (T == GgmlType::q4_k && NT == 2) ? 5
+                                                                            : 6;
 
 template <GgmlType T, int NT>
 void launch_gemv_x8_as(const GemvParams& p, cudaStream_t stream) {

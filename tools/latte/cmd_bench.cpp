@@ -248,8 +248,8 @@ class Bench {
     std::vector<std::unique_ptr<Session>> sessions;
     std::vector<Session*> ptrs;
     for (int i = 0; i < batch; ++i) {
-      sessions.push_back(
-          std::make_unique<Session>(model_, session_params(attention, context(p, n, "-p and -n"), i == 0 ? opts_.threads : 1)));
+      sessions.push_back(std::make_unique<Session>(
+          model_, session_params(attention, context(p, n, "-p and -n"), i == 0 ? opts_.threads : 1)));
       ptrs.push_back(sessions.back().get());
     }
     TestResult r{.attention = sessions[0]->backend_name(),

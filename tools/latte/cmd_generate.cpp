@@ -92,9 +92,9 @@ int run_generate(std::span<const std::string> argv) {
       {.device = latte::Device::parse(device), .tensor_parallel = tp, .tensor_parallel_from_launch = tp_launch});
   // Every rank samples the same tokens from the same logits; rank 0 alone reports them.
   const bool quiet = tp_launch && latte::detail::read_launch_environment()->rank != 0;
-  const int n_ctx = latte::cli::context_positions(static_cast<int64_t>(prompt.size()) + std::max(n, 1),
-                                                  "the prompt (" + std::to_string(prompt.size()) + " tokens) and -n " +
-                                                      std::to_string(n));
+  const int n_ctx = latte::cli::context_positions(
+      static_cast<int64_t>(prompt.size()) + std::max(n, 1),
+      "the prompt (" + std::to_string(prompt.size()) + " tokens) and -n " + std::to_string(n));
   const int trained = model.config().context_length;
   if (!quiet && trained > 0 && n_ctx > trained) {
     std::fprintf(stderr, "warning: %d positions (prompt + -n) is longer than the model's trained context (%d)\n", n_ctx,
