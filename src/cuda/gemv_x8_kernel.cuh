@@ -414,9 +414,10 @@ __device__ __forceinline__ void x8_finish_tokens(const GemvParams& p, const X8Ro
     acc[0][t] = acc[1][t] = 0.0f;
   }
   const float sum = x8_warp_sums(v, lane);
-  const float other = __shfl_xor_sync(0xffffffffu, sum, kGroup);  // the same token's other row
-  const int index = lane / kGroup, t = index / 2, j = index % 2;
+  // gated (the same for the whole launch): the same token's up sum, from the next group of lanes
   const bool gated = p.weight_up != nullptr;
+  const float other = gated ? __shfl_xor_sync(0xffffffffu, sum, kGroup) : 0.0f;
+  const int index = lane / kGroup, t = index / 2, j = index % 2;
   const int row = j == 0 ? r0 : r1;
   if (lane % kGroup != 0 || t >= r.count || (gated && j != 0) || row >= p.n_rows) return;
   int y_row = r.y_row[0];
