@@ -180,12 +180,7 @@ class Bench {
     return t;
   }
 
-  /// The context of a test of `a` + `b` positions (the options that ask for them, for the error).
-  static int context(int a, int b, const std::string& options) {
-    return cli::context_positions(static_cast<int64_t>(a) + b,
-                                  options + " (" + std::to_string(a) + " + " + std::to_string(b) + ")");
-  }
-
+  // every test's context (depth + p, depth + n, p + n) fits an int: parse_options checked the largest
   SessionParams session_params(const std::string& attention, int n_ctx, int threads) const {
     return {.n_ctx = std::max(n_ctx, 1), .attention = attention, .n_threads = threads};
   }
@@ -210,7 +205,7 @@ class Bench {
   static std::string at_depth(int depth) { return depth > 0 ? " @ d" + std::to_string(depth) : ""; }
 
   TestResult run_prompt(const std::string& attention, int p, int depth) {
-    Session s(model_, session_params(attention, context(depth, p, "-d and -p"), opts_.threads));
+    Session s(model_, session_params(attention, depth + p, opts_.threads));
     TestResult r{.attention = s.backend_name(),
                  .name = "pp" + std::to_string(p) + at_depth(depth),
                  .n_prompt = p,
@@ -229,7 +224,7 @@ class Bench {
   }
 
   TestResult run_generation(const std::string& attention, int n, int depth) {
-    Session s(model_, session_params(attention, context(depth, n, "-d and -n"), opts_.threads));
+    Session s(model_, session_params(attention, depth + n, opts_.threads));
     TestResult r{
         .attention = s.backend_name(), .name = "tg" + std::to_string(n) + at_depth(depth), .n_gen = n, .depth = depth};
     const KvBytes kv = count_kv_bytes(model_, r.attention);
@@ -248,8 +243,8 @@ class Bench {
     std::vector<std::unique_ptr<Session>> sessions;
     std::vector<Session*> ptrs;
     for (int i = 0; i < batch; ++i) {
-      sessions.push_back(std::make_unique<Session>(
-          model_, session_params(attention, context(p, n, "-p and -n"), i == 0 ? opts_.threads : 1)));
+      sessions.push_back(
+          std::make_unique<Session>(model_, session_params(attention, p + n, i == 0 ? opts_.threads : 1)));
       ptrs.push_back(sessions.back().get());
     }
     TestResult r{.attention = sessions[0]->backend_name(),
@@ -338,14 +333,15 @@ Options parse_options(std::span<const std::string> argv, bool& help) {
   if (!any_prompt && !any_gen && !o.kernels) {
     throw Error(ErrorCode::invalid_argument, "bench: -p and -n are all 0: nothing to run");
   }
-  // every test's context fits a session, checked before the model loads (Bench::context says it again per test)
+  // every test's context fits a session (the largest sums of the lists), checked before the model loads
   auto largest = [](const std::vector<int>& v) { return static_cast<int64_t>(*std::max_element(v.begin(), v.end())); };
+  auto fits = [](int64_t a, int64_t b, const std::string& options) {
+    context_positions(a + b, "bench: " + options + " (" + std::to_string(a) + " + " + std::to_string(b) + ")");
+  };
   const int64_t d = largest(o.depths), p = largest(o.prompts), n = largest(o.gens);
-  context_positions(d + p, "bench: -d and -p (" + std::to_string(d) + " + " + std::to_string(p) + ")");
-  context_positions(d + n, "bench: -d and -n (" + std::to_string(d) + " + " + std::to_string(n) + ")");
-  if (largest(o.batches) > 1) {
-    context_positions(p + n, "bench: -p and -n (" + std::to_string(p) + " + " + std::to_string(n) + ")");
-  }
+  fits(d, p, "-d and -p");
+  fits(d, n, "-d and -n");
+  if (largest(o.batches) > 1) fits(std::max<int64_t>(p, 1), n, "-p and -n");  // batched: prompts of 1 or more
   return o;
 }
 
