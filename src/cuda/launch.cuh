@@ -49,29 +49,59 @@ inline bool overlapped_launches() {
   return on;
 }
 
-/// kernel<<<grid, block, smem, stream>>>(args...), allowed to overlap the previous kernel of the stream
-/// (see above: the kernel must call wait_for_producers() before touching dependent memory). Throws
-/// latte::Error naming the kernel and the launch shape if the launch fails.
+namespace launch_detail {
+
+/// Launches with the overlap attribute (when on) and `extra` attributes; throws latte::Error naming the
+/// kernel (its mangled name) and the launch shape, not just this line, if the launch fails.
 template <class... Params, class... Args>
-void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
+void launch_with(cudaLaunchAttribute* extra, unsigned n_extra, void (*kernel)(Params...), dim3 grid, dim3 block,
+                 size_t smem, cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attributes[3]{};
+  unsigned n = 0;
+  if (overlapped_launches()) {
+    attributes[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attributes[n++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  for (unsigned i = 0; i < n_extra && n < 3; ++i) attributes[n++] = extra[i];
   // {gridDim, blockDim, dynamicSmemBytes, stream, attrs, numAttrs}, by position: the CPU emulation of the
   // kernels (tests/emulation) defines gridDim and blockDim as macros
-  cudaLaunchConfig_t config{grid, block, smem, stream, &attribute, overlapped_launches() ? 1u : 0u};
+  cudaLaunchConfig_t config{grid, block, smem, stream, attributes, n};
   const cudaError_t status = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
   if (status != cudaSuccess) {
-    // name the kernel (its mangled name) and the launch shape, not just this line
     const char* name = nullptr;
     if (cudaFuncGetName(&name, reinterpret_cast<const void*>(kernel)) != cudaSuccess || name == nullptr) {
       name = "?";
     }
     const std::string what = std::string("launch of ") + name + " (grid " + std::to_string(grid.x) + "x" +
                              std::to_string(grid.y) + "x" + std::to_string(grid.z) + ", block " +
-                             std::to_string(block.x) + ", " + std::to_string(smem) + " bytes of dynamic shared memory)";
+                             std::to_string(block.x) + ", " + std::to_string(smem) + " bytes of dynamic shared memory" +
+                             (n_extra > 0 ? ", in clusters" : "") + ")";
     throw_cuda_error(status, what.c_str(), __FILE__, __LINE__);
   }
+}
+
+}  // namespace launch_detail
+
+/// kernel<<<grid, block, smem, stream>>>(args...), allowed to overlap the previous kernel of the stream
+/// (see above: the kernel must call wait_for_producers() before touching dependent memory). Throws
+/// latte::Error naming the kernel and the launch shape if the launch fails.
+template <class... Params, class... Args>
+void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args&&... args) {
+  launch_detail::launch_with(nullptr, 0, kernel, grid, block, smem, stream, std::forward<Args>(args)...);
+}
+
+/// launch_kernel() in thread-block clusters of `cluster` CTAs along each axis (sm_90 and later; each grid
+/// dimension a multiple of the cluster's). The cluster's CTAs run at the same time and may meet at
+/// cluster barriers and read each other's shared memory (cluster.cuh).
+template <class... Params, class... Args>
+void launch_kernel_cluster(void (*kernel)(Params...), dim3 grid, dim3 cluster, dim3 block, size_t smem,
+                           cudaStream_t stream, Args&&... args) {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = cluster.x;
+  attribute.val.clusterDim.y = cluster.y;
+  attribute.val.clusterDim.z = cluster.z;
+  launch_detail::launch_with(&attribute, 1, kernel, grid, block, smem, stream, std::forward<Args>(args)...);
 }
 
 }  // namespace latte::cuda

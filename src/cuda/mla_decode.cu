@@ -23,13 +23,17 @@
 #include "cuda/mla_decode.hpp"
 
 #include "cuda/check.hpp"
+#include "cuda/env_switch.hpp"
 #include "cuda/launch.cuh"
 #include "cuda/mla_decode_tiles.cuh"
 #include "cuda/split_kv_combine.hpp"
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <string>
+#include <tuple>
 
 namespace latte::cuda {
 namespace {
@@ -217,6 +221,28 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) mla_decode_kernel(const Launc
     }
   }
 
+  if (L.cluster) {
+    // Merged in the cluster: rows g and g+8 of this warp's row block, normalised, into the KV stages (no
+    // longer read: the last tile ended with a barrier), then cluster_merge.
+    float* part = reinterpret_cast<float*>(smem + Tr::kQBytes);  // [kRows][512], then [kRows] LSEs
+    static_assert(Tr::kKvBytes >= (Tr::kRows * (kMlaLatentDim + 1)) * sizeof(float));
+    static_assert(Tr::kScoreBytes >= Tr::kRows * 8 * sizeof(float), "scratch for 8 splits' weights");
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float l = mma::quad_sum(l_run[half]);
+      const int r = rb * 16 + g + 8 * half;
+      const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
+#pragma unroll
+      for (int n = 0; n < Tr::kOutTiles; ++n) {
+        *reinterpret_cast<float2*>(part + r * kMlaLatentDim + slice * Tr::kColsPerWarp + n * 8 + 2 * tq) =
+            make_float2(o[n][2 * half] * inv_l, o[n][2 * half + 1] * inv_l);
+      }
+      if (slice == 0 && tq == 0) part[Tr::kRows * kMlaLatentDim + r] = natural_lse(m_run[half], l);
+    }
+    cluster_merge<Tr::kRows, Tr::kThreads>(L, b, row0, part, score_s);
+    return;
+  }
+
   // Epilogue: normalise and write rows g and g+8 of this warp's row block.
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
@@ -286,22 +312,62 @@ void check_params(const MlaDecodeParams& p) {
 }
 
 struct DeviceLimits {
+  int device = 0;
   int sm_count = 0;
   int max_smem_optin = 0;
+  int major = 0;  // compute capability
 };
 
 DeviceLimits current_device_limits() {
-  int device = 0;
-  LATTE_CUDA_CHECK(cudaGetDevice(&device));
   DeviceLimits limits;
-  LATTE_CUDA_CHECK(cudaDeviceGetAttribute(&limits.sm_count, cudaDevAttrMultiProcessorCount, device));
-  LATTE_CUDA_CHECK(cudaDeviceGetAttribute(&limits.max_smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  LATTE_CUDA_CHECK(cudaGetDevice(&limits.device));
+  LATTE_CUDA_CHECK(cudaDeviceGetAttribute(&limits.sm_count, cudaDevAttrMultiProcessorCount, limits.device));
+  LATTE_CUDA_CHECK(
+      cudaDeviceGetAttribute(&limits.max_smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, limits.device));
+  LATTE_CUDA_CHECK(cudaDeviceGetAttribute(&limits.major, cudaDevAttrComputeCapabilityMajor, limits.device));
   return limits;
 }
 
+constexpr int kMaxClusterSplits = 8;  // the portable cluster size
+
+/// How many clusters of `size` CTAs of configuration `config` can run at once on the current device (0:
+/// none). Asked of the runtime once per device, configuration and size.
+int max_active_clusters(const DeviceLimits& device, int config, int size) {
+  static std::mutex mutex;
+  static std::map<std::tuple<int, int, int>, int> known;
+  const std::lock_guard lock(mutex);
+  const auto key = std::make_tuple(device.device, config, size);
+  if (const auto it = known.find(key); it != known.end()) return it->second;
+  const KernelInfo info = config_by_id(config);
+  LATTE_CUDA_CHECK(cudaFuncSetAttribute(info.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        static_cast<int>(info.smem_bytes)));
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeClusterDimension;
+  attribute.val.clusterDim.x = 1;
+  attribute.val.clusterDim.y = static_cast<unsigned>(size);
+  attribute.val.clusterDim.z = 1;
+  // {gridDim, blockDim, dynamicSmemBytes, stream, attrs, numAttrs}, by position (see launch.cuh)
+  const cudaLaunchConfig_t launch{dim3(1, static_cast<unsigned>(size), 1),
+                                  dim3(static_cast<unsigned>(info.threads)),
+                                  info.smem_bytes,
+                                  nullptr,
+                                  &attribute,
+                                  1};
+  int clusters = 0;
+  if (cudaOccupancyMaxActiveClusters(&clusters, info.kernel, &launch) != cudaSuccess) {
+    (void)cudaGetLastError();  // not an error of the stream's: the cluster is just not an option
+    clusters = 0;
+  }
+  known.emplace(key, clusters);
+  return clusters;
+}
+
+/// Whether configuration `config` merges splits in clusters (the 16-row kernels; not the 64-row one).
+bool cluster_config(int config) { return config == 0 || config == 2; }
+
 }  // namespace
 
-MlaDecodePlan plan_mla_decode(const MlaDecodeParams& p, int force_splits) {
+MlaDecodePlan plan_mla_decode(const MlaDecodeParams& p, int force_splits, MlaSplitMerge merge) {
   check_params(p);
   const DeviceLimits device = current_device_limits();
   const int rows_total = p.q_len * p.n_heads;
@@ -311,6 +377,10 @@ MlaDecodePlan plan_mla_decode(const MlaDecodeParams& p, int force_splits) {
   require(info.smem_bytes <= static_cast<size_t>(device.max_smem_optin), ErrorCode::unsupported,
           describe(p) + ": the device allows " + std::to_string(device.max_smem_optin) +
               " bytes of shared memory per block, the kernel needs " + std::to_string(info.smem_bytes));
+  if (merge == MlaSplitMerge::cluster) {
+    require(device.major >= 9 && cluster_config(config), ErrorCode::unsupported,
+            describe(p) + ": merging the splits in a cluster needs sm_90 or later and at most 32 rows per sequence");
+  }
 
   MlaDecodePlan plan;
   plan.config = config;
@@ -324,27 +394,58 @@ MlaDecodePlan plan_mla_decode(const MlaDecodeParams& p, int force_splits) {
   const int64_t base_ctas = static_cast<int64_t>(p.batch) * plan.head_groups;
   const int ctas_per_wave = std::max(1, device.sm_count);  // one CTA per SM (shared-memory bound)
   constexpr int kMaxSplits = 256;
+  // Cost in tile-times (one tile load per SM, ~1 us for 64 positions): waves * (tiles per split + ~2 tiles
+  // of per-CTA start-up), plus the merge. With a combine launch that is ~5 (measured 5.5 us on an H200 at one
+  // token) and the partial results written and read again (4 bytes per value, twice) spread over the SMs: up
+  // to a few hundred positions one CTA per head group then beats splitting (the decode of one token at depth
+  // < 256 took 10 us + 5.5 us of combine with 8 splits). In a cluster the merge is ~1: two cluster barriers
+  // and 32 KB of another CTA's shared memory per CTA, but the clusters fill fewer SMs at a time.
+  const double tile_bytes = static_cast<double>(info.tile_tokens) * kMlaCacheRow * 2;
+  const double partial_bytes_per_split = static_cast<double>(p.batch) * rows_total * kMlaLatentDim * 4 * 2;
+  auto combine_cost = [&](int s) { return 5.0 + s * partial_bytes_per_split / (tile_bytes * ctas_per_wave); };
+  constexpr double kClusterMergeCost = 1.0;
+  auto even = [&](int s) { return (tiles + (tiles + s - 1) / s - 1) / ((tiles + s - 1) / s) == s; };
+  auto cluster_cost = [&](int s) {  // < 0: no such cluster here
+    const int64_t resident = static_cast<int64_t>(max_active_clusters(device, config, s)) * s;
+    if (resident == 0 || !even(s)) return -1.0;
+    const int64_t waves = (base_ctas * s + resident - 1) / resident;
+    return static_cast<double>(waves * ((tiles + s - 1) / s + 2)) + kClusterMergeCost;
+  };
+  static const bool clusters_allowed = env_switch("LATTE_MLA_CLUSTER", true);
+  const bool may_cluster =
+      merge == MlaSplitMerge::cluster || (merge == MlaSplitMerge::automatic && clusters_allowed && device.major >= 9 &&
+                                          cluster_config(config) && force_splits <= 0);
   int best_splits = 1;
-  if (force_splits > 0) {
+  bool cluster = false;
+  if (merge == MlaSplitMerge::cluster && force_splits > 0) {
+    best_splits = std::min({force_splits, tiles, kMaxClusterSplits});
+    cluster = best_splits > 1;
+  } else if (force_splits > 0) {
     best_splits = std::min(force_splits, tiles);
   } else {
-    // Cost in tile-times (one tile load per SM, ~1 us for 64 positions): waves * (tiles per split +
-    // ~2 tiles of per-CTA start-up), plus, with several splits, the combine launch (~5: measured 5.5 us
-    // on an H200 at one token) and the partial results written and read again (4 bytes per value,
-    // twice) spread over the SMs. Up to a few hundred positions one CTA per head group then beats
-    // splitting (the decode of one token at depth < 256 took 10 us + 5.5 us of combine with 8 splits).
-    const double tile_bytes = static_cast<double>(info.tile_tokens) * kMlaCacheRow * 2;
-    const double partial_bytes_per_split = static_cast<double>(p.batch) * rows_total * kMlaLatentDim * 4 * 2;
-    best_splits = cheapest_kv_splits(tiles, kMaxSplits, base_ctas, ctas_per_wave, [&](int s) {
-      return 5.0 + s * partial_bytes_per_split / (tile_bytes * ctas_per_wave);
-    });
+    best_splits = cheapest_kv_splits(tiles, kMaxSplits, base_ctas, ctas_per_wave, combine_cost);
+    const int per_split = (tiles + best_splits - 1) / best_splits;
+    const int64_t waves = (base_ctas * best_splits + ctas_per_wave - 1) / ctas_per_wave;
+    double best_cost = static_cast<double>(waves * (per_split + 2)) + (best_splits > 1 ? combine_cost(best_splits) : 0);
+    if (may_cluster) {
+      for (int s = 2; s <= std::min(tiles, kMaxClusterSplits); ++s) {
+        const double cost = cluster_cost(s);
+        if (cost >= 0 && (cost < best_cost || merge == MlaSplitMerge::cluster && !cluster)) {
+          best_cost = cost;
+          best_splits = s;
+          cluster = true;
+        }
+      }
+    }
   }
   const int tiles_per_split = (tiles + best_splits - 1) / best_splits;
   plan.splits = (tiles + tiles_per_split - 1) / tiles_per_split;
+  plan.cluster = cluster && plan.splits > 1;
   plan.chunk = tiles_per_split * info.tile_tokens;
   const int64_t out_rows = static_cast<int64_t>(p.batch) * rows_total;
-  plan.workspace_bytes =
-      plan.splits > 1 ? static_cast<size_t>(out_rows) * plan.splits * (kMlaLatentDim + 1) * sizeof(float) : 0;
+  plan.workspace_bytes = plan.splits > 1 && !plan.cluster
+                             ? static_cast<size_t>(out_rows) * plan.splits * (kMlaLatentDim + 1) * sizeof(float)
+                             : 0;
   return plan;
 }
 
@@ -363,8 +464,10 @@ void run_mla_decode(const MlaDecodeParams& p, const MlaDecodePlan& plan, void* w
           what + ": the plan covers fewer positions than max_kv_len / top_k");
   require(plan.splits <= 65535 && p.batch <= 65535, ErrorCode::invalid_argument,
           what + ": too many splits or sequences for one launch");
+  require(!plan.cluster || (plan.splits <= kMaxClusterSplits && cluster_config(plan.config)),
+          ErrorCode::invalid_argument, what + ": the plan's cluster does not fit its configuration");
   const size_t partial_out_bytes = static_cast<size_t>(out_rows) * plan.splits * kMlaLatentDim * sizeof(float);
-  if (plan.splits > 1) {
+  if (plan.splits > 1 && !plan.cluster) {
     require(workspace != nullptr && workspace_bytes >= plan.workspace_bytes &&
                 reinterpret_cast<uintptr_t>(workspace) % 16 == 0,
             ErrorCode::invalid_argument,
@@ -378,7 +481,8 @@ void run_mla_decode(const MlaDecodeParams& p, const MlaDecodePlan& plan, void* w
   launch.splits = plan.splits;
   launch.chunk = plan.chunk;
   launch.score_scale = p.scale * kLog2e;
-  if (plan.splits > 1) {
+  launch.cluster = plan.cluster ? 1 : 0;
+  if (plan.splits > 1 && !plan.cluster) {
     launch.partial_out = static_cast<float*>(workspace);
     launch.partial_lse = reinterpret_cast<float*>(static_cast<char*>(workspace) + partial_out_bytes);
   }
@@ -386,6 +490,10 @@ void run_mla_decode(const MlaDecodeParams& p, const MlaDecodePlan& plan, void* w
   LATTE_CUDA_CHECK(cudaFuncSetAttribute(info.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         static_cast<int>(info.smem_bytes)));
   const dim3 grid(plan.head_groups, plan.splits, p.batch);
+  if (plan.cluster) {
+    launch_kernel_cluster(info.kernel, grid, dim3(1, plan.splits, 1), info.threads, info.smem_bytes, stream, launch);
+    return;
+  }
   launch_kernel(info.kernel, grid, info.threads, info.smem_bytes, stream, launch);
 
   if (plan.splits > 1) {

@@ -59,6 +59,13 @@ struct MlaDecodeParams {
   float* lse = nullptr;  ///< [batch, q_len, n_heads] fp32 natural-log LSE, or nullptr
 };
 
+/// How the KV splits of a sequence are merged: by a combine launch after the decode (partial results in the
+/// workspace), or inside the decode launch, where the splits of each (row group, sequence) run as one
+/// thread-block cluster and merge through each other's shared memory (sm_90 and later, at most 8 splits, up
+/// to 32 rows per sequence: no combine launch, no workspace). `automatic` takes the cheaper one for the shape
+/// (LATTE_MLA_CLUSTER=0: never the cluster).
+enum class MlaSplitMerge { automatic, combine_launch, cluster };
+
 /// How run_mla_decode splits the work; from plan_mla_decode. Depends only on the shape
 /// (batch, q_len, n_heads, max_kv_len or top_k) and the device, so one plan serves a captured graph.
 struct MlaDecodePlan {
@@ -66,17 +73,21 @@ struct MlaDecodePlan {
   int rows_per_cta = 0;        ///< (token, head) rows one CTA computes (16, 32 or 64)
   int head_groups = 0;         ///< CTAs per (sequence, split) along the rows
   int splits = 0;              ///< KV splits per sequence (1: no combine step)
+  bool cluster = false;        ///< the splits merge inside the launch, as a cluster (MlaSplitMerge::cluster)
   int chunk = 0;               ///< positions (dense) or index slots (sparse) per split, a multiple of the tile
   int threads = 0;             ///< threads per CTA
   size_t smem_bytes = 0;       ///< dynamic shared memory per CTA
   size_t workspace_bytes = 0;  ///< scratch for split partials (0 when splits == 1)
 };
 
-/// Chooses the tile configuration and split count for the current CUDA device. `force_splits` > 0
-/// overrides the split count (tests). Throws Error(invalid_argument) on an invalid shape.
-MlaDecodePlan plan_mla_decode(const MlaDecodeParams& params, int force_splits = 0);
+/// Chooses the tile configuration, split count and merge for the current CUDA device. `force_splits` > 0
+/// overrides the split count and `merge` the merge (tests; a cluster takes at most 8 splits). Throws
+/// Error(invalid_argument) on an invalid shape, Error(unsupported) for a cluster merge the device or the
+/// shape cannot have.
+MlaDecodePlan plan_mla_decode(const MlaDecodeParams& params, int force_splits = 0,
+                              MlaSplitMerge merge = MlaSplitMerge::automatic);
 
-/// Runs the decode (and the combine kernel when plan.splits > 1) on `stream`. `workspace` holds at
+/// Runs the decode (and the combine kernel when plan.splits > 1 without plan.cluster) on `stream`. `workspace` holds at
 /// least plan.workspace_bytes device bytes. Checks every precondition and throws Error(invalid_argument)
 /// naming the parameter at fault. Graph-capturable (no allocation, no synchronisation).
 /// Bytes read: per sequence ~ visible positions * 1152 (once per head group; head groups of one

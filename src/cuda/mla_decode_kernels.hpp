@@ -16,8 +16,9 @@ struct Launch {
   int splits;          // KV splits per sequence
   int chunk;           // positions (dense) or index slots (sparse) per split
   float score_scale;   // scale * log2(e): scores are kept in the log2 domain
-  float* partial_out;  // [batch * rows_total, splits, 512] when splits > 1
+  float* partial_out;  // [batch * rows_total, splits, 512] when splits > 1 (and not merged in clusters)
   float* partial_lse;  // [batch * rows_total, splits]
+  int cluster;         // 1: the splits of a (row group, sequence) are one cluster and merge in the launch
 };
 
 /// One compiled kernel configuration.

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include "cuda/bf16_mma.cuh"
+#include "cuda/cluster.cuh"
 #include "cuda/kv_cache_layout.cuh"
 #include "cuda/mla_decode_kernels.hpp"
 
@@ -154,15 +155,84 @@ __device__ __forceinline__ void store_output_pair(const Launch& L, int b, int sp
   }
 }
 
+/// The natural-log LSE of a row from its log2-domain max and its sum (-inf for a row that saw nothing).
+__device__ __forceinline__ float natural_lse(float max_log2, float sum) {
+  return sum > 0.0f ? (max_log2 + log2f(sum)) * kLn2 : -INFINITY;
+}
+
 /// Writes the natural-log LSE of result row `row` (from the log2-domain max and the row sum).
 __device__ __forceinline__ void store_lse(const Launch& L, int b, int split, int row, float max_log2, float sum) {
-  const float lse = sum > 0.0f ? (max_log2 + log2f(sum)) * kLn2 : -INFINITY;
+  const float lse = natural_lse(max_log2, sum);
   const int64_t out_row = static_cast<int64_t>(b) * L.rows_total + row;
   if (L.splits == 1) {
     if (L.p.lse != nullptr) L.p.lse[out_row] = lse;
   } else {
     L.partial_lse[out_row * L.splits + split] = lse;
   }
+}
+
+/// The merge of a cluster launch (Launch::cluster): the L.splits CTAs of one (row group, sequence) form a
+/// cluster, and each has put its kRows normalised rows into its own shared memory at `part` ([kRows][512]
+/// fp32) and their natural-log LSEs after them ([kRows]). After a cluster barrier, CTA r merges columns
+/// [r * 128 / S, (r + 1) * 128 / S) (float4 units) of every row from all S CTAs' shared memory, weighting
+/// split s by exp(lse_s - lse) as split_kv_combine does, and writes the final rows; CTA 0 writes the LSEs.
+/// `scratch` holds kRows * S floats of this CTA's shared memory (not `part`). Every thread of the CTA
+/// calls it, and returns only after the cluster's last read of its shared memory.
+template <int kRows, int kThreads>
+__device__ __forceinline__ void cluster_merge(const Launch& L, int b, int row0, float* part, float* scratch) {
+  constexpr int kUnits = kMlaLatentDim / 4;  // float4 units per row
+  const int S = L.splits;
+  const unsigned me = cluster::rank();
+  const float* lse_part = part + kRows * kMlaLatentDim;
+  cluster::sync();  // every CTA's rows and LSEs are in its shared memory
+  for (int i = threadIdx.x; i < kRows * S; i += kThreads) scratch[i] = cluster::load(lse_part + i / S, i % S);
+  __syncthreads();
+  if (threadIdx.x < kRows) {
+    float* w = scratch + threadIdx.x * S;  // this row's LSEs, then its split weights (-1: an empty split)
+    float max_lse = -INFINITY;
+    for (int s = 0; s < S; ++s) max_lse = fmaxf(max_lse, w[s]);
+    float total = 0.0f;
+    if (max_lse != -INFINITY) {
+      for (int s = 0; s < S; ++s) total += expf(w[s] - max_lse);
+    }
+    const float row_lse = max_lse == -INFINITY ? -INFINITY : max_lse + logf(total);
+    for (int s = 0; s < S; ++s) w[s] = w[s] == -INFINITY || row_lse == -INFINITY ? -1.0f : expf(w[s] - row_lse);
+    const int row = row0 + static_cast<int>(threadIdx.x);
+    if (me == 0 && row < L.rows_total && L.p.lse != nullptr) {
+      L.p.lse[static_cast<int64_t>(b) * L.rows_total + row] = row_lse;
+    }
+  }
+  __syncthreads();
+  const int u0 = static_cast<int>(me) * kUnits / S;
+  const int n = (static_cast<int>(me) + 1) * kUnits / S - u0;
+  const float4* part4 = reinterpret_cast<const float4*>(part);
+  for (int i = threadIdx.x; i < kRows * n; i += kThreads) {
+    const int r = i / n;
+    const int u = u0 + i % n;
+    const float* w = scratch + r * S;
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 4
+    for (int s = 0; s < S; ++s) {
+      const float4 v = cluster::load(part4 + r * kUnits + u, s);
+      // an empty split's rows may be anything: selected away, never multiplied
+      const bool empty = w[s] < 0.0f;
+      acc.x += empty ? 0.0f : w[s] * v.x;
+      acc.y += empty ? 0.0f : w[s] * v.y;
+      acc.z += empty ? 0.0f : w[s] * v.z;
+      acc.w += empty ? 0.0f : w[s] * v.w;
+    }
+    const int row = row0 + r;
+    if (row >= L.rows_total) continue;
+    const int64_t index = (static_cast<int64_t>(b) * L.rows_total + row) * kMlaLatentDim + 4 * u;
+    if (L.p.out_type == AttnOutputType::f32) {
+      *reinterpret_cast<float4*>(static_cast<float*>(L.p.out) + index) = acc;
+    } else {
+      __nv_bfloat162* out = reinterpret_cast<__nv_bfloat162*>(static_cast<bf16*>(L.p.out) + index);
+      out[0] = __floats2bfloat162_rn(acc.x, acc.y);
+      out[1] = __floats2bfloat162_rn(acc.z, acc.w);
+    }
+  }
+  cluster::sync();  // no CTA leaves while another may still read its shared memory
 }
 
 }  // namespace latte::cuda::mla_decode_detail

@@ -95,6 +95,20 @@ struct Cta {
   void* scheduler_sp = nullptr;
   const std::function<void()>* body = nullptr;
   std::vector<std::unique_ptr<char[]>> own_stacks;  // concurrent grids: this CTA's fiber stacks
+  struct Cluster* cluster = nullptr;                // cluster launches: the CTA's cluster
+  unsigned cluster_rank = 0;
+};
+
+/// The CTAs of one thread-block cluster (by rank) and its barrier.
+struct Cluster {
+  std::vector<Cta*> ctas;
+  int arrived = 0;
+  uint64_t generation = 0;
+  int live() const {
+    int n = 0;
+    for (const Cta* c : ctas) n += c->live;
+    return n;
+  }
 };
 
 Cta* g_cta = nullptr;
@@ -308,8 +322,11 @@ void run_grid(const LaunchConfig& config, const std::function<void()>& body) {
   }
 }
 
-void run_grid_concurrent(const LaunchConfig& config, const std::function<void()>& body) {
-  const std::function<void()> wrapped = [&body] {
+namespace {
+
+/// Wraps a kernel body so that a finished fiber marks itself done and leaves the barrier counts.
+std::function<void()> finishing(const std::function<void()>& body) {
+  return [&body] {
     body();
     Fiber& f = current_fiber();
     f.done = true;
@@ -318,13 +335,21 @@ void run_grid_concurrent(const LaunchConfig& config, const std::function<void()>
     current_warp().live--;
     release_if_complete();
   };
-  const unsigned n = config.grid.x * config.grid.y * config.grid.z;
+}
+
+/// Runs the CTAs at `indices` at once, their threads interleaved round by round; `cluster` (or null) is
+/// the cluster they form, in the order of `indices`.
+void run_together(const LaunchConfig& config, const std::vector<uint3>& indices, const std::function<void()>& body,
+                  Cluster* cluster, const char* what) {
   std::vector<std::unique_ptr<Cta>> ctas;
-  for (unsigned i = 0; i < n; ++i) {
-    const uint3 index =
-        make_uint3(i % config.grid.x, (i / config.grid.x) % config.grid.y, i / (config.grid.x * config.grid.y));
+  for (const uint3& index : indices) {
     ctas.push_back(std::make_unique<Cta>());
-    setup_cta(*ctas.back(), config, index, wrapped, ctas.back()->own_stacks);
+    setup_cta(*ctas.back(), config, index, body, ctas.back()->own_stacks);
+    if (cluster != nullptr) {
+      ctas.back()->cluster = cluster;
+      ctas.back()->cluster_rank = static_cast<unsigned>(cluster->ctas.size());
+      cluster->ctas.push_back(ctas.back().get());
+    }
   }
   std::vector<int> order = thread_order(static_cast<int>(ctas.front()->fibers.size()));
   for (;;) {
@@ -337,10 +362,77 @@ void run_grid_concurrent(const LaunchConfig& config, const std::function<void()>
     }
     if (!live) break;
     if (g_events == events_before) {
-      std::fprintf(stderr, "emulation: deadlock in a cooperative grid of %u CTAs: every live thread waits\n", n);
+      std::fprintf(stderr, "emulation: deadlock in %s of %zu CTAs: every live thread waits\n", what, ctas.size());
       std::abort();
     }
   }
+}
+
+}  // namespace
+
+void run_grid_concurrent(const LaunchConfig& config, const std::function<void()>& body) {
+  const std::function<void()> wrapped = finishing(body);
+  const unsigned n = config.grid.x * config.grid.y * config.grid.z;
+  std::vector<uint3> indices;
+  for (unsigned i = 0; i < n; ++i) {
+    indices.push_back(
+        make_uint3(i % config.grid.x, (i / config.grid.x) % config.grid.y, i / (config.grid.x * config.grid.y)));
+  }
+  run_together(config, indices, wrapped, nullptr, "a cooperative grid");
+}
+
+void run_grid_clusters(const LaunchConfig& config, dim3 cluster, const std::function<void()>& body) {
+  const std::function<void()> wrapped = finishing(body);
+  for (unsigned z0 = 0; z0 < config.grid.z; z0 += cluster.z) {
+    for (unsigned y0 = 0; y0 < config.grid.y; y0 += cluster.y) {
+      for (unsigned x0 = 0; x0 < config.grid.x; x0 += cluster.x) {
+        std::vector<uint3> indices;  // rank order: x fastest
+        for (unsigned z = 0; z < cluster.z; ++z) {
+          for (unsigned y = 0; y < cluster.y; ++y) {
+            for (unsigned x = 0; x < cluster.x; ++x) indices.push_back(make_uint3(x0 + x, y0 + y, z0 + z));
+          }
+        }
+        Cluster c;
+        run_together(config, indices, wrapped, &c, "a cluster");
+      }
+    }
+  }
+}
+
+unsigned cluster_rank() { return g_cta->cluster != nullptr ? g_cta->cluster_rank : 0; }
+
+void cluster_sync() {
+  Cluster* cl = g_cta->cluster;
+  if (cl == nullptr) {  // a launch without clusters: a cluster of one CTA
+    syncthreads();
+    return;
+  }
+  const uint64_t generation = cl->generation;
+  ++g_events;
+  if (++cl->arrived == cl->live()) {
+    cl->arrived = 0;
+    ++cl->generation;
+    return;
+  }
+  while (cl->generation == generation) yield();
+}
+
+void* cluster_map(const void* local, unsigned rank) {
+  Cta& me = *g_cta;
+  const auto* base = me.smem.data();
+  const auto* p = static_cast<const unsigned char*>(local);
+  if (p < base || p >= base + me.smem.size()) {
+    std::fprintf(stderr, "emulation: cluster_map of an address outside the CTA's dynamic shared memory\n");
+    std::abort();
+  }
+  Cta* target = me.cluster != nullptr && rank < me.cluster->ctas.size() ? me.cluster->ctas[rank]
+                : rank == 0                                             ? &me
+                                                                        : nullptr;
+  if (target == nullptr) {
+    std::fprintf(stderr, "emulation: cluster_map to rank %u, outside the cluster\n", rank);
+    std::abort();
+  }
+  return target->smem.data() + (p - base);
 }
 
 cudaError_t malloc_device(void** ptr, size_t bytes) {
@@ -368,6 +460,20 @@ cudaError_t get_device_properties(cudaDeviceProp* prop, int device) {
   prop->totalGlobalMem = size_t{1} << 34;
   return cudaSuccess;
 }
+cudaError_t max_active_clusters(int* clusters, const cudaLaunchConfig_t* config) {
+  int size = 1;
+  for (unsigned i = 0; i < config->numAttrs; ++i) {
+    if (config->attrs[i].id == cudaLaunchAttributeClusterDimension) {
+      const auto& d = config->attrs[i].val.clusterDim;
+      size = static_cast<int>(d.x * d.y * d.z);
+    }
+  }
+  int sms = 0;
+  get_device_attribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+  *clusters = sms / std::max(size, 1);
+  return cudaSuccess;
+}
+
 cudaError_t get_device_attribute(int* value, cudaDeviceAttr attr, int) {
   static const int smem = [] {
     const char* env = std::getenv("LATTE_EMU_SMEM_PER_BLOCK");
@@ -383,6 +489,9 @@ cudaError_t get_device_attribute(int* value, cudaDeviceAttr attr, int) {
       return cudaSuccess;
     case cudaDevAttrMaxSharedMemoryPerBlockOptin:
       *value = smem;
+      return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMajor:
+      *value = 9;
       return cudaSuccess;
     default:
       *value = 0;

@@ -89,6 +89,15 @@ void run_grid(const LaunchConfig& config, const std::function<void()>& body);
 /// Runs every CTA of the grid at once (their threads interleaved): a cooperative launch, whose CTAs may
 /// wait for each other (grid barriers).
 void run_grid_concurrent(const LaunchConfig& config, const std::function<void()>& body);
+/// Runs the grid one thread-block cluster (`cluster` CTAs along each axis) at a time, the CTAs of a cluster
+/// at once (their threads interleaved), so that they can meet at cluster barriers and read each other's
+/// shared memory.
+void run_grid_clusters(const LaunchConfig& config, dim3 cluster, const std::function<void()>& body);
+/// The current CTA's rank in its cluster, the barrier over every thread of the cluster, and the address
+/// of `local` (in the current CTA's dynamic shared memory) in the dynamic shared memory of CTA `rank`.
+unsigned cluster_rank();
+void cluster_sync();
+void* cluster_map(const void* local, unsigned rank);
 
 /// Lets the other threads run (a thread spinning on memory another thread will write).
 void yield_now();
@@ -113,6 +122,12 @@ cudaError_t launch_ex(const cudaLaunchConfig_t* config, void (*kernel)(KernelArg
       run_grid_concurrent(c, [&] { kernel(args...); });
       return cudaSuccess;
     }
+    if (config->attrs[i].id == cudaLaunchAttributeClusterDimension) {
+      const auto& d = config->attrs[i].val.clusterDim;
+      if (c.grid.x % d.x != 0 || c.grid.y % d.y != 0 || c.grid.z % d.z != 0) return cudaErrorInvalidValue;
+      run_grid_clusters(c, dim3(d.x, d.y, d.z), [&] { kernel(args...); });
+      return cudaSuccess;
+    }
   }
   launch(c, kernel, std::forward<Args>(args)...);
   return cudaSuccess;
@@ -130,6 +145,8 @@ cudaError_t free_device(void* ptr);
 cudaError_t mem_get_info(size_t* free_bytes, size_t* total_bytes);
 cudaError_t get_device_attribute(int* value, cudaDeviceAttr attr, int device);
 cudaError_t get_device_properties(cudaDeviceProp* prop, int device);  // an H200-like device
+/// cudaOccupancyMaxActiveClusters stand-in: one CTA per SM, every SM usable (the SM count / cluster size).
+cudaError_t max_active_clusters(int* clusters, const cudaLaunchConfig_t* config);
 
 }  // namespace emu
 
@@ -198,5 +215,6 @@ inline unsigned atomicOr(unsigned* address, unsigned value) {
 #define cudaGetDeviceProperties(prop, device) ::emu::get_device_properties((prop), (device))
 #define cudaFuncSetAttribute(...) cudaSuccess
 #define cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, kernel, threads, smem) (*(blocks) = 4, cudaSuccess)
+#define cudaOccupancyMaxActiveClusters(clusters, kernel, config) ::emu::max_active_clusters((clusters), (config))
 #define cudaLaunchKernelEx(config, kernel, ...) ::emu::launch_ex((config), (kernel), __VA_ARGS__)
 #define cudaFuncGetName(name, func) cudaErrorInvalidValue

@@ -28,6 +28,7 @@ struct MlaCase {
   float scale = 0.1f;
   bool bf16_out = false;
   int force_splits = 0;
+  latte::cuda::MlaSplitMerge merge = latte::cuda::MlaSplitMerge::automatic;
   bool shared_sequence = false;  // every batch entry reads one cache (page_stride 0): a prefill chunk's
                                  // query tokens run as batch entries, each with its own kv_len / indices
 };
@@ -161,14 +162,18 @@ void check_mla_case(const MlaCase& c) {
   params.out = outputs.out.data();
   params.lse = outputs.lse.data();
 
-  const latte::cuda::MlaDecodePlan plan = latte::cuda::plan_mla_decode(params, c.force_splits);
+  const latte::cuda::MlaDecodePlan plan = latte::cuda::plan_mla_decode(params, c.force_splits, c.merge);
+  if (c.merge == latte::cuda::MlaSplitMerge::cluster) {
+    CHECK_MESSAGE(plan.cluster, label, ": a cluster merge was asked for");
+    CHECK(plan.workspace_bytes == 0);
+  }
   latte::cuda::DeviceBuffer<char> workspace(std::max<size_t>(plan.workspace_bytes, 16));
   poison(workspace.data(), workspace.size());
   latte::cuda::run_mla_decode(params, plan, workspace.data(), workspace.size(), nullptr);
 
   const std::string plan_text = " plan{config " + std::to_string(plan.config) + ", rows/CTA " +
                                 std::to_string(plan.rows_per_cta) + ", splits " + std::to_string(plan.splits) +
-                                ", chunk " + std::to_string(plan.chunk) + "}";
+                                (plan.cluster ? " in a cluster" : "") + ", chunk " + std::to_string(plan.chunk) + "}";
   // bf16 P in the P.V product (and a bf16 output) bound the error near 2^-9 relative.
   check_outputs(label + plan_text, outputs.out_values(), ref.out, outputs.lse_values(), ref.lse,
                 {.out_rel_l2 = 1e-2, .out_elem = 0.05 * rms(ref.out), .lse_elem = 5e-3});
@@ -229,6 +234,35 @@ TEST_CASE("sparse mla decode attends exactly the listed positions") {
   });
 }
 
+TEST_CASE("mla decode merges its splits inside one cluster per row group") {
+  using latte::cuda::MlaSplitMerge;
+  constexpr MlaSplitMerge cluster = MlaSplitMerge::cluster;
+  check_all({
+      {.name = "5 splits (some empty)", .kv_lens = {4097, 2, 130}, .force_splits = 5, .merge = cluster},
+      {.name = "8 splits, bf16 output", .kv_lens = {1000, 65}, .bf16_out = true, .force_splits = 8, .merge = cluster},
+      {.name = "2 splits, sharp softmax", .kv_lens = {700, 1}, .scale = 0.6f, .force_splits = 2, .merge = cluster},
+      {.name = "20 heads: two row groups, 6 splits",
+       .n_heads = 20,
+       .kv_lens = {1000, 65},
+       .force_splits = 6,
+       .merge = cluster},
+      {.name = "q_len 4, 4 heads, 3 splits",
+       .n_heads = 4,
+       .q_len = 4,
+       .kv_lens = {4, 63, 4097},
+       .force_splits = 3,
+       .merge = cluster},
+      {.name = "page 48, 7 splits", .kv_lens = {1000, 63, 2}, .page_size = 48, .force_splits = 7, .merge = cluster},
+      {.name = "sparse top_k 256, 4 splits",
+       .kv_lens = {1000, 100, 1},
+       .top_k = 256,
+       .force_splits = 4,
+       .merge = cluster},
+      {.name = "cluster chosen by the plan", .kv_lens = {900}, .merge = cluster},
+      {.name = "auto plan, one sequence", .kv_lens = {1000}},
+  });
+}
+
 TEST_CASE("mla decode rejects invalid arguments with latte::Error") {
   latte::cuda::MlaDecodeParams p;
   CHECK_THROWS_AS(latte::cuda::plan_mla_decode(p), latte::Error);  // everything unset
@@ -257,4 +291,11 @@ TEST_CASE("mla decode rejects invalid arguments with latte::Error") {
   p.q_latent_head_stride = 512;
   p.scale = std::numeric_limits<float>::infinity();
   CHECK_THROWS_AS(latte::cuda::plan_mla_decode(p), latte::Error);  // infinite scale
+  p.scale = 0.1f;
+  p.q_len = 1;
+  CHECK_NOTHROW(latte::cuda::plan_mla_decode(p, 2, latte::cuda::MlaSplitMerge::cluster));
+  p.n_heads = 64;  // 64 rows: the 64-row kernel, which has no cluster merge
+  p.q_latent_token_stride = 64 * 512;
+  p.q_rope_token_stride = 64 * 64;
+  CHECK_THROWS_AS(latte::cuda::plan_mla_decode(p, 2, latte::cuda::MlaSplitMerge::cluster), latte::Error);
 }
