@@ -505,8 +505,9 @@ class CudaForward final : public CudaRankForward {
             stream());
   }
 
+  /// out = rms_norm(x) * weight (+ out_q, its records); with `router`, also router_out = out router^T.
   void rms(const float* x, int64_t x_stride, const float* weight, int n, int rows, float* out, int64_t out_stride,
-           uint8_t* out_q = nullptr) {
+           uint8_t* out_q = nullptr, const DeviceMatrix* router = nullptr, float* router_out = nullptr) {
     rms_norm({.x = x,
               .x_stride = x_stride,
               .weight = weight,
@@ -516,9 +517,24 @@ class CudaForward final : public CudaRankForward {
               .out = out,
               .out_stride = out_stride,
               .out_q = out_q,
-              .out_q_stride = x_int8_record_bytes(n)},
+              .out_q_stride = x_int8_record_bytes(n),
+              .router = router ? reinterpret_cast<const float*>(router->data) : nullptr,
+              .router_rows = router ? static_cast<int>(router->rows) : 0,
+              .router_out = router_out,
+              .router_out_stride = router ? router->rows : 0},
              stream());
   }
+
+  /// Whether the FFN norm of a MoE layer's step of T rows also computes the router logits (rms_norm's
+  /// router product: a launch fewer on a decode step's serial path) instead of a router GEMV after it: up
+  /// to kNormRouterRows rows, an fp32 router (LATTE_NORM_ROUTER=0: never).
+  bool norm_computes_router(const DeviceLayer& w, int T) const {
+    static const bool on = env_switch("LATTE_NORM_ROUTER", true);
+    return on && T >= 1 && T <= kNormRouterRows && w.router && w.router.type == GgmlType::f32 &&
+           w.router.k == c_.n_embd && w.router.row_bytes == c_.n_embd * 4 && c_.n_embd % 4 == 0 && c_.n_embd <= 12288 &&
+           reinterpret_cast<uintptr_t>(w.router.data) % 16 == 0;
+  }
+  static constexpr int kNormRouterRows = 8;
 
   /// Where a normalisation of `rows` rows of the hidden width also writes its split-int8 records (the
   /// GEMVs of the projections and the MoE decode path read them): up to kRecordRows rows, else nowhere.
@@ -836,7 +852,9 @@ class CudaForward final : public CudaRankForward {
     const DeviceLayer& w = weights_->layers[static_cast<size_t>(il)];
     const int T = step_.n_rows, H = c_.n_embd;
     Activations& a = act_;
-    rms(a.x.data(), H, w.ffn_norm, H, T, a.xn.data(), H, hidden_record(T));
+    const bool router_done = c_.is_moe_layer(il) && norm_computes_router(w, T);
+    rms(a.x.data(), H, w.ffn_norm, H, T, a.xn.data(), H, hidden_record(T), router_done ? &w.router : nullptr,
+        a.router.data());
     std::string tap;
     if (tapping(il, "ffn_norm", tap)) emit_device(tap, il, {T, H}, a.xn.data(), T, H, H);
     const bool tap_out = tapping(il, "ffn_out", tap);
@@ -851,9 +869,9 @@ class CudaForward final : public CudaRankForward {
       LATTE_CUDA_CHECK(cudaStreamWaitEvent(side_.get(), fork_.get(), 0));
       gated_ffn(w.shared, T, side_.get(), a.shared_out.data(), nullptr);
       join_.record(side_.get());
-      routed_experts(il, w, T, a.shared_out.data(), join_.get());
+      routed_experts(il, w, T, router_done, a.shared_out.data(), join_.get());
     } else {
-      routed_experts(il, w, T);
+      routed_experts(il, w, T, router_done);
       if (w.shared) gated_ffn(w.shared, T);
     }
     reduce_shares();
@@ -913,11 +931,12 @@ class CudaForward final : public CudaRankForward {
   }
 
   /// x += the routed experts of the step's rows (+ `add`, ready once `add_ready` is, in the decode combine).
-  void routed_experts(int il, const DeviceLayer& w, int T, const float* add = nullptr,
+  /// (`logits_ready`: the FFN norm has computed the router logits already.)
+  void routed_experts(int il, const DeviceLayer& w, int T, bool logits_ready, const float* add = nullptr,
                       cudaEvent_t add_ready = nullptr) {
     Activations& a = act_;
     const int H = c_.n_embd, E = c_.n_expert, K = c_.n_expert_used, F = c_.n_ff_expert;
-    linear(w.router, a.xn.data(), H, T, a.router.data(), E);
+    if (!logits_ready) linear(w.router, a.xn.data(), H, T, a.router.data(), E);
     const MoeRouterParams route{
         .logits = a.router.data(),
         .logits_stride = E,

@@ -35,7 +35,10 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const RmsNormPar
   wait_for_producers();  // see launch.cuh
   allow_dependents();
   __shared__ float scratch[kNormThreads / 32];
+  extern __shared__ __align__(16) float y_s[];  // [n] with a router: the row's output values
   const int64_t row = blockIdx.x;
+  // Block (row, 0) writes the outputs; blocks (row, j > 0) exist only for the router and write none of them.
+  const bool writer = blockIdx.y == 0;
   const float* x = p.x + row * p.x_stride;
   float* h = p.residual ? p.residual + row * p.residual_stride : nullptr;
   float sum_sq = 0.0f;
@@ -48,7 +51,7 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const RmsNormPar
     sum_sq += v * v;
   }
   const float inv = rsqrtf(block_sum(sum_sq, scratch) / static_cast<float>(p.n) + p.eps);
-  if (p.out_q != nullptr) {
+  if (p.out_q != nullptr && writer) {
     // also the split-int8 record of the row (x_int8.hpp): thread t takes values 8t .. 8t + 7 of each
     // 2048-value pass (four threads a unit), reading x[i] before it writes out[i] as in the loop below
     const int units = p.n / 32;
@@ -61,6 +64,7 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const RmsNormPar
       for (int j = 0; j < 8; ++j) {
         v[j] = active ? (h ? h[i0 + j] : x[i0 + j]) * inv * p.weight[i0 + j] : 0.0f;
         if (!active) continue;
+        if (p.router != nullptr) y_s[i0 + j] = v[j];
         if (p.out_type == ActOut::f32) {
           static_cast<float*>(p.out)[row * p.out_stride + i0 + j] = v[j];
         } else {
@@ -69,16 +73,37 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const RmsNormPar
       }
       split_int8::quantize_unit_quad(p.out_q + row * p.out_q_stride, units, i0 / 32, v, lane % 4, active);
     }
-    return;
-  }
-  for (int i = static_cast<int>(threadIdx.x); i < p.n; i += kNormThreads) {
-    const float v = (h ? h[i] : x[i]) * inv * p.weight[i];
-    if (p.out_type == ActOut::f32) {
-      static_cast<float*>(p.out)[row * p.out_stride + i] = v;
-    } else {
-      static_cast<__nv_bfloat16*>(p.out)[row * p.out_stride + i] = __float2bfloat16_rn(v);
+  } else {
+    for (int i = static_cast<int>(threadIdx.x); i < p.n; i += kNormThreads) {
+      const float v = (h ? h[i] : x[i]) * inv * p.weight[i];
+      if (p.router != nullptr) y_s[i] = v;
+      if (!writer) continue;
+      if (p.out_type == ActOut::f32) {
+        static_cast<float*>(p.out)[row * p.out_stride + i] = v;
+      } else {
+        static_cast<__nv_bfloat16*>(p.out)[row * p.out_stride + i] = __float2bfloat16_rn(v);
+      }
     }
   }
+  if (p.router == nullptr) return;
+  // The router: warp w of block (row, j) takes router row 8 j + w, its lanes 4 values apart (float4 loads,
+  // all of a lane's in flight), then a butterfly sum.
+  __syncthreads();
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int e = static_cast<int>(blockIdx.y) * kRmsNormRouterRowsPerBlock + warp;
+  if (warp >= kRmsNormRouterRowsPerBlock || e >= p.router_rows) return;
+  const float4* w = reinterpret_cast<const float4*>(p.router + static_cast<int64_t>(e) * p.n);
+  const float4* y = reinterpret_cast<const float4*>(y_s);
+  float acc = 0.0f;
+#pragma unroll 8
+  for (int i = lane; i < p.n / 4; i += 32) {
+    const float4 a = __ldg(w + i);
+    const float4 b = y[i];
+    acc += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  if (lane == 0) p.router_out[row * p.router_out_stride + e] = acc;
 }
 
 __global__ void __launch_bounds__(kNormThreads) layer_norm_kernel(const LayerNormParams p) {
@@ -113,14 +138,25 @@ void rms_norm(const RmsNormParams& p, cudaStream_t stream) {
   if (p.out_type == ActOut::bf16 && static_cast<const void*>(p.x) == p.out) {
     throw Error(ErrorCode::invalid_argument, "rms_norm: a bf16 output cannot overwrite the fp32 input");
   }
-  if (p.out_q != nullptr &&
-      (p.n % 32 != 0 || p.out_q_stride < x_int8_record_bytes(p.n) || p.out_q_stride % 16 != 0 ||
-       reinterpret_cast<uintptr_t>(p.out_q) % 16 != 0)) {
+  if (p.out_q != nullptr && (p.n % 32 != 0 || p.out_q_stride < x_int8_record_bytes(p.n) || p.out_q_stride % 16 != 0 ||
+                             reinterpret_cast<uintptr_t>(p.out_q) % 16 != 0)) {
     throw Error(ErrorCode::invalid_argument, "rms_norm: the int8 record needs n % 32 == 0 (n = " + std::to_string(p.n) +
                                                  ") and a 16-byte aligned out_q with out_q_stride >= 80 n / 32");
   }
+  if (p.router != nullptr &&
+      (p.router_rows <= 0 || p.router_out == nullptr || p.router_out_stride < p.router_rows ||
+       p.out_type != ActOut::f32 || p.residual != nullptr || static_cast<const void*>(p.x) == p.out || p.n % 4 != 0 ||
+       reinterpret_cast<uintptr_t>(p.router) % 16 != 0 || static_cast<size_t>(p.n) * sizeof(float) > 48 * 1024)) {
+    throw Error(ErrorCode::invalid_argument,
+                "rms_norm: the router product needs router rows and their output, an fp32 output apart from x, no "
+                "residual, n % 4 == 0 (n = " +
+                    std::to_string(p.n) + ", at most 12288) and 16-byte aligned router rows");
+  }
   if (p.rows == 0) return;
-  launch_kernel(rms_norm_kernel, p.rows, kNormThreads, 0, stream, p);
+  const unsigned router_blocks =
+      p.router != nullptr ? (p.router_rows + kRmsNormRouterRowsPerBlock - 1) / kRmsNormRouterRowsPerBlock : 1;
+  const size_t smem = p.router != nullptr ? static_cast<size_t>(p.n) * sizeof(float) : 0;
+  launch_kernel(rms_norm_kernel, dim3(p.rows, router_blocks), kNormThreads, smem, stream, p);
 }
 
 void layer_norm(const LayerNormParams& p, cudaStream_t stream) {

@@ -2,6 +2,8 @@
 //   rms_norm:   [h += x;] y = h / sqrt(mean(h^2) + eps) * w        (fused residual add when h is given)
 //   layer_norm: y = (x - mean) / sqrt(var + eps) * w + b            (the GLM-5 indexer key norm)
 // One block per row; sums in fp32 (two-pass for the layer norm's variance). Output fp32 or bf16.
+// rms_norm can also multiply its fp32 output by a MoE router's fp32 rows in the same launch (the router
+// logits of a decode step): blocks (row, j) for j = 1.. each normalise the row again and take 8 router rows.
 //
 //   latte::cuda::rms_norm({.x = attn_out, .residual = h, .weight = w, .n = 2048, .rows = t, .eps = 1e-6f,
 //                          .out = x_norm, .out_stride = 2048}, stream);
@@ -29,7 +31,16 @@ struct RmsNormParams {
   ActOut out_type = ActOut::f32;
   uint8_t* out_q = nullptr;  ///< optional: the output's split-int8 records too (x_int8.hpp; n % 32 == 0)
   int64_t out_q_stride = 0;  ///< bytes between rows' records
+  /// Optional fp32 [router_rows, n] rows (contiguous): also router_out[row * router_out_stride + e] =
+  /// router[e] . y[row] for every router row e, y being the fp32 output values (out_type f32, no residual,
+  /// out apart from x, n % 4 == 0, 16-byte aligned rows).
+  const float* router = nullptr;
+  int router_rows = 0;
+  float* router_out = nullptr;
+  int64_t router_out_stride = 0;
 };
+/// Router rows per block of rms_norm's router product.
+inline constexpr int kRmsNormRouterRowsPerBlock = 8;
 void rms_norm(const RmsNormParams& p, cudaStream_t stream);
 
 struct LayerNormParams {

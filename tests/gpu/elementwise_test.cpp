@@ -72,6 +72,103 @@ TEST_CASE("rms_norm with and without the fused residual add, fp32 and bf16 outpu
   }
 }
 
+TEST_CASE("rms_norm's router product: logits against float64, outputs and records as without it") {
+  auto rng = make_rng("rms_norm router");
+  struct Shape {
+    int n, rows, experts;
+  };
+  for (const Shape sh :
+       {Shape{2048, 1, 64}, Shape{2048, 8, 64}, Shape{7168, 3, 256}, Shape{1536, 2, 20}, Shape{5120, 5, 160}}) {
+    const int n = sh.n, rows = sh.rows, E = sh.experts;
+    const std::string shape =
+        "n " + std::to_string(n) + ", rows " + std::to_string(rows) + ", experts " + std::to_string(E);
+    CAPTURE(shape);
+    const auto x = random_floats(static_cast<size_t>(rows) * n, rng, 2.0f);
+    const auto w = random_floats(static_cast<size_t>(n), rng);
+    const auto router = random_floats(static_cast<size_t>(E) * n, rng, 0.05f);
+    const auto dx = upload(x);
+    const auto dw = upload(w);
+    const auto drouter = upload(router);
+    const int64_t q_stride = cuda::x_int8_record_bytes(n);
+    const int64_t logit_stride = E + 3;  // the 3 values past each row's logits stay poisoned
+    DeviceBuffer<float> out_plain(static_cast<size_t>(rows) * n), out(static_cast<size_t>(rows) * n);
+    DeviceBuffer<uint8_t> q_plain(static_cast<size_t>(rows * q_stride)), q(static_cast<size_t>(rows * q_stride));
+    DeviceBuffer<float> logits(static_cast<size_t>(rows * logit_stride));
+    for (void* p :
+         {static_cast<void*>(out_plain.data()), static_cast<void*>(out.data()), static_cast<void*>(q_plain.data()),
+          static_cast<void*>(q.data()), static_cast<void*>(logits.data())}) {
+      poison(p, p == logits.data() ? logits.bytes() : p == q.data() || p == q_plain.data() ? q.bytes() : out.bytes());
+    }
+    cuda::RmsNormParams params{.x = dx.data(),
+                               .x_stride = n,
+                               .weight = dw.data(),
+                               .n = n,
+                               .rows = rows,
+                               .eps = 1e-6f,
+                               .out = out_plain.data(),
+                               .out_stride = n,
+                               .out_q = q_plain.data(),
+                               .out_q_stride = q_stride};
+    cuda::rms_norm(params, nullptr);
+    params.out = out.data();
+    params.out_q = q.data();
+    params.router = drouter.data();
+    params.router_rows = E;
+    params.router_out = logits.data();
+    params.router_out_stride = logit_stride;
+    cuda::rms_norm(params, nullptr);
+    const auto y = download(out.data(), out.size());
+    CHECK_MESSAGE(y == download(out_plain.data(), out_plain.size()), shape,
+                  ": the outputs differ from the plain launch's");
+    CHECK_MESSAGE(download(q.data(), q.size()) == download(q_plain.data(), q_plain.size()), shape,
+                  ": the records differ from the plain launch's");
+    // logits against float64 products of the kernel's own (checked above) outputs and the router rows
+    const auto got = download(logits.data(), logits.size());
+    std::vector<float> got_logits;
+    std::vector<double> want;
+    for (int r = 0; r < rows; ++r) {
+      for (int e = 0; e < E; ++e) {
+        double sum = 0;
+        for (int i = 0; i < n; ++i) sum += static_cast<double>(router[static_cast<size_t>(e) * n + i]) * y[r * n + i];
+        want.push_back(sum);
+        got_logits.push_back(got[r * logit_stride + e]);
+      }
+      for (int e = E; e < logit_stride; ++e)
+        CHECK_MESSAGE(std::isnan(got[r * logit_stride + e]), shape, ": wrote past row ", r);
+    }
+    check_close("rms_norm router", shape, compare(got_logits, want), 1e-5);
+  }
+  // what the router product cannot take is an error, not a race
+  const auto dx = upload(random_floats(2048, rng));
+  const auto dw = upload(random_floats(2048, rng));
+  DeviceBuffer<float> router(64 * 2048), out(2048), logits(64);
+  const cuda::RmsNormParams good{.x = dx.data(),
+                                 .x_stride = 2048,
+                                 .weight = dw.data(),
+                                 .n = 2048,
+                                 .rows = 1,
+                                 .out = out.data(),
+                                 .out_stride = 2048,
+                                 .router = router.data(),
+                                 .router_rows = 64,
+                                 .router_out = logits.data(),
+                                 .router_out_stride = 64};
+  CHECK_NOTHROW(cuda::rms_norm(good, nullptr));
+  auto bad = good;
+  bad.residual = out.data();
+  bad.residual_stride = 2048;
+  CHECK_THROWS_AS(cuda::rms_norm(bad, nullptr), Error);  // every block would add the residual
+  bad = good;
+  bad.out = const_cast<float*>(dx.data());
+  CHECK_THROWS_AS(cuda::rms_norm(bad, nullptr), Error);  // in place: the router blocks would read outputs
+  bad = good;
+  bad.router_out_stride = 63;
+  CHECK_THROWS_AS(cuda::rms_norm(bad, nullptr), Error);
+  bad = good;
+  bad.out_type = cuda::ActOut::bf16;
+  CHECK_THROWS_AS(cuda::rms_norm(bad, nullptr), Error);
+}
+
 TEST_CASE("layer_norm with weight and bias (the indexer key norm)") {
   auto rng = make_rng("layer_norm");
   const int n = 128, rows = 33;
