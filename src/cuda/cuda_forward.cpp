@@ -51,6 +51,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace latte::cuda {
@@ -194,6 +195,7 @@ class CudaForward final : public CudaRankForward {
                      stream());
     std::string tap;
     if (tapping(-1, "token_embd", tap)) emit_device(tap, -1, {T, c_.n_embd}, act_.x.data(), T, c_.n_embd, c_.n_embd);
+    prenormed_ = false;
     for (int il = 0; il < c_.n_layer_main(); ++il) {
       attention_block(il, batch);
       feed_forward_block(il);
@@ -535,6 +537,7 @@ class CudaForward final : public CudaRankForward {
            reinterpret_cast<uintptr_t>(w.router.data) % 16 == 0;
   }
   static constexpr int kNormRouterRows = 8;
+  bool prenormed_ = false;  ///< the next attention block's input norm is done (next_attention_norm)
 
   /// Where a normalisation of `rows` rows of the hidden width also writes its split-int8 records (the
   /// GEMVs of the projections and the MoE decode path read them): up to kRecordRows rows, else nowhere.
@@ -659,7 +662,9 @@ class CudaForward final : public CudaRankForward {
     uint8_t* xq = hidden_record(T);
     std::string tap;
     const bool tap_norm = tapping(il, "attn_norm", tap);
-    if (T == 1 && w.attn_input && !tap_norm && !c_.has_indexer() && linear_normalises(w.attn_input)) {
+    // the combine that finished the residual rows normalised them already (next_attention_norm)
+    const bool prenormed = std::exchange(prenormed_, false);
+    if (!prenormed && T == 1 && w.attn_input && !tap_norm && !c_.has_indexer() && linear_normalises(w.attn_input)) {
       // one token: the projection's GEMV normalises the residual row itself (one launch less; the
       // glm-dsa indexer reads the normalised row too)
       linear_(w.attn_input,
@@ -672,7 +677,7 @@ class CudaForward final : public CudaRankForward {
                .x_norm_eps = c_.rms_norm_eps},
               stream());
     } else {
-      rms(a.x.data(), H, w.attn_norm, H, T, a.xn.data(), H, xq);
+      if (!prenormed) rms(a.x.data(), H, w.attn_norm, H, T, a.xn.data(), H, xq);
       if (tap_norm) emit_device(tap, il, {T, H}, a.xn.data(), T, H, H);
       if (w.attn_input) {
         linear(w.attn_input, a.xn.data(), H, T, a.proj.data(), width, nullptr, xq);
@@ -869,9 +874,11 @@ class CudaForward final : public CudaRankForward {
       LATTE_CUDA_CHECK(cudaStreamWaitEvent(side_.get(), fork_.get(), 0));
       gated_ffn(w.shared, T, side_.get(), a.shared_out.data(), nullptr);
       join_.record(side_.get());
-      routed_experts(il, w, T, router_done, a.shared_out.data(), join_.get());
+      routed_experts(il, w, T, router_done, next_attention_norm(il, T), a.shared_out.data(), join_.get());
+    } else if (!w.shared) {
+      routed_experts(il, w, T, router_done, next_attention_norm(il, T));
     } else {
-      routed_experts(il, w, T, router_done);
+      routed_experts(il, w, T, router_done, {});
       if (w.shared) gated_ffn(w.shared, T);
     }
     reduce_shares();
@@ -931,9 +938,27 @@ class CudaForward final : public CudaRankForward {
   }
 
   /// x += the routed experts of the step's rows (+ `add`, ready once `add_ready` is, in the decode combine).
-  /// (`logits_ready`: the FFN norm has computed the router logits already.)
-  void routed_experts(int il, const DeviceLayer& w, int T, bool logits_ready, const float* add = nullptr,
-                      cudaEvent_t add_ready = nullptr) {
+  /// Where the combine that finishes layer il's residual rows (the last write to them in the layer) normalises
+  /// them for layer il + 1's attention, as its rms_norm would (the same bits), which then skips it: a launch
+  /// fewer per MoE layer. Nowhere (weight null) for the last layer, with tensor parallelism (the rows are
+  /// finished by the all-reduce after the combine) or with LATTE_COMBINE_NORM=0. Sets prenormed_ when used.
+  RowNormTarget next_attention_norm(int il, int T) {
+    static const bool on = env_switch("LATTE_COMBINE_NORM", true);
+    if (!on || communicator_ || il + 1 >= c_.n_layer_main() || c_.n_embd % 32 != 0) return {};
+    prenormed_ = true;
+    uint8_t* records = hidden_record(T);
+    return {.weight = weights_->layers[static_cast<size_t>(il) + 1].attn_norm,
+            .eps = c_.rms_norm_eps,
+            .out = act_.xn.data(),
+            .out_stride = c_.n_embd,
+            .out_q = records,
+            .out_q_stride = records ? x_int8_record_bytes(c_.n_embd) : 0};
+  }
+
+  /// (`logits_ready`: the FFN norm has computed the router logits already; `then_norm`: the combine also
+  /// normalises the finished rows, next_attention_norm.)
+  void routed_experts(int il, const DeviceLayer& w, int T, bool logits_ready, const RowNormTarget& then_norm,
+                      const float* add = nullptr, cudaEvent_t add_ready = nullptr) {
     Activations& a = act_;
     const int H = c_.n_embd, E = c_.n_expert, K = c_.n_expert_used, F = c_.n_ff_expert;
     if (!logits_ready) linear(w.router, a.xn.data(), H, T, a.router.data(), E);
@@ -984,7 +1009,8 @@ class CudaForward final : public CudaRankForward {
                            .out = a.x.data(),
                            .out_stride = H,
                            .accumulate = true,
-                           .held_first = held_first_},
+                           .held_first = held_first_,
+                           .then_norm = then_norm},
                           stream());
       return;
     }
@@ -1021,9 +1047,18 @@ class CudaForward final : public CudaRankForward {
                           .add = add ? add + row0 : nullptr,
                           .add_stride = H,
                           .add_ready = t0 == 0 ? add_ready : nullptr,
-                          .route = route_in_experts ? &route : nullptr},
+                          .route = route_in_experts ? &route : nullptr,
+                          .then_norm = chunk_rows(then_norm, t0)},
                          stream());
     }
+  }
+
+  /// `norm` from row t0 on.
+  static RowNormTarget chunk_rows(RowNormTarget norm, int t0) {
+    if (norm.weight == nullptr) return norm;
+    norm.out += static_cast<size_t>(t0) * static_cast<size_t>(norm.out_stride);
+    if (norm.out_q != nullptr) norm.out_q += static_cast<size_t>(t0) * static_cast<size_t>(norm.out_q_stride);
+    return norm;
   }
 
   void output_logits(const detail::ForwardBatch& batch) {

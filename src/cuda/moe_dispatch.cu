@@ -12,6 +12,8 @@
 #include "cuda/check.hpp"
 #include "cuda/launch.cuh"
 #include "cuda/moe_router.hpp"
+#include "cuda/row_norm.cuh"
+#include "cuda/x_int8.hpp"
 
 namespace latte::cuda {
 namespace {
@@ -112,14 +114,10 @@ __global__ void __launch_bounds__(kSortThreads) moe_sort_kernel(const MoeSortPar
   }
 }
 
-__global__ void moe_combine_kernel(const MoeCombineParams p) {
-  wait_for_producers();  // see launch.cuh
-  allow_dependents();
-  const int t = static_cast<int>(blockIdx.y);
-  const int c = 4 * (static_cast<int>(blockIdx.x) * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x));
-  if (c >= p.hidden) return;
-  float4* out = reinterpret_cast<float4*>(p.out + t * p.out_stride + c);
-  float4 acc = p.accumulate ? *out : make_float4(0.f, 0.f, 0.f, 0.f);
+/// Token t's combined values c .. c + 3: (out if accumulating) + add + sum_j weight_j expert_out[slot_j].
+__device__ __forceinline__ float4 combine_unit(const MoeCombineParams& p, int t, int c) {
+  float4 acc =
+      p.accumulate ? *reinterpret_cast<const float4*>(p.out + t * p.out_stride + c) : make_float4(0.f, 0.f, 0.f, 0.f);
   if (p.add != nullptr) {
     const float4 v = *reinterpret_cast<const float4*>(p.add + t * p.add_stride + c);
     acc.x += v.x, acc.y += v.y, acc.z += v.z, acc.w += v.w;
@@ -131,7 +129,47 @@ __global__ void moe_combine_kernel(const MoeCombineParams p) {
     const float4 v = *reinterpret_cast<const float4*>(p.expert_out + static_cast<int64_t>(slot) * p.ld + c);
     acc.x += w * v.x, acc.y += w * v.y, acc.z += w * v.z, acc.w += w * v.w;
   }
-  *out = acc;
+  return acc;
+}
+
+__global__ void moe_combine_kernel(const MoeCombineParams p) {
+  wait_for_producers();  // see launch.cuh
+  allow_dependents();
+  const int t = static_cast<int>(blockIdx.y);
+  const int c = 4 * (static_cast<int>(blockIdx.x) * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x));
+  if (c >= p.hidden) return;
+  *reinterpret_cast<float4*>(p.out + t * p.out_stride + c) = combine_unit(p, t, c);
+}
+
+/// The combine with then_norm: block t combines row t (thread i: values 8i .. 8i + 7 of every pass, as
+/// row_norm.cuh lays them out), sums their squares as rms_norm does, and writes the normalised row.
+__global__ void __launch_bounds__(kRowNormThreads) moe_combine_norm_kernel(const MoeCombineParams p) {
+  wait_for_producers();  // see launch.cuh
+  allow_dependents();
+  __shared__ float scratch[kRowNormThreads / 32];
+  const int t = static_cast<int>(blockIdx.x);
+  float* row = p.out + t * p.out_stride;
+  float sum_sq = 0.0f;
+  for (int base = 0; base < p.hidden; base += kRowNormPass) {
+    const int i0 = base + 8 * static_cast<int>(threadIdx.x);
+    if (i0 >= p.hidden) continue;  // whole units of 8: hidden % 32 == 0
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float4 v = combine_unit(p, t, i0 + 4 * half);
+      *reinterpret_cast<float4*>(row + i0 + 4 * half) = v;
+      sum_sq = row_norm_square(v.x, sum_sq);
+      sum_sq = row_norm_square(v.y, sum_sq);
+      sum_sq = row_norm_square(v.z, sum_sq);
+      sum_sq = row_norm_square(v.w, sum_sq);
+    }
+  }
+  const RowNormTarget& n = p.then_norm;
+  const float inv = row_norm_inverse(sum_sq, p.hidden, n.eps, scratch);
+  uint8_t* q_row = n.out_q != nullptr ? n.out_q + t * n.out_q_stride : nullptr;
+  for (int base = 0; base < p.hidden; base += kRowNormPass) {
+    row_norm_write(row, inv, n.weight, p.hidden, base + 8 * static_cast<int>(threadIdx.x), n.out + t * n.out_stride,
+                   ActOut::f32, q_row, nullptr);
+  }
 }
 
 void require_arg(bool ok, const char* fn, const std::string& what) {
@@ -165,7 +203,20 @@ void moe_combine(const MoeCombineParams& p, cudaStream_t stream) {
               "moe_combine", "add must be 16-byte aligned with add_stride a multiple of 4, >= hidden");
   require_arg(p.k >= 1 && p.k <= moe_max_k && p.n_tokens >= 0 && p.n_tokens <= 65535, "moe_combine",
               "k outside 1..8 or n_tokens outside 0..65535");
+  const RowNormTarget& n = p.then_norm;
+  require_arg(
+      n.weight == nullptr ||
+          (n.out != nullptr && p.hidden % 32 == 0 && n.out_stride >= p.hidden && n.eps >= 0.0f &&
+           (n.out_q == nullptr || (n.out_q_stride >= x_int8_record_bytes(p.hidden) && n.out_q_stride % 16 == 0 &&
+                                   reinterpret_cast<uintptr_t>(n.out_q) % 16 == 0))),
+      "moe_combine",
+      "then_norm needs an output, hidden % 32 == 0 and, for records, 16-byte aligned rows of at "
+      "least 80 hidden / 32 bytes");
   if (p.n_tokens == 0) return;
+  if (n.weight != nullptr) {
+    launch_kernel(moe_combine_norm_kernel, p.n_tokens, kRowNormThreads, 0, stream, p);
+    return;
+  }
   const int threads = 128;
   const dim3 grid(static_cast<unsigned>((p.hidden / 4 + threads - 1) / threads), static_cast<unsigned>(p.n_tokens));
   launch_kernel(moe_combine_kernel, grid, threads, 0, stream, p);

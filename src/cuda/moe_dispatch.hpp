@@ -12,6 +12,7 @@
 
 #include "cuda/gemm_quant.hpp"
 #include "cuda/gemv_quant.hpp"
+#include "cuda/norms.hpp"
 
 namespace latte::cuda {
 
@@ -66,9 +67,12 @@ struct MoeCombineParams {
   bool accumulate = false;
   const float* add = nullptr;  ///< optional fp32 [n_tokens, add_stride]: added too (a shared expert's output)
   int64_t add_stride = 0;
+  /// Optional: each combined row then normalised (hidden % 32 == 0; one block of 256 threads per row): the
+  /// next block's input norm in the launch that finishes the residual row.
+  RowNormTarget then_norm{};
 };
 
-/// Launches the combine. Throws Error(invalid_argument) on bad sizes or misalignment.
+/// Launches the combine (and the normalisation). Throws Error(invalid_argument) on bad sizes or misalignment.
 void moe_combine(const MoeCombineParams& p, cudaStream_t stream);
 
 }  // namespace latte::cuda

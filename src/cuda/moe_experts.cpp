@@ -72,7 +72,8 @@ void combine_slots(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeExperts
                .out_stride = c.out_stride,
                .accumulate = c.accumulate,
                .add = c.add,
-               .add_stride = c.add_stride},
+               .add_stride = c.add_stride,
+               .then_norm = c.then_norm},
               stream);
 }
 
@@ -145,7 +146,8 @@ void decode_one_token(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeExpe
                .out_stride = c.out_stride,
                .accumulate = c.accumulate,
                .add = c.add,
-               .add_stride = c.add_stride},
+               .add_stride = c.add_stride,
+               .then_norm = c.then_norm},
               stream);
 }
 

@@ -21,6 +21,7 @@
 #include "cuda/device_buffer.hpp"
 #include "cuda/gemm_quant.hpp"
 #include "cuda/gemv_quant.hpp"
+#include "cuda/norms.hpp"
 
 namespace latte::cuda {
 
@@ -98,6 +99,8 @@ struct MoeExpertsCall {
   /// (route->ids == ids, route->weights == weights); the one-token path routes inside its first GEMV
   /// (GemvParams::route), any other runs moe_route first.
   const MoeRouterParams* route = nullptr;
+  /// Decode, optional: the combine then normalises the finished rows of `out` (MoeCombineParams::then_norm).
+  RowNormTarget then_norm{};
 };
 
 /// Decode path (n_tokens <= moe_gemv_max_tokens, fp32 x): GEMVs over groups of at most 8 of an expert's

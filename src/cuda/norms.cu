@@ -11,25 +11,13 @@
 
 #include "cuda/check.hpp"
 #include "cuda/launch.cuh"
-#include "cuda/split_int8_dot.cuh"
+#include "cuda/row_norm.cuh"
 #include "cuda/x_int8.hpp"
 
 namespace latte::cuda {
 namespace {
 
-constexpr int kNormThreads = 256;
-
-__device__ float block_sum(float v, float* scratch) {
-#pragma unroll
-  for (int o = 16; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  __syncthreads();  // scratch may still be read by a previous call
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  float total = 0.0f;
-  for (int w = 0; w < kNormThreads / 32; ++w) total += scratch[w];
-  return total;
-}
+constexpr int kNormThreads = kRowNormThreads;
 
 __global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const RmsNormParams p) {
   wait_for_producers();  // see launch.cuh
@@ -41,49 +29,31 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const RmsNormPar
   const bool writer = blockIdx.y == 0;
   const float* x = p.x + row * p.x_stride;
   float* h = p.residual ? p.residual + row * p.residual_stride : nullptr;
+  // thread t: values 8t .. 8t + 7 of each pass (row_norm.cuh), reading x[i] before it writes out[i]
   float sum_sq = 0.0f;
-  for (int i = static_cast<int>(threadIdx.x); i < p.n; i += kNormThreads) {
-    float v = x[i];
-    if (h) {
-      v += h[i];
-      h[i] = v;
-    }
-    sum_sq += v * v;
-  }
-  const float inv = rsqrtf(block_sum(sum_sq, scratch) / static_cast<float>(p.n) + p.eps);
-  if (p.out_q != nullptr && writer) {
-    // also the split-int8 record of the row (x_int8.hpp): thread t takes values 8t .. 8t + 7 of each
-    // 2048-value pass (four threads a unit), reading x[i] before it writes out[i] as in the loop below
-    const int units = p.n / 32;
-    const int lane = static_cast<int>(threadIdx.x) % 32;
-    for (int base = 0; base < p.n; base += 8 * kNormThreads) {
-      const int i0 = base + 8 * static_cast<int>(threadIdx.x);
-      const bool active = i0 < p.n;  // whole units: n % 32 == 0
-      float v[8];
+  for (int base = 0; base < p.n; base += kRowNormPass) {
+    const int i0 = base + 8 * static_cast<int>(threadIdx.x);
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        v[j] = active ? (h ? h[i0 + j] : x[i0 + j]) * inv * p.weight[i0 + j] : 0.0f;
-        if (!active) continue;
-        if (p.router != nullptr) y_s[i0 + j] = v[j];
-        if (p.out_type == ActOut::f32) {
-          static_cast<float*>(p.out)[row * p.out_stride + i0 + j] = v[j];
-        } else {
-          static_cast<__nv_bfloat16*>(p.out)[row * p.out_stride + i0 + j] = __float2bfloat16_rn(v[j]);
-        }
+    for (int j = 0; j < 8; ++j) {
+      if (i0 + j >= p.n) continue;
+      float v = x[i0 + j];
+      if (h) {
+        v += h[i0 + j];
+        h[i0 + j] = v;
       }
-      split_int8::quantize_unit_quad(p.out_q + row * p.out_q_stride, units, i0 / 32, v, lane % 4, active);
+      sum_sq = row_norm_square(v, sum_sq);
     }
-  } else {
-    for (int i = static_cast<int>(threadIdx.x); i < p.n; i += kNormThreads) {
-      const float v = (h ? h[i] : x[i]) * inv * p.weight[i];
-      if (p.router != nullptr) y_s[i] = v;
-      if (!writer) continue;
-      if (p.out_type == ActOut::f32) {
-        static_cast<float*>(p.out)[row * p.out_stride + i] = v;
-      } else {
-        static_cast<__nv_bfloat16*>(p.out)[row * p.out_stride + i] = __float2bfloat16_rn(v);
-      }
-    }
+  }
+  const float inv = row_norm_inverse(sum_sq, p.n, p.eps, scratch);
+  void* out_row = nullptr;
+  if (writer) {
+    out_row = p.out_type == ActOut::f32 ? static_cast<void*>(static_cast<float*>(p.out) + row * p.out_stride)
+                                        : static_cast<void*>(static_cast<__nv_bfloat16*>(p.out) + row * p.out_stride);
+  }
+  uint8_t* q_row = writer && p.out_q != nullptr ? p.out_q + row * p.out_q_stride : nullptr;
+  for (int base = 0; base < p.n; base += kRowNormPass) {
+    row_norm_write(h ? h : x, inv, p.weight, p.n, base + 8 * static_cast<int>(threadIdx.x), out_row, p.out_type, q_row,
+                   p.router != nullptr ? y_s : nullptr);
   }
   if (p.router == nullptr) return;
   // The router: warp w of block (row, j) takes router row 8 j + w, its lanes 4 values apart (float4 loads,
@@ -114,13 +84,13 @@ __global__ void __launch_bounds__(kNormThreads) layer_norm_kernel(const LayerNor
   const float* x = p.x + row * p.x_stride;
   float sum = 0.0f;
   for (int i = static_cast<int>(threadIdx.x); i < p.n; i += kNormThreads) sum += x[i];
-  const float mean = block_sum(sum, scratch) / static_cast<float>(p.n);
+  const float mean = row_block_sum(sum, scratch) / static_cast<float>(p.n);
   float sum_sq = 0.0f;
   for (int i = static_cast<int>(threadIdx.x); i < p.n; i += kNormThreads) {
     const float d = x[i] - mean;
     sum_sq += d * d;
   }
-  const float inv = rsqrtf(block_sum(sum_sq, scratch) / static_cast<float>(p.n) + p.eps);
+  const float inv = rsqrtf(row_block_sum(sum_sq, scratch) / static_cast<float>(p.n) + p.eps);
   __syncthreads();  // every thread has read x before any output (out may alias x)
   for (int i = static_cast<int>(threadIdx.x); i < p.n; i += kNormThreads) {
     p.out[row * p.out_stride + i] = (x[i] - mean) * inv * p.weight[i] + p.bias[i];

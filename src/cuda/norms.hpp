@@ -39,6 +39,18 @@ struct RmsNormParams {
   float* router_out = nullptr;
   int64_t router_out_stride = 0;
 };
+/// Where a kernel that finishes rows also normalises them with rms_norm's arithmetic (row_norm.cuh: the same
+/// bits as an rms_norm of the finished rows): out = rms(row) * weight, fp32, with the split-int8 records in
+/// out_q when set. weight == nullptr: no normalisation.
+struct RowNormTarget {
+  const float* weight = nullptr;  ///< fp32 [n]
+  float eps = 1e-6f;
+  float* out = nullptr;  ///< fp32 [rows, out_stride]
+  int64_t out_stride = 0;
+  uint8_t* out_q = nullptr;  ///< optional split-int8 records (n % 32 == 0, 16-byte aligned)
+  int64_t out_q_stride = 0;
+};
+
 /// Router rows per block of rms_norm's router product.
 inline constexpr int kRmsNormRouterRowsPerBlock = 8;
 void rms_norm(const RmsNormParams& p, cudaStream_t stream);

@@ -78,6 +78,14 @@ inline int any(int predicate) {
   });
 }
 
+inline unsigned ballot(int predicate) {
+  return warp_collective(predicate != 0, [](int, auto get) {
+    unsigned mask = 0;
+    for (int l = 0; l < 32; ++l) mask |= get(l) ? 1u << l : 0u;
+    return mask;
+  });
+}
+
 struct LaunchConfig {
   dim3 grid;
   dim3 block;
@@ -159,11 +167,13 @@ cudaError_t max_active_clusters(int* clusters, const cudaLaunchConfig_t* config)
 #define __shfl_down_sync(mask, value, delta) ::emu::shfl_down((value), (delta))
 #define __shfl_sync(mask, value, src) ::emu::shfl((value), (src))
 #define __any_sync(mask, predicate) ::emu::any((predicate))
+#define __ballot_sync(mask, predicate) ::emu::ballot((predicate))
 #define __threadfence() ((void)0)
 #define __syncwarp(...) ::emu::warp_barrier()
 #define __ldg(ptr) (*(ptr))
 
 inline int max(int a, int b) { return a > b ? a : b; }
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline int min(int a, int b) { return a < b ? a : b; }
 inline uint32_t __float_as_uint(float x) {
   uint32_t u;

@@ -15,6 +15,7 @@
 #include "cuda/moe_dispatch.hpp"
 #include "cuda/moe_experts.hpp"
 #include "cuda/moe_router.hpp"
+#include "cuda/norms.hpp"
 #include "cuda/standalone_params.hpp"
 #include "cuda/x_int8.hpp"
 #include "gpu_test_support.hpp"
@@ -287,6 +288,85 @@ TEST_CASE("moe_sort is a stable per-expert permutation and moe_combine sums each
       want[t * hidden + c] +=
           addend[static_cast<size_t>(t * add_stride + c)] - base[static_cast<size_t>(t * hidden + c)];
   check_close("moe_combine", "37 tokens k 6 + addend", compare(download(d_out.data(), d_out.size()), want), 1e-6);
+}
+
+TEST_CASE("moe_combine then normalising: the rows as without it, the normalised rows as rms_norm makes them") {
+  auto rng = make_rng("moe_combine norm");
+  const int tokens = 5, k = 6;
+  for (const int hidden : {128, 2560, 7168}) {
+    CAPTURE(hidden);
+    // the pairs' slots a random permutation, one pair of another rank's expert (-1)
+    std::vector<int32_t> slots(static_cast<size_t>(tokens * k));
+    std::iota(slots.begin(), slots.end(), 0);
+    std::shuffle(slots.begin(), slots.end(), rng);
+    slots[7] = -1;
+    const auto d_slots = upload(slots);
+    const auto d_eo = upload(random_floats(static_cast<size_t>(tokens * k * hidden), rng));
+    const auto d_w = upload(random_floats(static_cast<size_t>(tokens * k), rng));
+    const auto d_add = upload(random_floats(static_cast<size_t>(tokens * hidden), rng));
+    const auto base = random_floats(static_cast<size_t>(tokens * hidden), rng, 3.0f);
+    const auto d_norm_w = upload(random_floats(static_cast<size_t>(hidden), rng));
+    const int64_t q_stride = cuda::x_int8_record_bytes(hidden);
+    auto plain = upload(base), fused = upload(base);
+    DeviceBuffer<float> normed(static_cast<size_t>(tokens * hidden)), normed_ref(normed.size());
+    DeviceBuffer<uint8_t> q(static_cast<size_t>(tokens * q_stride)), q_ref(q.size());
+    for (void* p : {static_cast<void*>(normed.data()), static_cast<void*>(normed_ref.data())}) {
+      poison(p, normed.bytes());
+    }
+    poison(q.data(), q.bytes());
+    poison(q_ref.data(), q_ref.bytes());
+    cuda::MoeCombineParams params{.expert_out = d_eo.data(),
+                                  .ld = hidden,
+                                  .slot_of_pair = d_slots.data(),
+                                  .weights = d_w.data(),
+                                  .n_tokens = tokens,
+                                  .k = k,
+                                  .hidden = hidden,
+                                  .out = plain.data(),
+                                  .out_stride = hidden,
+                                  .accumulate = true,
+                                  .add = d_add.data(),
+                                  .add_stride = hidden};
+    cuda::moe_combine(params, nullptr);
+    params.out = fused.data();
+    params.then_norm = {.weight = d_norm_w.data(),
+                        .eps = 1e-6f,
+                        .out = normed.data(),
+                        .out_stride = hidden,
+                        .out_q = q.data(),
+                        .out_q_stride = q_stride};
+    cuda::moe_combine(params, nullptr);
+    cuda::rms_norm({.x = plain.data(),
+                    .x_stride = hidden,
+                    .weight = d_norm_w.data(),
+                    .n = hidden,
+                    .rows = tokens,
+                    .eps = 1e-6f,
+                    .out = normed_ref.data(),
+                    .out_stride = hidden,
+                    .out_q = q_ref.data(),
+                    .out_q_stride = q_stride},
+                   nullptr);
+    CHECK(download(fused.data(), fused.size()) == download(plain.data(), plain.size()));
+    const auto got = download(normed.data(), normed.size());
+    CHECK(all_finite(got));
+    CHECK(got == download(normed_ref.data(), normed_ref.size()));
+    CHECK(download(q.data(), q.size()) == download(q_ref.data(), q_ref.size()));
+  }
+  // a normalisation the records cannot take is an error
+  DeviceBuffer<float> buf(4 * 100);
+  DeviceBuffer<int32_t> sl(4);
+  cuda::MoeCombineParams bad{.expert_out = buf.data(),
+                             .ld = 100,
+                             .slot_of_pair = sl.data(),
+                             .weights = buf.data(),
+                             .n_tokens = 1,
+                             .k = 1,
+                             .hidden = 100,
+                             .out = buf.data(),
+                             .out_stride = 100};
+  bad.then_norm = {.weight = buf.data(), .out = buf.data(), .out_stride = 100};
+  CHECK_THROWS_AS(cuda::moe_combine(bad, nullptr), Error);  // hidden % 32 != 0
 }
 
 namespace {
