@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -240,6 +241,26 @@ class CudaMlaBackend final : public CudaAttentionBackend {
     return {.values_per_token = c_.kv_lora_rank + c_.qk_rope_head_dim, .element_type = GgmlType::bf16};
   }
 
+  /// One row: W_UK on the side stream beside the rope launch, its blocks quantizing q_nope themselves (the
+  /// same records, so the same q_lat; LATTE_MLA_UK_BESIDE_ROPE=0: after the rope launch, on its records).
+  bool start_query(int il, int n_rows, const float* q, cudaStream_t stream) override {
+    static const bool on = env_switch("LATTE_MLA_UK_BESIDE_ROPE", true);
+    const DeviceLayer& w = layer(il);
+    if (!on || n_rows != 1 || !reads_q_nope_records(w, 1)) return false;
+    const int N = c_.n_head, L = c_.kv_lora_rank, qk = c_.qk_nope_head_dim + c_.qk_rope_head_dim;
+    __nv_bfloat16* q_lat_bf16 = grow_scratch(q_lat_bf16_, static_cast<size_t>(N) * L, "mla q_lat bf16");
+    const HeadGroups::Groups groups = groups_.get(1, N);
+    if (!side_) side_.emplace();  // made on first use, on the device the step runs on
+    if (!fork_) fork_.emplace(cudaEventDisableTiming);
+    if (!join_) join_.emplace(cudaEventDisableTiming);
+    fork_->record(stream);
+    LATTE_CUDA_CHECK(cudaStreamWaitEvent(side_->get(), fork_->get(), 0));
+    per_head_gemv(w.k_b, L, groups, q, qk, nullptr, L, side_->get(), q_lat_bf16, nullptr, true);
+    join_->record(side_->get());
+    uk_started_ = il;
+    return true;
+  }
+
   QueryTargets query_targets(int il, int n_rows, const DeviceStep& step) override {
     if (n_rows > kTargetRows) return {};
     QueryTargets q;
@@ -248,7 +269,7 @@ class CudaMlaBackend final : public CudaAttentionBackend {
       q.cache_batch = step.rows;
     }
     const size_t heads = static_cast<size_t>(n_rows) * c_.n_head;
-    if (reads_q_nope_records(layer(il), n_rows)) {
+    if (reads_q_nope_records(layer(il), n_rows) && !(uk_started_ == il && n_rows == 1)) {
       q.records_stride = x_int8_record_bytes(c_.qk_nope_head_dim);
       q.nope_records = grow_scratch(q_nope_q_, heads * static_cast<size_t>(q.records_stride), "mla q_nope int8");
     }
@@ -271,6 +292,8 @@ class CudaMlaBackend final : public CudaAttentionBackend {
     // into the cache, when the caller took query_targets for them
     const bool given = targets_for_ == std::pair{in.layer, T};
     targets_for_ = {-1, 0};
+    const bool uk_done = uk_started_ == in.layer && T == 1;  // start_query ran W_UK (join_ before the decode)
+    uk_started_ = -1;
 
     // Cache rows: c (L) then k_pe (R), bf16.
     if (!given || !cache_from_rope()) {
@@ -289,6 +312,7 @@ class CudaMlaBackend final : public CudaAttentionBackend {
     }
 
     if (decompressed_prefill(in)) {
+      if (uk_done) LATTE_CUDA_CHECK(cudaStreamWaitEvent(stream, join_->get(), 0));  // (not taken at one row)
       prefill_decompressed(in, w, stream);
       return;
     }
@@ -300,7 +324,7 @@ class CudaMlaBackend final : public CudaAttentionBackend {
     // decode: each token's and head's q_nope as a split-int8 record for the int8 GEMV (W_UK's rows are
     // short), and q_pe as bf16: written by the rope launch when the caller took query_targets, else here
     uint8_t* q_nope_q = nullptr;
-    if (reads_q_nope_records(w, T)) {
+    if (reads_q_nope_records(w, T) && !uk_done) {
       if (given) {
         q_nope_q = q_nope_q_.data();
       } else {
@@ -315,8 +339,8 @@ class CudaMlaBackend final : public CudaAttentionBackend {
       }
     }
     const bool heads_blas = heads_through_blas(T);  // never with the DSA indexer (see there)
-    float* o_lat = nullptr;               // the attention output: fp32 for the per-head GEMV,
-    __nv_bfloat16* o_lat_bf16 = nullptr;  // or bf16 for the cuBLAS product
+    float* o_lat = nullptr;                         // the attention output: fp32 for the per-head GEMV,
+    __nv_bfloat16* o_lat_bf16 = nullptr;            // or bf16 for the cuBLAS product
     if (heads_blas) {
       // many rows: q_nope as bf16 and one strided-batched product with every head's W_UK (a batch entry per
       // head, bf16 out), where the per-head GEMV re-read each head's matrix for every group of 8 tokens
@@ -325,7 +349,9 @@ class CudaMlaBackend final : public CudaAttentionBackend {
       heads_product(w.k_b, L, q_nope_bf16, P, T, q_lat_bf16, nullptr, L, stream);
       o_lat_bf16 = grow_scratch(o_lat_bf16_, TN * L, "mla o_lat bf16");
     } else {
-      per_head_gemv(w.k_b, L, groups, in.q, qk, nullptr, L, stream, q_lat_bf16, q_nope_q);  // bf16 for the kernel
+      if (!uk_done) {
+        per_head_gemv(w.k_b, L, groups, in.q, qk, nullptr, L, stream, q_lat_bf16, q_nope_q);  // bf16 for the kernel
+      }
       o_lat = grow_scratch(o_lat_, TN * L, "mla o_lat");
     }
     if (!given) convert_to_bf16(in.q + P, qk, q_rope_bf16, R, static_cast<int>(TN), R, stream);
@@ -349,6 +375,7 @@ class CudaMlaBackend final : public CudaAttentionBackend {
                       .out_type = heads_blas ? AttnOutputType::bf16 : AttnOutputType::f32,
                       .out = heads_blas ? static_cast<void*>(o_lat_bf16) : static_cast<void*>(o_lat)};
     const MlaDecodePlan plan = plan_mla_decode(p);
+    if (uk_done) LATTE_CUDA_CHECK(cudaStreamWaitEvent(stream, join_->get(), 0));
     void* ws =
         plan.workspace_bytes ? grow_scratch(workspace_, plan.workspace_bytes, "mla split-KV workspace") : nullptr;
     run_mla_decode(p, plan, ws, plan.workspace_bytes, stream);
@@ -398,8 +425,8 @@ class CudaMlaBackend final : public CudaAttentionBackend {
 
   /// For every head h: C_h[T, n] = A_h[T, k] W_h^T with W_h the rows [h n, (h + 1) n) of `stack` (k values
   /// each) as bf16, A_h at a + h k (token stride N k), C_h at h n (token stride N n) of c (bf16) or c_f32.
-  void heads_product(const DeviceMatrix& stack, int64_t n, const __nv_bfloat16* a, int64_t k, int T,
-                     __nv_bfloat16* c, float* c_f32, int64_t c_head_stride, cudaStream_t stream) {
+  void heads_product(const DeviceMatrix& stack, int64_t n, const __nv_bfloat16* a, int64_t k, int T, __nv_bfloat16* c,
+                     float* c_f32, int64_t c_head_stride, cudaStream_t stream) {
     const int N = c_.n_head;
     const int64_t ldw = bf16_weight_stride(stack.k);
     gemm_bf16_batched(blas(),
@@ -528,19 +555,19 @@ class CudaMlaBackend final : public CudaAttentionBackend {
     convert_to_bf16(in.q + static_cast<size_t>(s.first_row) * N * qk, static_cast<int64_t>(N) * qk, q,
                     static_cast<int64_t>(N) * qk, s.n_tokens, N * qk, stream);
     flash_prefill_split({.q = q,
-                       .q_token_stride = static_cast<int64_t>(N) * qk,
-                       .q_head_stride = qk,
-                       .k_cache = {.data = k, .token_stride = static_cast<int64_t>(N) * qk, .head_stride = qk},
-                       .v_cache = {.data = v, .token_stride = static_cast<int64_t>(N) * V, .head_stride = V},
-                       .n_queries = s.n_tokens,
-                       .pos0 = s.n_past,
-                       .n_heads = N,
-                       .head_dim_qk = qk,
-                       .head_dim_v = V,
-                       .scale = in.scale,
-                       .out_type = AttnOutputType::f32,
-                       .out = in.out + static_cast<size_t>(s.first_row) * N * V},
-                      prefill_workspace_, stream);
+                         .q_token_stride = static_cast<int64_t>(N) * qk,
+                         .q_head_stride = qk,
+                         .k_cache = {.data = k, .token_stride = static_cast<int64_t>(N) * qk, .head_stride = qk},
+                         .v_cache = {.data = v, .token_stride = static_cast<int64_t>(N) * V, .head_stride = V},
+                         .n_queries = s.n_tokens,
+                         .pos0 = s.n_past,
+                         .n_heads = N,
+                         .head_dim_qk = qk,
+                         .head_dim_v = V,
+                         .scale = in.scale,
+                         .out_type = AttnOutputType::f32,
+                         .out = in.out + static_cast<size_t>(s.first_row) * N * V},
+                        prefill_workspace_, stream);
   }
 
   /// Device [n] = 0, 1, ..., n - 1.
@@ -569,7 +596,7 @@ class CudaMlaBackend final : public CudaAttentionBackend {
   DeviceBuffer<float> prefill_workspace_;  // flash prefill's split partial results
   DeviceBuffer<__nv_bfloat16> q_lat_bf16_, q_rope_bf16_;
   DeviceBuffer<__nv_bfloat16> q_nope_bf16_, o_lat_bf16_;  // decode steps of many rows
-  DeviceBuffer<uint8_t> q_nope_q_;  // decode: q_nope per token and head as split-int8 records
+  DeviceBuffer<uint8_t> q_nope_q_;                        // decode: q_nope per token and head as split-int8 records
   /// The page table of layer il among the step's (one table: that layer's, whatever il is).
   static int in_layer_table(const DeviceStep& step, int il) { return step.n_layer == 1 ? 0 : il; }
   /// The latent cache rows c | k_pe of the step's n_rows rows in page table `table`.
@@ -585,6 +612,9 @@ class CudaMlaBackend final : public CudaAttentionBackend {
 
   static constexpr int kTargetRows = 64;    // query_targets: up to this many rows
   std::pair<int, int> targets_for_{-1, 0};  // (layer, rows) whose query_targets were handed out
+  int uk_started_ = -1;                     // the layer whose one-row W_UK start_query launched
+  std::optional<Stream> side_;              // start_query's stream (fork_ / join_ order it)
+  std::optional<Event> fork_, join_;
   DeviceBuffer<std::byte> workspace_;
 };
 
@@ -658,20 +688,20 @@ class CudaStandardBackend final : public CudaAttentionBackend {
     if (prefill) {
       for (const AttentionSequence& s : in.sequences) {
         flash_prefill_split({.q = q + static_cast<size_t>(s.first_row) * N * qk,
-                           .q_token_stride = static_cast<int64_t>(N) * qk,
-                           .q_head_stride = qk,
-                           .k_cache = k_read,
-                           .v_cache = v_read,
-                           .cache_batch = s.first_row,
-                           .n_queries = s.n_tokens,
-                           .pos0 = s.n_past,
-                           .n_heads = N,
-                           .head_dim_qk = qk,
-                           .head_dim_v = V,
-                           .scale = in.scale,
-                           .out_type = AttnOutputType::f32,
-                           .out = in.out + static_cast<size_t>(s.first_row) * N * V},
-                          prefill_workspace_, stream);
+                             .q_token_stride = static_cast<int64_t>(N) * qk,
+                             .q_head_stride = qk,
+                             .k_cache = k_read,
+                             .v_cache = v_read,
+                             .cache_batch = s.first_row,
+                             .n_queries = s.n_tokens,
+                             .pos0 = s.n_past,
+                             .n_heads = N,
+                             .head_dim_qk = qk,
+                             .head_dim_v = V,
+                             .scale = in.scale,
+                             .out_type = AttnOutputType::f32,
+                             .out = in.out + static_cast<size_t>(s.first_row) * N * V},
+                            prefill_workspace_, stream);
       }
       return;
     }
