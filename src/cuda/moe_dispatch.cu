@@ -114,20 +114,40 @@ __global__ void __launch_bounds__(kSortThreads) moe_sort_kernel(const MoeSortPar
   }
 }
 
-/// Token t's combined values c .. c + 3: (out if accumulating) + add + sum_j weight_j expert_out[slot_j].
-__device__ __forceinline__ float4 combine_unit(const MoeCombineParams& p, int t, int c) {
-  float4 acc =
-      p.accumulate ? *reinterpret_cast<const float4*>(p.out + t * p.out_stride + c) : make_float4(0.f, 0.f, 0.f, 0.f);
-  if (p.add != nullptr) {
-    const float4 v = *reinterpret_cast<const float4*>(p.add + t * p.add_stride + c);
-    acc.x += v.x, acc.y += v.y, acc.z += v.z, acc.w += v.w;
+/// Token t's choices: the slot (-1: an expert of another rank, expert parallelism) and weight of each.
+struct Choices {
+  int slot[moe_max_k];
+  float weight[moe_max_k];
+};
+__device__ __forceinline__ Choices load_choices(const MoeCombineParams& p, int t) {
+  Choices c;
+#pragma unroll
+  for (int j = 0; j < moe_max_k; ++j) {
+    c.slot[j] = j < p.k ? p.slot_of_pair[t * p.k + j] : -1;
+    c.weight[j] = j < p.k ? p.weights[t * p.k + j] : 0.0f;
   }
-  for (int j = 0; j < p.k; ++j) {
-    const int slot = p.slot_of_pair[t * p.k + j];
-    if (slot < 0) continue;  // an expert of another rank (expert parallelism)
-    const float w = p.weights[t * p.k + j];
-    const float4 v = *reinterpret_cast<const float4*>(p.expert_out + static_cast<int64_t>(slot) * p.ld + c);
-    acc.x += w * v.x, acc.y += w * v.y, acc.z += w * v.z, acc.w += w * v.w;
+  return c;
+}
+
+/// Token t's combined values c .. c + 3: (out if accumulating) + add + sum_j weight_j expert_out[slot_j], in
+/// choice order; every load issued before the first add.
+__device__ __forceinline__ float4 combine_unit(const MoeCombineParams& p, const Choices& ch, int t, int c) {
+  const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+  float4 acc = p.accumulate ? *reinterpret_cast<const float4*>(p.out + t * p.out_stride + c) : zero;
+  const float4 add = p.add != nullptr ? *reinterpret_cast<const float4*>(p.add + t * p.add_stride + c) : zero;
+  float4 v[moe_max_k];
+#pragma unroll
+  for (int j = 0; j < moe_max_k; ++j) {
+    v[j] = ch.slot[j] >= 0
+               ? *reinterpret_cast<const float4*>(p.expert_out + static_cast<int64_t>(ch.slot[j]) * p.ld + c)
+               : zero;
+  }
+  if (p.add != nullptr) acc.x += add.x, acc.y += add.y, acc.z += add.z, acc.w += add.w;
+#pragma unroll
+  for (int j = 0; j < moe_max_k; ++j) {
+    if (ch.slot[j] < 0) continue;
+    const float w = ch.weight[j];
+    acc.x += w * v[j].x, acc.y += w * v[j].y, acc.z += w * v[j].z, acc.w += w * v[j].w;
   }
   return acc;
 }
@@ -138,7 +158,7 @@ __global__ void moe_combine_kernel(const MoeCombineParams p) {
   const int t = static_cast<int>(blockIdx.y);
   const int c = 4 * (static_cast<int>(blockIdx.x) * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x));
   if (c >= p.hidden) return;
-  *reinterpret_cast<float4*>(p.out + t * p.out_stride + c) = combine_unit(p, t, c);
+  *reinterpret_cast<float4*>(p.out + t * p.out_stride + c) = combine_unit(p, load_choices(p, t), t, c);
 }
 
 /// The combine with then_norm: block t combines row t (thread i: values 8i .. 8i + 7 of every pass, as
@@ -149,13 +169,14 @@ __global__ void __launch_bounds__(kRowNormThreads) moe_combine_norm_kernel(const
   __shared__ float scratch[kRowNormThreads / 32];
   const int t = static_cast<int>(blockIdx.x);
   float* row = p.out + t * p.out_stride;
+  const Choices choices = load_choices(p, t);
   float sum_sq = 0.0f;
   for (int base = 0; base < p.hidden; base += kRowNormPass) {
     const int i0 = base + 8 * static_cast<int>(threadIdx.x);
     if (i0 >= p.hidden) continue;  // whole units of 8: hidden % 32 == 0
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const float4 v = combine_unit(p, t, i0 + 4 * half);
+      const float4 v = combine_unit(p, choices, t, i0 + 4 * half);
       *reinterpret_cast<float4*>(row + i0 + 4 * half) = v;
       sum_sq = row_norm_square(v.x, sum_sq);
       sum_sq = row_norm_square(v.y, sum_sq);
