@@ -150,7 +150,8 @@ PagedRows<T> row_pages(const std::byte* base, const int64_t* pages, int64_t toke
 }
 
 /// Per-head gathered-GEMV groups for T rows of N heads: group (h, chunk) multiplies head h's matrix
-/// with rows chunk*8 .. of that head, reading and writing row t*N + h of [T, N, *] arrays.
+/// with rows chunk*8 .. of that head, reading row t*x_token_rows + h (default N: [T, N, *] arrays) and
+/// writing row t*N + h.
 class HeadGroups {
  public:
   struct Groups {
@@ -159,8 +160,9 @@ class HeadGroups {
     int n;
     int max_tokens;  ///< the largest group's token count: min(T, 8)
   };
-  Groups get(int T, int N) {
-    auto it = cache_.find(T);
+  Groups get(int T, int N, int x_token_rows = 0) {
+    if (x_token_rows <= 0) x_token_rows = N;
+    auto it = cache_.find({T, x_token_rows});
     if (it == cache_.end()) {
       std::vector<GemvGroup> host;
       for (int h = 0; h < N; ++h) {
@@ -168,7 +170,10 @@ class HeadGroups {
           GemvGroup g{};
           g.matrix = h;
           g.count = std::min(gemv_max_tokens, T - t0);
-          for (int i = 0; i < g.count; ++i) g.x_row[i] = g.y_row[i] = (t0 + i) * N + h;
+          for (int i = 0; i < g.count; ++i) {
+            g.x_row[i] = (t0 + i) * x_token_rows + h;
+            g.y_row[i] = (t0 + i) * N + h;
+          }
           host.push_back(g);
         }
       }
@@ -178,7 +183,7 @@ class HeadGroups {
       LATTE_CUDA_CHECK(
           cudaMemcpy(e.groups.data(), host.data(), host.size() * sizeof(GemvGroup), cudaMemcpyHostToDevice));
       LATTE_CUDA_CHECK(cudaMemcpy(e.count.data(), &n, sizeof(n), cudaMemcpyHostToDevice));
-      it = cache_.emplace(T, std::move(e)).first;
+      it = cache_.emplace(std::pair{T, x_token_rows}, std::move(e)).first;
     }
     return {it->second.groups.data(), it->second.count.data(), it->second.n, std::min(T, gemv_max_tokens)};
   }
@@ -189,7 +194,7 @@ class HeadGroups {
     DeviceBuffer<int32_t> count;
     int n;
   };
-  std::map<int, Entry> cache_;
+  std::map<std::pair<int, int>, Entry> cache_;
 };
 
 /// y[t, h] = M_h x[t, h] for every row t and head h, one launch (M_h: matrix h of `stack`, `rows_per_head` rows).
@@ -241,15 +246,20 @@ class CudaMlaBackend final : public CudaAttentionBackend {
     return {.values_per_token = c_.kv_lora_rank + c_.qk_rope_head_dim, .element_type = GgmlType::bf16};
   }
 
-  /// One row: W_UK on the side stream beside the rope launch, its blocks quantizing q_nope themselves (the
-  /// same records, so the same q_lat; LATTE_MLA_UK_BESIDE_ROPE=0: after the rope launch, on its records).
-  bool start_query(int il, int n_rows, const float* q, cudaStream_t stream) override {
-    static const bool on = env_switch("LATTE_MLA_UK_BESIDE_ROPE", true);
+  /// Steps of up to LATTE_MLA_UK_BESIDE_ROPE rows (default 1; 0: never; at most 8): W_UK on the side stream
+  /// beside the rope launch, its blocks quantizing q_nope themselves (the same records as the rope launch's,
+  /// so the same q_lat), instead of after the rope launch on its records. Several rows need q's token stride
+  /// to be whole heads (q_token_stride % (P + R) == 0: the DeepSeek projection row of q | latent | k_pe is).
+  bool start_query(int il, int n_rows, const float* q, int64_t q_token_stride, cudaStream_t stream) override {
+    static const int max_rows = [] {
+      const char* v = std::getenv("LATTE_MLA_UK_BESIDE_ROPE");
+      return v == nullptr ? 1 : std::clamp(std::atoi(v), 0, gemv_max_tokens);
+    }();
     const DeviceLayer& w = layer(il);
-    if (!on || n_rows != 1 || !reads_q_nope_records(w, 1)) return false;
     const int N = c_.n_head, L = c_.kv_lora_rank, qk = c_.qk_nope_head_dim + c_.qk_rope_head_dim;
-    __nv_bfloat16* q_lat_bf16 = grow_scratch(q_lat_bf16_, static_cast<size_t>(N) * L, "mla q_lat bf16");
-    const HeadGroups::Groups groups = groups_.get(1, N);
+    if (n_rows < 1 || n_rows > max_rows || !reads_q_nope_records(w, n_rows) || q_token_stride % qk != 0) return false;
+    __nv_bfloat16* q_lat_bf16 = grow_scratch(q_lat_bf16_, static_cast<size_t>(n_rows) * N * L, "mla q_lat bf16");
+    const HeadGroups::Groups groups = groups_.get(n_rows, N, static_cast<int>(q_token_stride / qk));
     if (!side_) side_.emplace();  // made on first use, on the device the step runs on
     if (!fork_) fork_.emplace(cudaEventDisableTiming);
     if (!join_) join_.emplace(cudaEventDisableTiming);
@@ -257,7 +267,7 @@ class CudaMlaBackend final : public CudaAttentionBackend {
     LATTE_CUDA_CHECK(cudaStreamWaitEvent(side_->get(), fork_->get(), 0));
     per_head_gemv(w.k_b, L, groups, q, qk, nullptr, L, side_->get(), q_lat_bf16, nullptr, true);
     join_->record(side_->get());
-    uk_started_ = il;
+    uk_started_ = {il, n_rows};
     return true;
   }
 
@@ -269,7 +279,7 @@ class CudaMlaBackend final : public CudaAttentionBackend {
       q.cache_batch = step.rows;
     }
     const size_t heads = static_cast<size_t>(n_rows) * c_.n_head;
-    if (reads_q_nope_records(layer(il), n_rows) && !(uk_started_ == il && n_rows == 1)) {
+    if (reads_q_nope_records(layer(il), n_rows) && uk_started_ != std::pair{il, n_rows}) {
       q.records_stride = x_int8_record_bytes(c_.qk_nope_head_dim);
       q.nope_records = grow_scratch(q_nope_q_, heads * static_cast<size_t>(q.records_stride), "mla q_nope int8");
     }
@@ -292,8 +302,8 @@ class CudaMlaBackend final : public CudaAttentionBackend {
     // into the cache, when the caller took query_targets for them
     const bool given = targets_for_ == std::pair{in.layer, T};
     targets_for_ = {-1, 0};
-    const bool uk_done = uk_started_ == in.layer && T == 1;  // start_query ran W_UK (join_ before the decode)
-    uk_started_ = -1;
+    const bool uk_done = uk_started_ == std::pair{in.layer, T};  // start_query ran W_UK (join_ before the decode)
+    uk_started_ = {-1, 0};
 
     // Cache rows: c (L) then k_pe (R), bf16.
     if (!given || !cache_from_rope()) {
@@ -612,7 +622,7 @@ class CudaMlaBackend final : public CudaAttentionBackend {
 
   static constexpr int kTargetRows = 64;    // query_targets: up to this many rows
   std::pair<int, int> targets_for_{-1, 0};  // (layer, rows) whose query_targets were handed out
-  int uk_started_ = -1;                     // the layer whose one-row W_UK start_query launched
+  std::pair<int, int> uk_started_{-1, 0};   // (layer, rows) whose W_UK start_query launched
   std::optional<Stream> side_;              // start_query's stream (fork_ / join_ order it)
   std::optional<Event> fork_, join_;
   DeviceBuffer<std::byte> workspace_;

@@ -94,11 +94,14 @@ class CudaAttentionBackend : public AttentionBackend {
     const int32_t* cache_batch = nullptr;
   };
   virtual QueryTargets query_targets(int /*il*/, int /*n_rows*/, const DeviceStep& /*step*/) { return {}; }
-  /// Called with the layer's un-rotated queries q (fp32, before the rope launch; of one row: head h at q + h
-  /// (qk_nope + qk_rope)) ahead of query_targets: may start, on a stream of the backend's own forked from
-  /// `stream`, work that needs nothing else, which the layer's forward_device then joins. Returns whether it
-  /// started anything. (mla: the one-row absorption q_lat = W_UK^T q_nope, beside the rope launch.)
-  virtual bool start_query(int /*il*/, int /*n_rows*/, const float* /*q*/, cudaStream_t /*stream*/) { return false; }
+  /// Called with the layer's un-rotated queries q (fp32, before the rope launch: row t head h at q + t
+  /// q_token_stride + h (qk_nope + qk_rope)) ahead of query_targets: may start, on a stream of the backend's
+  /// own forked from `stream`, work that needs nothing else, which the layer's forward_device then joins.
+  /// Returns whether it started anything. (mla: the absorption q_lat = W_UK^T q_nope, beside the rope launch.)
+  virtual bool start_query(int /*il*/, int /*n_rows*/, const float* /*q*/, int64_t /*q_token_stride*/,
+                           cudaStream_t /*stream*/) {
+    return false;
+  }
   void prepare(std::span<const AttentionLayerWeights> layers) override { n_layer_ = static_cast<int>(layers.size()); }
 
  protected:

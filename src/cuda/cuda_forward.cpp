@@ -715,8 +715,8 @@ class CudaForward final : public CudaRankForward {
     rp.norm_dst_stride = L;
     rp.norm_n = L;
     rp.norm_eps = c_.rms_norm_eps;
-    // the backend may start what needs only the un-rotated q beside the rope launch (mla, one row: W_UK)
-    backend_.start_query(il, T, q_src ? q_src : a.q.data(), stream());
+    // the backend may start what needs only the un-rotated q beside the rope launch (mla: W_UK)
+    backend_.start_query(il, T, q_src ? q_src : a.q.data(), q_src ? width : q_row, stream());
     const CudaAttentionBackend::QueryTargets targets = backend_.query_targets(il, T, step_);
     rp.nope_q = targets.nope_records;  // rope_yarn checks P against the records' units of 32
     rp.nope_q_stride = targets.records_stride;
