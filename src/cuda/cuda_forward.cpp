@@ -943,9 +943,12 @@ class CudaForward final : public CudaRankForward {
   /// Where the combine that finishes layer il's residual rows (the last write to them in the layer) normalises
   /// them for layer il + 1's attention, as its rms_norm would (the same bits), which then skips it: a launch
   /// fewer per MoE layer. Nowhere (weight null) for the last layer, with tensor parallelism (the rows are
-  /// finished by the all-reduce after the combine) or with LATTE_COMBINE_NORM=0. Sets prenormed_ when used.
+  /// finished by the all-reduce after the combine), or unless LATTE_COMBINE_NORM=1: measured on an H200 it
+  /// was no faster (tg128 494.7 / 493.9 on, 495.9 / 493.9 off; x8 and x32 within a call's spread: one block
+  /// per row combining and normalising takes about what the combine's four blocks and the norm launch
+  /// overlapped by PDL take). Sets prenormed_ when used.
   RowNormTarget next_attention_norm(int il, int T) {
-    static const bool on = env_switch("LATTE_COMBINE_NORM", true);
+    static const bool on = env_switch("LATTE_COMBINE_NORM", false);
     if (!on || communicator_ || il + 1 >= c_.n_layer_main() || c_.n_embd % 32 != 0) return {};
     prenormed_ = true;
     uint8_t* records = hidden_record(T);

@@ -399,7 +399,11 @@ MlaDecodePlan plan_mla_decode(const MlaDecodeParams& p, int force_splits, MlaSpl
   // token) and the partial results written and read again (4 bytes per value, twice) spread over the SMs: up
   // to a few hundred positions one CTA per head group then beats splitting (the decode of one token at depth
   // < 256 took 10 us + 5.5 us of combine with 8 splits). In a cluster the merge is ~1: two cluster barriers
-  // and 32 KB of another CTA's shared memory per CTA, but the clusters fill fewer SMs at a time.
+  // and 32 KB of another CTA's shared memory per CTA, but the clusters fill fewer SMs at a time. Measured on an
+  // H200 (BENCHMARKS.md, thirteenth round) the cluster paid only where one sequence's few CTAs would leave the
+  // GPU idle: tg128 +3.6% at one sequence, but -2-3% at 8 sequences and -1% at 32 against the combine
+  // launch's plans, so the automatic plan keeps it to at most kClusterMaxBaseCtas CTAs before splitting.
+  constexpr int64_t kClusterMaxBaseCtas = 2;
   const double tile_bytes = static_cast<double>(info.tile_tokens) * kMlaCacheRow * 2;
   const double partial_bytes_per_split = static_cast<double>(p.batch) * rows_total * kMlaLatentDim * 4 * 2;
   auto combine_cost = [&](int s) { return 5.0 + s * partial_bytes_per_split / (tile_bytes * ctas_per_wave); };
@@ -412,9 +416,9 @@ MlaDecodePlan plan_mla_decode(const MlaDecodeParams& p, int force_splits, MlaSpl
     return static_cast<double>(waves * ((tiles + s - 1) / s + 2)) + kClusterMergeCost;
   };
   static const bool clusters_allowed = env_switch("LATTE_MLA_CLUSTER", true);
-  const bool may_cluster =
-      merge == MlaSplitMerge::cluster || (merge == MlaSplitMerge::automatic && clusters_allowed && device.major >= 9 &&
-                                          cluster_config(config) && force_splits <= 0);
+  const bool may_cluster = merge == MlaSplitMerge::cluster ||
+                           (merge == MlaSplitMerge::automatic && clusters_allowed && device.major >= 9 &&
+                            cluster_config(config) && force_splits <= 0 && base_ctas <= kClusterMaxBaseCtas);
   int best_splits = 1;
   bool cluster = false;
   if (merge == MlaSplitMerge::cluster && force_splits > 0) {

@@ -62,8 +62,8 @@ struct MlaDecodeParams {
 /// How the KV splits of a sequence are merged: by a combine launch after the decode (partial results in the
 /// workspace), or inside the decode launch, where the splits of each (row group, sequence) run as one
 /// thread-block cluster and merge through each other's shared memory (sm_90 and later, at most 8 splits, up
-/// to 32 rows per sequence: no combine launch, no workspace). `automatic` takes the cheaper one for the shape
-/// (LATTE_MLA_CLUSTER=0: never the cluster).
+/// to 32 rows per sequence: no combine launch, no workspace). `automatic` takes the cheaper one for the shape,
+/// the cluster only for one sequence's one or two row groups (LATTE_MLA_CLUSTER=0: never the cluster).
 enum class MlaSplitMerge { automatic, combine_launch, cluster };
 
 /// How run_mla_decode splits the work; from plan_mla_decode. Depends only on the shape
