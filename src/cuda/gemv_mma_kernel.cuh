@@ -613,7 +613,8 @@ inline bool gemv_mma_split_enabled() {
   return on;
 }
 
-/// Which build of the unsplit Q4_K tensor-core GEMV runs (LATTE_GEMV_MMA_WIDE, off by default until measured):
+/// Which build of the unsplit Q4_K tensor-core GEMV runs (LATTE_GEMV_MMA_WIDE, off by default: build 2 measured
+/// x32 -5% and x64 -4% on an H200, BENCHMARKS.md thirteenth round):
 /// 0, 3 blocks per SM (168 registers); 1, 4 blocks (128 registers, 160-200 bytes spilled); 2, 4 blocks with
 /// steps of half a super-block (the loads in flight in fewer registers). Q5_K spills ~300 bytes at 128
 /// registers and stays at 3.

@@ -893,8 +893,8 @@ inline bool gemv_x8_applies(const GemvParams& p) {
 }
 
 /// Whether the 1- and 2-token builds of gemv_x8_kernel and gemv_x8_legacy_kernel run with more blocks per SM
-/// (kGemvX8WideBlocks; LATTE_GEMV_X8_WIDE=1). Off by default until measured: 4 blocks per SM, as the 4- and
-/// 8-token builds.
+/// (kGemvX8WideBlocks; LATTE_GEMV_X8_WIDE=1). Off by default: 4 blocks per SM, as the 4- and 8-token builds
+/// (the wide builds measured tg32 -6% and x8 unchanged on an H200, BENCHMARKS.md thirteenth round).
 inline bool gemv_x8_wide_enabled() {
   static const bool on = env_switch("LATTE_GEMV_X8_WIDE", false);
   return on;
