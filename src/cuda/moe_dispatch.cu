@@ -161,8 +161,8 @@ __global__ void moe_combine_kernel(const MoeCombineParams p) {
   *reinterpret_cast<float4*>(p.out + t * p.out_stride + c) = combine_unit(p, load_choices(p, t), t, c);
 }
 
-/// The combine with then_norm: block t combines row t (thread i: values 8i .. 8i + 7 of every pass, as
-/// row_norm.cuh lays them out), sums their squares as rms_norm does, and writes the normalised row.
+/// The combine with then_norm: block t combines row t (thread i: float4 units i, i + blockDim, ...), then, after
+/// a barrier, normalises the row as rms_norm does (row_norm.cuh: the same threads sum the same values).
 __global__ void __launch_bounds__(kRowNormThreads) moe_combine_norm_kernel(const MoeCombineParams p) {
   wait_for_producers();  // see launch.cuh
   allow_dependents();
@@ -170,27 +170,14 @@ __global__ void __launch_bounds__(kRowNormThreads) moe_combine_norm_kernel(const
   const int t = static_cast<int>(blockIdx.x);
   float* row = p.out + t * p.out_stride;
   const Choices choices = load_choices(p, t);
-  float sum_sq = 0.0f;
-  for (int base = 0; base < p.hidden; base += kRowNormPass) {
-    const int i0 = base + 8 * static_cast<int>(threadIdx.x);
-    if (i0 >= p.hidden) continue;  // whole units of 8: hidden % 32 == 0
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const float4 v = combine_unit(p, choices, t, i0 + 4 * half);
-      *reinterpret_cast<float4*>(row + i0 + 4 * half) = v;
-      sum_sq = row_norm_square(v.x, sum_sq);
-      sum_sq = row_norm_square(v.y, sum_sq);
-      sum_sq = row_norm_square(v.z, sum_sq);
-      sum_sq = row_norm_square(v.w, sum_sq);
-    }
+  for (int c = 4 * static_cast<int>(threadIdx.x); c < p.hidden; c += 4 * kRowNormThreads) {
+    *reinterpret_cast<float4*>(row + c) = combine_unit(p, choices, t, c);
   }
+  __syncthreads();  // the row's values, written by the block's threads, before they are summed by others
   const RowNormTarget& n = p.then_norm;
-  const float inv = row_norm_inverse(sum_sq, p.hidden, n.eps, scratch);
-  uint8_t* q_row = n.out_q != nullptr ? n.out_q + t * n.out_q_stride : nullptr;
-  for (int base = 0; base < p.hidden; base += kRowNormPass) {
-    row_norm_write(row, inv, n.weight, p.hidden, base + 8 * static_cast<int>(threadIdx.x), n.out + t * n.out_stride,
-                   ActOut::f32, q_row, nullptr);
-  }
+  const float inv = row_norm_inverse(row_norm_sum(row, nullptr, p.hidden), p.hidden, n.eps, scratch);
+  row_norm_outputs(row, inv, n.weight, p.hidden, n.out + t * n.out_stride, ActOut::f32,
+                   n.out_q != nullptr ? n.out_q + t * n.out_q_stride : nullptr, nullptr);
 }
 
 void require_arg(bool ok, const char* fn, const std::string& what) {

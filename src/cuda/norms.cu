@@ -29,32 +29,14 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const RmsNormPar
   const bool writer = blockIdx.y == 0;
   const float* x = p.x + row * p.x_stride;
   float* h = p.residual ? p.residual + row * p.residual_stride : nullptr;
-  // thread t: values 8t .. 8t + 7 of each pass (row_norm.cuh), reading x[i] before it writes out[i]
-  float sum_sq = 0.0f;
-  for (int base = 0; base < p.n; base += kRowNormPass) {
-    const int i0 = base + 8 * static_cast<int>(threadIdx.x);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      if (i0 + j >= p.n) continue;
-      float v = x[i0 + j];
-      if (h) {
-        v += h[i0 + j];
-        h[i0 + j] = v;
-      }
-      sum_sq = row_norm_square(v, sum_sq);
-    }
-  }
-  const float inv = row_norm_inverse(sum_sq, p.n, p.eps, scratch);
+  const float inv = row_norm_inverse(row_norm_sum(x, h, p.n), p.n, p.eps, scratch);
   void* out_row = nullptr;
   if (writer) {
     out_row = p.out_type == ActOut::f32 ? static_cast<void*>(static_cast<float*>(p.out) + row * p.out_stride)
                                         : static_cast<void*>(static_cast<__nv_bfloat16*>(p.out) + row * p.out_stride);
   }
   uint8_t* q_row = writer && p.out_q != nullptr ? p.out_q + row * p.out_q_stride : nullptr;
-  for (int base = 0; base < p.n; base += kRowNormPass) {
-    row_norm_write(h ? h : x, inv, p.weight, p.n, base + 8 * static_cast<int>(threadIdx.x), out_row, p.out_type, q_row,
-                   p.router != nullptr ? y_s : nullptr);
-  }
+  row_norm_outputs(h ? h : x, inv, p.weight, p.n, out_row, p.out_type, q_row, p.router != nullptr ? y_s : nullptr);
   if (p.router == nullptr) return;
   // The router: warp w of block (row, j) takes router row 8 j + w, its lanes 4 values apart (float4 loads,
   // all of a lane's in flight), then a butterfly sum.

@@ -1,12 +1,12 @@
 // The RMS normalisation of one row by one block of kRowNormThreads threads, in pieces shared by rms_norm
 // (norms.cu) and moe_combine's normalising form (moe_dispatch.cu), which thereby make the same bits from the
-// same row. Thread t owns values 8t .. 8t + 7 of every kRowNormPass-value pass of the row, so that it also
-// holds whole quarters of the 32-value units of the split-int8 records (x_int8.hpp).
+// same row. The squares are summed with thread t taking values t, t + kRowNormThreads, ... (coalesced loads);
+// the normalised values are written the same way, or, where the split-int8 records (x_int8.hpp) are made too,
+// with thread t taking values 8t .. 8t + 7 of every kRowNormPass-value pass (whole quarters of the records'
+// 32-value units).
 //
-//   float sum_sq = 0;  // over the thread's own values, pass by pass, in order
-//   for (...) sum_sq = row_norm_square(v, sum_sq);
-//   const float inv = row_norm_inverse(sum_sq, n, eps, scratch);
-//   for (int base = 0; base < n; base += kRowNormPass) row_norm_write(src, inv, weight, n, base + 8 * t, ...);
+//   const float inv = row_norm_inverse(row_norm_sum(x, h, n), n, eps, scratch);
+//   row_norm_outputs(h ? h : x, inv, weight, n, out_row, out_type, q_row, y_s);
 #pragma once
 
 #include <cuda_bf16.h>
@@ -21,8 +21,20 @@ namespace latte::cuda {
 inline constexpr int kRowNormThreads = 256;
 inline constexpr int kRowNormPass = 8 * kRowNormThreads;
 
-/// sum_sq + v * v, the one way both kernels add a square.
-__device__ __forceinline__ float row_norm_square(float v, float sum_sq) { return fmaf(v, v, sum_sq); }
+/// This thread's sum of squares of the row's values t, t + kRowNormThreads, ...; with h, each value is first
+/// x[i] + h[i], stored back to h[i] (the fused residual add).
+__device__ __forceinline__ float row_norm_sum(const float* x, float* h, int n) {
+  float sum_sq = 0.0f;
+  for (int i = static_cast<int>(threadIdx.x); i < n; i += kRowNormThreads) {
+    float v = x[i];
+    if (h != nullptr) {
+      v += h[i];
+      h[i] = v;
+    }
+    sum_sq = fmaf(v, v, sum_sq);
+  }
+  return sum_sq;
+}
 
 /// The sum of v over the block's threads, every thread getting it; `scratch` holds kRowNormThreads / 32
 /// floats of shared memory. Every thread of the block calls it.
@@ -43,27 +55,37 @@ __device__ __forceinline__ float row_norm_inverse(float sum_sq, int n, float eps
   return rsqrtf(row_block_sum(sum_sq, scratch) / static_cast<float>(n) + eps);
 }
 
-/// Values i0 .. i0 + 7 (those below n) of the normalised row: src[i] * inv * weight[i], stored to out_row
-/// (fp32 or bf16; none when null) and y_s (when set); with q_row, their quarter of the row's split-int8 record
-/// (n % 32 == 0; the four threads of a unit call it together, past n too).
-__device__ __forceinline__ void row_norm_write(const float* src, float inv, const float* weight, int n, int i0,
-                                               void* out_row, ActOut out_type, uint8_t* q_row, float* y_s) {
-  float v[8];
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    const int i = i0 + j;
-    v[j] = i < n ? src[i] * inv * weight[i] : 0.0f;
-    if (i >= n) continue;
-    if (y_s != nullptr) y_s[i] = v[j];
-    if (out_row == nullptr) continue;
-    if (out_type == ActOut::f32) {
-      static_cast<float*>(out_row)[i] = v[j];
-    } else {
-      static_cast<__nv_bfloat16*>(out_row)[i] = __float2bfloat16_rn(v[j]);
-    }
+/// Stores value i of the normalised row to out_row (fp32 or bf16; none when null) and y_s (when set).
+__device__ __forceinline__ void row_norm_store(float v, int i, void* out_row, ActOut out_type, float* y_s) {
+  if (y_s != nullptr) y_s[i] = v;
+  if (out_row == nullptr) return;
+  if (out_type == ActOut::f32) {
+    static_cast<float*>(out_row)[i] = v;
+  } else {
+    static_cast<__nv_bfloat16*>(out_row)[i] = __float2bfloat16_rn(v);
   }
-  if (q_row != nullptr) {
-    split_int8::quantize_unit_quad(q_row, n / 32, i0 / 32, v, static_cast<int>(threadIdx.x) % 4, i0 < n);
+}
+
+/// The normalised row src[i] * inv * weight[i] to out_row / y_s (row_norm_store), and with q_row its split-int8
+/// record too (n % 32 == 0). Every thread of the block calls it, after a barrier that follows the writes of
+/// src (each thread reads values other threads summed); it reads src[i] before it writes out_row[i] (in place).
+__device__ __forceinline__ void row_norm_outputs(const float* src, float inv, const float* weight, int n, void* out_row,
+                                                 ActOut out_type, uint8_t* q_row, float* y_s) {
+  const int t = static_cast<int>(threadIdx.x);
+  if (q_row == nullptr) {
+    for (int i = t; i < n; i += kRowNormThreads) row_norm_store(src[i] * inv * weight[i], i, out_row, out_type, y_s);
+    return;
+  }
+  for (int base = 0; base < n; base += kRowNormPass) {
+    const int i0 = base + 8 * t;
+    float v[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int i = i0 + j;
+      v[j] = i < n ? src[i] * inv * weight[i] : 0.0f;
+      if (i < n) row_norm_store(v[j], i, out_row, out_type, y_s);
+    }
+    split_int8::quantize_unit_quad(q_row, n / 32, i0 / 32, v, t % 4, i0 < n);  // whole units: n % 32 == 0
   }
 }
 
