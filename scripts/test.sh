@@ -2,7 +2,8 @@
 # Builds latte and runs its test suite, as CI does:
 #   1. the main build (CUDA kernels compiled for sm_90a/sm_100/sm_120 when nvcc is present), warnings
 #      as errors, and every CPU test (each once per attention backend), CLI and package tests; then the
-#      fused decode step's and the GEMVs' kernels on the CPU emulation of CUDA (when the CUDA headers are there);
+#      fused decode step's, the GEMVs' and the MLA decode's kernels on the CPU emulation of CUDA (when the CUDA
+#      headers are there);
 #   2. an AddressSanitizer + UndefinedBehaviorSanitizer build of the CPU suite (LeakSanitizer on);
 #   3. a ThreadSanitizer build of the library and latte_thread_tests (sessions on several threads);
 #   4. the libFuzzer harnesses (scripts/fuzz.sh), each for LATTE_FUZZ_SECONDS (default 10), when
@@ -29,6 +30,10 @@ if [ -f "${CUDA_HOME:-/usr/local/cuda}/include/cuda_runtime.h" ]; then
   LATTE_EMU_ONLY=gemv tests/emulation/build.sh build-emu-gemv >/dev/null
   LATTE_EMU_SMS=5 build-emu-gemv/latte_emulated_gpu_tests  # few SMs: blocks walk several tiles
   echo "test.sh: emulated GEMVs done at $SECONDS s"
+  # the MLA decode kernel, its split combine and the splits merged in a thread-block cluster, against float64
+  LATTE_EMU_ONLY=decode-attention tests/emulation/build.sh build-emu-attention >/dev/null
+  LATTE_EMU_ORDER=random build-emu-attention/latte_emulated_gpu_tests -tc="*mla decode*"
+  echo "test.sh: emulated MLA decode done at $SECONDS s"
 fi
 
 if [ "${LATTE_SKIP_SANITIZERS:-0}" != 1 ]; then
