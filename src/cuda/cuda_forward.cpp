@@ -939,7 +939,6 @@ class CudaForward final : public CudaRankForward {
         on);
   }
 
-  /// x += the routed experts of the step's rows (+ `add`, ready once `add_ready` is, in the decode combine).
   /// Where the combine that finishes layer il's residual rows (the last write to them in the layer) normalises
   /// them for layer il + 1's attention, as its rms_norm would (the same bits), which then skips it: a launch
   /// fewer per MoE layer. Nowhere (weight null) for the last layer, with tensor parallelism (the rows are
@@ -960,8 +959,9 @@ class CudaForward final : public CudaRankForward {
             .out_q_stride = records ? x_int8_record_bytes(c_.n_embd) : 0};
   }
 
-  /// (`logits_ready`: the FFN norm has computed the router logits already; `then_norm`: the combine also
-  /// normalises the finished rows, next_attention_norm.)
+  /// x += the routed experts of the step's rows (+ `add`, ready once `add_ready` is, in the decode combine).
+  /// `logits_ready`: the FFN norm has computed the router logits already; `then_norm`: the combine also
+  /// normalises the finished rows (next_attention_norm).
   void routed_experts(int il, const DeviceLayer& w, int T, bool logits_ready, const RowNormTarget& then_norm,
                       const float* add = nullptr, cudaEvent_t add_ready = nullptr) {
     Activations& a = act_;
