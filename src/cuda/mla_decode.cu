@@ -408,13 +408,6 @@ MlaDecodePlan plan_mla_decode(const MlaDecodeParams& p, int force_splits, MlaSpl
   const double partial_bytes_per_split = static_cast<double>(p.batch) * rows_total * kMlaLatentDim * 4 * 2;
   auto combine_cost = [&](int s) { return 5.0 + s * partial_bytes_per_split / (tile_bytes * ctas_per_wave); };
   constexpr double kClusterMergeCost = 1.0;
-  auto even = [&](int s) { return (tiles + (tiles + s - 1) / s - 1) / ((tiles + s - 1) / s) == s; };
-  auto cluster_cost = [&](int s) {  // < 0: no such cluster here
-    const int64_t resident = static_cast<int64_t>(max_active_clusters(device, config, s)) * s;
-    if (resident == 0 || !even(s)) return -1.0;
-    const int64_t waves = (base_ctas * s + resident - 1) / resident;
-    return static_cast<double>(waves * ((tiles + s - 1) / s + 2)) + kClusterMergeCost;
-  };
   static const bool clusters_allowed = env_switch("LATTE_MLA_CLUSTER", true);
   const bool may_cluster = merge == MlaSplitMerge::cluster ||
                            (merge == MlaSplitMerge::automatic && clusters_allowed && device.major >= 9 &&
@@ -427,18 +420,18 @@ MlaDecodePlan plan_mla_decode(const MlaDecodeParams& p, int force_splits, MlaSpl
   } else if (force_splits > 0) {
     best_splits = std::min(force_splits, tiles);
   } else {
-    best_splits = cheapest_kv_splits(tiles, kMaxSplits, base_ctas, ctas_per_wave, combine_cost);
-    const int per_split = (tiles + best_splits - 1) / best_splits;
-    const int64_t waves = (base_ctas * best_splits + ctas_per_wave - 1) / ctas_per_wave;
-    double best_cost = static_cast<double>(waves * (per_split + 2)) + (best_splits > 1 ? combine_cost(best_splits) : 0);
+    const KvSplitChoice launched = cheapest_kv_split(
+        tiles, 1, kMaxSplits, base_ctas, [&](int) { return int64_t{ctas_per_wave}; }, combine_cost);
+    best_splits = std::max(launched.splits, 1);
     if (may_cluster) {
-      for (int s = 2; s <= std::min(tiles, kMaxClusterSplits); ++s) {
-        const double cost = cluster_cost(s);
-        if (cost >= 0 && (cost < best_cost || merge == MlaSplitMerge::cluster && !cluster)) {
-          best_cost = cost;
-          best_splits = s;
-          cluster = true;
-        }
+      // the clusters of s CTAs that fit at once, s CTAs each
+      const KvSplitChoice clustered = cheapest_kv_split(
+          tiles, 2, kMaxClusterSplits, base_ctas,
+          [&](int s) { return int64_t{max_active_clusters(device, config, s)} * s; },
+          [](int) { return kClusterMergeCost; });
+      if (clustered.splits > 0 && (clustered.cost < launched.cost || merge == MlaSplitMerge::cluster)) {
+        best_splits = clustered.splits;
+        cluster = true;
       }
     }
   }

@@ -13,24 +13,38 @@
 
 namespace latte::cuda {
 
-/// The split count of a split-KV launch with the least cost in tile-times: the waves of its CTAs (base_ctas
-/// per split, `slots` at a time) times the tiles each walks plus ~2 of per-CTA start-up, plus combine_cost(s)
-/// for s > 1 splits. Counts that would leave a split without tiles are passed over; at most max_splits.
-template <class CombineCost>
-int cheapest_kv_splits(int tiles, int max_splits, int64_t base_ctas, int64_t slots, CombineCost combine_cost) {
-  int best = 1;
-  double best_cost = 1e300;
-  for (int s = 1; s <= tiles && s <= max_splits; ++s) {
+/// A split count and its cost in tile-times (cheapest_kv_split); splits == 0: no count was possible.
+struct KvSplitChoice {
+  int splits = 0;
+  double cost = 0.0;
+};
+
+/// The split count in [min_splits, max_splits] of a split-KV launch with the least cost in tile-times: the waves
+/// of its CTAs (base_ctas per split, slots(s) at a time; 0: s is not possible) times the tiles each walks plus ~2
+/// of per-CTA start-up, plus merge_cost(s) for s > 1 splits. Counts that would leave a split without tiles are
+/// passed over; of equal costs the fewest splits.
+template <class Slots, class MergeCost>
+KvSplitChoice cheapest_kv_split(int tiles, int min_splits, int max_splits, int64_t base_ctas, Slots slots,
+                                MergeCost merge_cost) {
+  KvSplitChoice best;
+  for (int s = min_splits; s <= tiles && s <= max_splits; ++s) {
     const int per_split = (tiles + s - 1) / s;
     if ((tiles + per_split - 1) / per_split != s) continue;  // would leave splits empty
-    const int64_t waves = (base_ctas * s + slots - 1) / slots;
-    const double cost = static_cast<double>(waves * (per_split + 2)) + (s > 1 ? combine_cost(s) : 0.0);
-    if (cost < best_cost) {
-      best_cost = cost;
-      best = s;
-    }
+    const int64_t resident = slots(s);
+    if (resident <= 0) continue;
+    const int64_t waves = (base_ctas * s + resident - 1) / resident;
+    const double cost = static_cast<double>(waves * (per_split + 2)) + (s > 1 ? merge_cost(s) : 0.0);
+    if (best.splits == 0 || cost < best.cost) best = {s, cost};
   }
   return best;
+}
+
+/// cheapest_kv_split's count from 1 split up, with `slots` CTAs at a time whatever the count.
+template <class CombineCost>
+int cheapest_kv_splits(int tiles, int max_splits, int64_t base_ctas, int64_t slots, CombineCost combine_cost) {
+  const KvSplitChoice best = cheapest_kv_split(
+      tiles, 1, max_splits, base_ctas, [slots](int) { return slots; }, combine_cost);
+  return best.splits > 0 ? best.splits : 1;
 }
 
 /// Inputs and outputs of the combine step. Reads rows * splits * (dim + 1) * 4 bytes, writes rows * dim
