@@ -157,8 +157,7 @@ void gemv_quant(const GemvParams& p, cudaStream_t stream) {
     }
   }
   if (p.x_q != nullptr) {
-    require_arg(reinterpret_cast<uintptr_t>(p.x_q) % 16 == 0 && p.x_q_stride % 16 == 0 && p.k % 32 == 0 &&
-                    p.x_q_stride >= x_int8_record_bytes(p.k),
+    require_arg(x_int8_records_fit(p.x_q, p.x_q_stride, p.k),
                 "x_q must be 16-byte aligned, with x_q_stride a multiple of 16 and >= 80 k / 32 (k % 32 == 0)");
   }
   GemvParams q = p;

@@ -213,10 +213,8 @@ void moe_combine(const MoeCombineParams& p, cudaStream_t stream) {
               "k outside 1..8 or n_tokens outside 0..65535");
   const RowNormTarget& n = p.then_norm;
   require_arg(
-      n.weight == nullptr ||
-          (n.out != nullptr && p.hidden % 32 == 0 && n.out_stride >= p.hidden && n.eps >= 0.0f &&
-           (n.out_q == nullptr || (n.out_q_stride >= x_int8_record_bytes(p.hidden) && n.out_q_stride % 16 == 0 &&
-                                   reinterpret_cast<uintptr_t>(n.out_q) % 16 == 0))),
+      n.weight == nullptr || (n.out != nullptr && p.hidden % 32 == 0 && n.out_stride >= p.hidden && n.eps >= 0.0f &&
+                              (n.out_q == nullptr || x_int8_records_fit(n.out_q, n.out_q_stride, p.hidden))),
       "moe_combine",
       "then_norm needs an output, hidden % 32 == 0 and, for records, 16-byte aligned rows of at "
       "least 80 hidden / 32 bytes");

@@ -90,8 +90,7 @@ void rms_norm(const RmsNormParams& p, cudaStream_t stream) {
   if (p.out_type == ActOut::bf16 && static_cast<const void*>(p.x) == p.out) {
     throw Error(ErrorCode::invalid_argument, "rms_norm: a bf16 output cannot overwrite the fp32 input");
   }
-  if (p.out_q != nullptr && (p.n % 32 != 0 || p.out_q_stride < x_int8_record_bytes(p.n) || p.out_q_stride % 16 != 0 ||
-                             reinterpret_cast<uintptr_t>(p.out_q) % 16 != 0)) {
+  if (p.out_q != nullptr && !x_int8_records_fit(p.out_q, p.out_q_stride, p.n)) {
     throw Error(ErrorCode::invalid_argument, "rms_norm: the int8 record needs n % 32 == 0 (n = " + std::to_string(p.n) +
                                                  ") and a 16-byte aligned out_q with out_q_stride >= 80 n / 32");
   }

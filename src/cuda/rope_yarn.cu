@@ -173,9 +173,7 @@ void rope_yarn(const RopeYarnParams& p, cudaStream_t stream) {
     throw Error(ErrorCode::invalid_argument,
                 "rope_yarn: the second target needs both pointers, 8-byte aligned, with strides of at least n_rot");
   }
-  if (p.nope_q != nullptr &&
-      (p.rot_offset == 0 || p.rot_offset % 32 != 0 || reinterpret_cast<uintptr_t>(p.nope_q) % 16 != 0 ||
-       p.nope_q_stride % 16 != 0 || p.nope_q_stride < x_int8_record_bytes(p.rot_offset))) {
+  if (p.nope_q != nullptr && (p.rot_offset == 0 || !x_int8_records_fit(p.nope_q, p.nope_q_stride, p.rot_offset))) {
     throw Error(ErrorCode::invalid_argument,
                 "rope_yarn: q_nope records need rot_offset a positive multiple of 32 (" + std::to_string(p.rot_offset) +
                     "), a 16-byte aligned target and a stride of at least " +

@@ -33,14 +33,14 @@ __global__ void __launch_bounds__(kThreads) quantize_x_int8_kernel(const Quantiz
 
 void quantize_x_int8(const QuantizeXParams& p, cudaStream_t stream) {
   if (p.x == nullptr || p.out == nullptr || p.k <= 0 || p.k % 32 != 0 || p.rows < 0 || p.rows > 65535 ||
-      p.x_stride < p.k || p.out_stride < x_int8_record_bytes(p.k) || p.out_stride % 16 != 0 ||
-      reinterpret_cast<uintptr_t>(p.out) % 16 != 0) {
-    throw Error(ErrorCode::invalid_argument,
-                "quantize_x_int8: invalid pointers, k = " + std::to_string(p.k) + " (a multiple of 32), rows = " +
-                    std::to_string(p.rows) + " or strides (out: 16-byte aligned, >= 80 k / 32 bytes apart)");
+      p.x_stride < p.k || !x_int8_records_fit(p.out, p.out_stride, p.k)) {
+    throw Error(ErrorCode::invalid_argument, "quantize_x_int8: invalid pointers, k = " + std::to_string(p.k) +
+                                                 " (a multiple of 32), rows = " + std::to_string(p.rows) +
+                                                 " or strides (out: 16-byte aligned, >= 80 k / 32 bytes apart)");
   }
   if (p.rows == 0) return;
-  const dim3 grid(static_cast<unsigned>((p.k / 32 + kUnitsPerBlock - 1) / kUnitsPerBlock), static_cast<unsigned>(p.rows));
+  const dim3 grid(static_cast<unsigned>((p.k / 32 + kUnitsPerBlock - 1) / kUnitsPerBlock),
+                  static_cast<unsigned>(p.rows));
   launch_kernel(quantize_x_int8_kernel, grid, dim3(kThreads), 0, stream, p);
 }
 

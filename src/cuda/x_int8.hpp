@@ -22,6 +22,13 @@ namespace latte::cuda {
 /// Bytes of one row's record (k a multiple of 32).
 constexpr int64_t x_int8_record_bytes(int64_t k) { return k / 32 * 80; }
 
+/// Whether rows' records of k values can live at `area`, one every `stride` bytes, as the kernels read and
+/// write them: k a multiple of 32, stride at least a record and a multiple of 16, area 16-byte aligned.
+inline bool x_int8_records_fit(const void* area, int64_t stride, int64_t k) {
+  return k % 32 == 0 && stride >= x_int8_record_bytes(k) && stride % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(area) % 16 == 0;
+}
+
 struct QuantizeXParams {
   const float* x = nullptr;  ///< fp32 [rows, x_stride]
   int64_t x_stride = 0;
