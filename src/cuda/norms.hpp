@@ -3,7 +3,8 @@
 //   layer_norm: y = (x - mean) / sqrt(var + eps) * w + b            (the GLM-5 indexer key norm)
 // One block per row; sums in fp32 (two-pass for the layer norm's variance). Output fp32 or bf16.
 // rms_norm can also multiply its fp32 output by a MoE router's fp32 rows in the same launch (the router
-// logits of a decode step): blocks (row, j) for j = 1.. each normalise the row again and take 8 router rows.
+// logits of a decode step): blocks (row, j) each normalise the row and take 8 router rows; (row, 0) alone
+// writes the outputs.
 //
 //   latte::cuda::rms_norm({.x = attn_out, .residual = h, .weight = w, .n = 2048, .rows = t, .eps = 1e-6f,
 //                          .out = x_norm, .out_stride = 2048}, stream);

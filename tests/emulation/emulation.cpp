@@ -225,6 +225,19 @@ std::vector<int> thread_order(int n) {
   return order;
 }
 
+/// Wraps a kernel body so that a finished fiber marks itself done and leaves the barrier counts.
+std::function<void()> finishing(const std::function<void()>& body) {
+  return [&body] {
+    body();
+    Fiber& f = current_fiber();
+    f.done = true;
+    g_cta->live--;
+    ++g_events;
+    current_warp().live--;
+    release_if_complete();
+  };
+}
+
 void run_cta(const LaunchConfig& config, uint3 index, const std::function<void()>& body) {
   Cta cta;
   setup_cta(cta, config, index, body, g_stacks);
@@ -305,16 +318,7 @@ void cp_async_wait(int pending) {
 }
 
 void run_grid(const LaunchConfig& config, const std::function<void()>& body) {
-  // Wrap the body so a finished fiber marks itself done and leaves the barrier counts.
-  const std::function<void()> wrapped = [&body] {
-    body();
-    Fiber& f = current_fiber();
-    f.done = true;
-    g_cta->live--;
-    ++g_events;
-    current_warp().live--;
-    release_if_complete();
-  };
+  const std::function<void()> wrapped = finishing(body);
   for (unsigned z = 0; z < config.grid.z; ++z) {
     for (unsigned y = 0; y < config.grid.y; ++y) {
       for (unsigned x = 0; x < config.grid.x; ++x) run_cta(config, make_uint3(x, y, z), wrapped);
@@ -323,19 +327,6 @@ void run_grid(const LaunchConfig& config, const std::function<void()>& body) {
 }
 
 namespace {
-
-/// Wraps a kernel body so that a finished fiber marks itself done and leaves the barrier counts.
-std::function<void()> finishing(const std::function<void()>& body) {
-  return [&body] {
-    body();
-    Fiber& f = current_fiber();
-    f.done = true;
-    g_cta->live--;
-    ++g_events;
-    current_warp().live--;
-    release_if_complete();
-  };
-}
 
 /// Runs the CTAs at `indices` at once, their threads interleaved round by round; `cluster` (or null) is
 /// the cluster they form, in the order of `indices`.
