@@ -1,5 +1,5 @@
-// Split-int8 GEMV of Q4_K / Q5_K weights (gemv_mma_kernel) and of the legacy 32-value types
-// (gemv_mma_legacy_kernel) with 3-8 tokens per block on the int8 tensor cores (mma.m16n8k32, unsigned weight
+// Split-int8 GEMV of Q4_K / Q5_K weights (gemv_mma_kernel) and of the legacy 32-value types and Q6_K
+// (gemv_mma_staged_kernel) with 3-8 tokens per block on the int8 tensor cores (mma.m16n8k32, unsigned weight
 // codes x signed x bytes): the path launch_gemv takes for gathered groups of several tokens (the MoE experts
 // of a batched decode step) and for dense launches of up to 64 rows with records (the projections of a batched
 // step, one row of blocks per 8 rows, the weights read from L2 after the first) instead of the gemv_x8
@@ -173,6 +173,34 @@ __device__ __forceinline__ void mma_finish(const GemvParams& p, const MmaTokens&
 /// accumulators, 4 warps x 32 lanes x 8 floats.
 inline constexpr int kMmaSplitSmemBytes = 4 * 32 * 8 * 4;
 
+/// The end of a tile whose K the block's four warps shared (Split): every warp leaves its accumulators in `red`
+/// (kMmaSplitSmemBytes), warp 0 adds warps 1-3's in warp order and writes the tile; every warp's sums are zero
+/// after it. All the block's threads call it, once per tile.
+__device__ __forceinline__ void mma_split_finish(const GemvParams& p, const MmaTokens& x, const int (&first_row)[2],
+                                                 int g, int warp, int lane, float* red, float (&acc)[2][4]) {
+  constexpr int kWarps = 4;
+#pragma unroll
+  for (int j = 0; j < 2; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) red[(warp * 32 + lane) * 8 + 4 * j + e] = acc[j][e];
+  __syncthreads();
+  if (warp == 0) {
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w)
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[j][e] += red[(w * 32 + lane) * 8 + 4 * j + e];
+    mma_finish(p, x, first_row, g, acc);  // zeroes acc
+  } else {
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
+  }
+  __syncthreads();  // warp 0 has read every partial before the next tile's are stored
+}
+
 /// Without Split each warp owns its tiles (32 rows, or 16 gated) and walks all of K. With Split (dense
 /// launches with too few tiles to fill the GPU: an 8-token step's projections) the block's four warps share
 /// each tile, warp w taking super-blocks w, w + 4, ..., and warp 0 sums their accumulators (in warp order,
@@ -319,27 +347,8 @@ __global__ void __launch_bounds__(128, MinBlocks) gemv_mma_kernel(const GemvPara
         sb = next_sb;
       }
       sb = sb_first;
-#pragma unroll
-      for (int j = 0; j < 2; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) red[(warp * 32 + lane) * 8 + 4 * j + e] = acc[j][e];
-      __syncthreads();
-      if (warp == 0) {
-#pragma unroll
-        for (int w = 1; w < kWarps; ++w)
-#pragma unroll
-          for (int j = 0; j < 2; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[j][e] += red[(w * 32 + lane) * 8 + 4 * j + e];
-        const int first[2] = {first_row(tile, 0), first_row(tile, 1)};
-        mma_finish(p, x, first, g, acc);  // zeroes acc
-      } else {
-#pragma unroll
-        for (int j = 0; j < 2; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
-      }
-      __syncthreads();  // warp 0 has read every partial before the next tile's are stored
+      const int first[2] = {first_row(tile, 0), first_row(tile, 1)};
+      mma_split_finish(p, x, first, g, warp, lane, red, acc);
     }
   }
 }
@@ -348,6 +357,32 @@ __global__ void __launch_bounds__(128, MinBlocks) gemv_mma_kernel(const GemvPara
 template <GgmlType T>
 inline constexpr bool kGemvMmaLegacy =
     T == GgmlType::q8_0 || T == GgmlType::q4_0 || T == GgmlType::q5_0 || T == GgmlType::q4_1 || T == GgmlType::q5_1;
+
+/// Whether Q6_K launches take the tensor-core GEMV (LATTE_GEMV_MMA_Q6K=0: never, the dp4a kernel as before).
+inline bool gemv_mma_q6k_enabled() {
+  static const bool on = env_switch("LATTE_GEMV_MMA_Q6K", true);
+  return on;
+}
+
+/// Every type gemv_mma_staged_kernel reads: the legacy blocks and Q6_K's 210-byte super-blocks (2-byte
+/// aligned rows too).
+template <GgmlType T>
+inline constexpr bool kGemvMmaStaged = kGemvMmaLegacy<T> || T == GgmlType::q6_k;
+
+/// The copy ring of gemv_mma_staged_kernel: per warp two slots of 32 rows, each row one step of `blocks`
+/// blocks (4 legacy blocks, or one Q6_K super-block) in 16-byte chunks, with up to 15 bytes of misalignment
+/// before it and the word x8_words reads past its end. Q6_K's ring (60 KB) is past the 48 KB a kernel may
+/// declare statically: it lives in the dynamic shared memory after the records.
+template <GgmlType T>
+struct MmaStaging {
+  static constexpr int bytes = quant::BlockTraits<T>::bytes;
+  static constexpr int blocks = T == GgmlType::q6_k ? 1 : 4;  // per row and step
+  static constexpr int units = T == GgmlType::q6_k ? 8 : 1;   // x units per block
+  static constexpr int chunks = (15 + blocks * bytes + 4 + 15) / 16;
+  static constexpr int ring_bytes = 4 * 2 * 32 * chunks * 16;
+  static constexpr bool dynamic = T == GgmlType::q6_k;
+  static constexpr int min_blocks = dynamic ? 2 : 3;  // per SM (Q6_K: the shared memory allows no more)
+};
 
 /// Lane t's codes of a staged legacy block at the even offset `off`: positions 8t .. 8t + 3 in w[0] and
 /// 8t + 4 .. 8t + 7 in w[1] (unsigned: Q8_0's q + 128), its scale d and, for Q4_1 / Q5_1, its minimum m.
@@ -380,21 +415,52 @@ __device__ __forceinline__ void mma_block_codes(const uint8_t* st, int off, int 
   }
 }
 
-/// The tensor-core GEMV for the legacy types, gemv_mma_kernel's tiles and tokens: a warp copies each step's
-/// four blocks of its 32 rows (lane l: row l) into shared memory with 16-byte cp.async copies (a two-step
-/// ring, the next step's copies in flight while it computes the current one) and each lane reads its 8
-/// bytes of a block from there as aligned words.
-template <GgmlType T, int NT>
-__global__ void __launch_bounds__(128, 3) gemv_mma_legacy_kernel(const GemvParams p, const int tiles) {
-  static_assert(kGemvMmaLegacy<T>);
+/// Lane t's codes of half `half` (units 4 half .. 4 half + 3) of a staged Q6_K super-block at the even offset
+/// `off`: for each unit q, positions 8t .. 8t + 3 in w[q][0] and 8t + 4 .. 8t + 7 in w[q][1] (code = 16 high
+/// bits + low nibble, 0-63, value d sc (code - 32)), its 8 int8 scales (two per unit: values 0-15, 16-31) and d.
+__device__ __forceinline__ void mma_q6k_half_codes(const uint8_t* st, int off, int half, int t, uint32_t (&w)[4][2],
+                                                   uint32_t (&scales)[2], float& d) {
+  uint32_t ql[2][2], qh[2];
+  x8_words<2>(st, off + 64 * half + 8 * t, ql[0]);       // units 0 (low nibbles) and 2 (high)
+  x8_words<2>(st, off + 64 * half + 32 + 8 * t, ql[1]);  // units 1 and 3
+  x8_words<2>(st, off + 128 + 32 * half + 8 * t, qh);    // 2 bits of each unit
+  x8_words<2>(st, off + 192 + 8 * half, scales);
+  d = quant::half_bits_to_float(*reinterpret_cast<const uint16_t*>(st + off + 208));
+#pragma unroll
+  for (int q = 0; q < 4; ++q)
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+      w[q][i] = ((ql[q % 2][i] >> (4 * (q / 2))) & 0x0F0F0F0Fu) | (((qh[i] >> (2 * q)) & 0x03030303u) << 4);
+}
+
+/// The int8 scale j (0-7) of a half's scales, as a float.
+__device__ __forceinline__ float mma_q6k_scale(const uint32_t (&scales)[2], int j) {
+  return static_cast<float>(static_cast<int8_t>(scales[j / 4] >> (8 * (j % 4))));
+}
+
+/// The tensor-core GEMV for the types staged through shared memory (kGemvMmaStaged), gemv_mma_kernel's tiles
+/// and tokens: a warp copies each step's blocks of its 32 rows (lane l: row l) into shared memory with 16-byte
+/// cp.async copies (a two-step ring, the next step's copies in flight while it computes the current one) and
+/// each lane reads its 8 bytes of a unit from there as aligned words. With Split (dense launches with too few
+/// tiles to fill the GPU, as gemv_mma_kernel's) the block's four warps share each 32-row tile, warp w taking
+/// steps w, w + 4, ..., and warp 0 sums their accumulators in warp order before it writes the tile.
+///
+/// Q6_K has a scale per 16 values: lane t's positions 8t .. 8t + 7 of a unit are in half t / 2 of it, so each
+/// x plane goes to the tensor cores twice, once with lanes 2-3's bytes zeroed (values 0-15) and once with lanes
+/// 0-1's (16-31), and the two integer sums take their own scales:
+///     y += dx_u / 254 d [ sc_0 (254 A_0 + B_0 - 32 S_0) + sc_1 (254 A_1 + B_1 - 32 S_1) ].
+template <GgmlType T, int NT, bool Split>
+__global__ void __launch_bounds__(128, MmaStaging<T>::min_blocks)
+    gemv_mma_staged_kernel(const GemvParams p, const int tiles) {
+  static_assert(kGemvMmaStaged<T>);
+  using S = MmaStaging<T>;
   constexpr int kWarps = 4;
-  constexpr int kBytes = quant::BlockTraits<T>::bytes;
-  constexpr int kUnits = 4;  // blocks per row and step
+  constexpr int kBytes = S::bytes;
+  constexpr int kBlocks = S::blocks;
+  constexpr int kChunks = S::chunks;
   constexpr bool kMin = T == GgmlType::q4_1 || T == GgmlType::q5_1;
   constexpr int kOff = split_int8::kIntegerOffset<T>;
-  // a row's step: up to 15 bytes of misalignment, the blocks, and the word x8_words reads past the last
-  constexpr int kChunks = (15 + kUnits * kBytes + 4 + 15) / 16;
-  __shared__ __align__(16) uint4 stage[kWarps][2][32][kChunks];
+  __shared__ __align__(16) uint4 static_ring[S::dynamic ? 1 : kWarps * 2 * 32 * kChunks];
   extern __shared__ __align__(16) uint4 x_record[];
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
@@ -409,9 +475,14 @@ __global__ void __launch_bounds__(128, 3) gemv_mma_legacy_kernel(const GemvParam
   const int token_bytes = 16 * token_words;
   X8Rows<NT> rows;
   if (!x8_group(p, rows, reinterpret_cast<uint8_t*>(x_record) + NT * token_bytes)) return;
+  // the ring: [warp][slot][row][chunk]; Split's partial sums after the records and a dynamic ring
+  uint4* const after_records = x_record + NT * token_words;
+  uint4(*stage)[2][32][kChunks] = reinterpret_cast<uint4(*)[2][32][kChunks]>(S::dynamic ? after_records : static_ring);
+  float* const red = reinterpret_cast<float*>(after_records + (S::dynamic ? S::ring_bytes / 16 : 0));
 
   const bool gated = p.weight_up != nullptr;
-  const int64_t row_bytes = static_cast<int64_t>(n) * kBytes;
+  const int blocks_per_row = n / S::units;
+  const int64_t row_bytes = static_cast<int64_t>(blocks_per_row) * kBytes;
   const uint8_t* lo[2];
   const uint8_t* hi[2];
   const uint8_t* base[2];
@@ -422,15 +493,16 @@ __global__ void __launch_bounds__(128, 3) gemv_mma_legacy_kernel(const GemvParam
     base[j] = lo[j] + static_cast<int64_t>(rows.matrix) * p.matrix_stride_bytes;
   }
   auto first_row = [&](int tile, int j) {
-    const int w = tile * kWarps + warp;
+    const int w = Split ? tile : tile * kWarps + warp;
     return gated ? 16 * w : 32 * w + 16 * j;
   };
-  const int steps = (n + kUnits - 1) / kUnits;
+  const int steps = (blocks_per_row + kBlocks - 1) / kBlocks;
+  const int s_first = Split ? warp : 0, s_step = Split ? kWarps : 1;
   // the start of row rr (0-31: tile rr / 16, row rr % 16) at step s; rows past the end read the last row
   auto row_start = [&](int tile, int s, int rr) {
     const int j = rr / 16;
     const int64_t r = min(first_row(tile, j) + rr % 16, p.n_rows - 1);
-    return (j == 0 ? base[0] : base[1]) + r * row_bytes + static_cast<int64_t>(kUnits * s) * kBytes;
+    return (j == 0 ? base[0] : base[1]) + r * row_bytes + static_cast<int64_t>(kBlocks * s) * kBytes;
   };
   // copies of step (tile, s) into ring slot b: lane l copies row l's aligned chunks, from its start rounded
   // down to 16 bytes (the row's pointer once per step, then one copy per chunk)
@@ -450,8 +522,8 @@ __global__ void __launch_bounds__(128, 3) gemv_mma_legacy_kernel(const GemvParam
     mma::cp_async_commit();
   };
 
-  int tile = rows.first_tile, s = 0, b = 0;
-  if (tile < tiles) copy(tile, 0, 0);  // weights are never written by a step: before the wait
+  int tile = rows.first_tile, s = s_first, b = 0;
+  if (tile < tiles) copy(tile, s, 0);  // weights are never written by a step: before the wait
   if (!gathered) {
     wait_for_producers();
     allow_dependents();
@@ -462,9 +534,9 @@ __global__ void __launch_bounds__(128, 3) gemv_mma_legacy_kernel(const GemvParam
 
   float acc[2][4] = {};
   while (tile < tiles) {
-    int next_tile = tile, next_s = s + 1;
-    if (next_s == steps) {
-      next_s = 0;
+    int next_tile = tile, next_s = s + s_step;
+    if (next_s >= steps) {
+      next_s = s_first;
       next_tile += rows.tile_stride;
     }
     if (next_tile < tiles) {
@@ -481,49 +553,105 @@ __global__ void __launch_bounds__(128, 3) gemv_mma_legacy_kernel(const GemvParam
 #pragma unroll
       for (int h = 0; h < 2; ++h)
         mis[j][h] = static_cast<int>(reinterpret_cast<uintptr_t>(row_start(tile, s, 16 * j + g + 8 * h)) & 15);
+    if constexpr (T == GgmlType::q6_k) {
+      const bool first_half = t < 2;  // lane t's positions 8t .. 8t + 7 are values 0-15 of a unit for t < 2
 #pragma unroll
-    for (int i = 0; i < kUnits; ++i) {
-      const int u = kUnits * s + i;
-      if (u >= n) break;
-      const uint2 xh = *reinterpret_cast<const uint2*>(x.xb + 16 * u);
-      const uint2 xl = *reinterpret_cast<const uint2*>(x.xb + 16 * (2 * n + u));
-      float dx[2];
-      int xsum[2];
+      for (int half = 0; half < 2; ++half) {
+        uint32_t w[2][2][4][2], sc[2][2][2];  // [tile][row g, g + 8][unit][word]; scales [tile][row][word]
+        float d[2][2];
 #pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const split_int8::Meta m = *reinterpret_cast<const split_int8::Meta*>(x.xm[c] + 16 * u);
-        dx[c] = m.dx;
-        xsum[c] = m.s0 + m.s1;
-      }
+        for (int j = 0; j < 2; ++j)
 #pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        uint32_t w[2][2], a[4];
-        float d[2], mn[2];
+          for (int h = 0; h < 2; ++h) {
+            const uint8_t* st = reinterpret_cast<const uint8_t*>(stage[warp][b][16 * j + g + 8 * h]);
+            mma_q6k_half_codes(st, mis[j][h], half, t, w[j][h], sc[j][h], d[j][h]);
+          }
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const uint8_t* st = reinterpret_cast<const uint8_t*>(stage[warp][b][16 * j + g + 8 * h]);
-          mma_block_codes<T>(st, mis[j][h] + i * kBytes, t, w[h], d[h], mn[h]);
+        for (int q = 0; q < 4; ++q) {
+          const int u = 8 * s + 4 * half + q;
+          const uint2 xh = *reinterpret_cast<const uint2*>(x.xb + 16 * u);
+          const uint2 xl = *reinterpret_cast<const uint2*>(x.xb + 16 * (2 * n + u));
+          // x with the other half's positions zeroed: [values 0-15, 16-31]
+          const uint2 xh_half[2] = {first_half ? xh : make_uint2(0, 0), first_half ? make_uint2(0, 0) : xh};
+          const uint2 xl_half[2] = {first_half ? xl : make_uint2(0, 0), first_half ? make_uint2(0, 0) : xl};
+          float dx[2];
+          int off[2][2];  // [token][half]: 32 S
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const split_int8::Meta m = *reinterpret_cast<const split_int8::Meta*>(x.xm[c] + 16 * u);
+            dx[c] = m.dx;
+            off[c][0] = 32 * m.s0;
+            off[c][1] = 32 * m.s1;
+          }
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {
+            const uint32_t a[4] = {w[j][0][q][0], w[j][1][q][0], w[j][0][q][1], w[j][1][q][1]};
+            int ch[2][4], cl[2][4];
+#pragma unroll
+            for (int v = 0; v < 2; ++v) {
+              mma::mma_u8s8_16832(ch[v], a, xh_half[v].x, xh_half[v].y);
+              mma::mma_u8s8_16832(cl[v], a, xl_half[v].x, xl_half[v].y);
+            }
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int h = e / 2, c = e % 2;
+              const float v0 = static_cast<float>(254 * ch[0][e] + cl[0][e] - off[c][0]);
+              const float v1 = static_cast<float>(254 * ch[1][e] + cl[1][e] - off[c][1]);
+              const float sum = fmaf(mma_q6k_scale(sc[j][h], 2 * q), v0, mma_q6k_scale(sc[j][h], 2 * q + 1) * v1);
+              acc[j][e] = fmaf(dx[c] * d[j][h], sum, acc[j][e]);
+            }
+          }
         }
-        a[0] = w[0][0], a[1] = w[1][0], a[2] = w[0][1], a[3] = w[1][1];
-        int ch[4], cl[4];
-        mma::mma_u8s8_16832(ch, a, xh.x, xh.y);
-        mma::mma_u8s8_16832(cl, a, xl.x, xl.y);
+      }
+    } else {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int h = e / 2, c = e % 2;
-          if constexpr (kMin) {
-            acc[j][e] =
-                fmaf(dx[c], fmaf(d[h], static_cast<float>(254 * ch[e] + cl[e]), mn[h] * static_cast<float>(xsum[c])),
-                     acc[j][e]);
-          } else {
-            acc[j][e] = fmaf(dx[c] * d[h], static_cast<float>(254 * ch[e] + cl[e] - kOff * xsum[c]), acc[j][e]);
+      for (int i = 0; i < kBlocks; ++i) {
+        const int u = kBlocks * s + i;
+        if (u >= n) break;
+        const uint2 xh = *reinterpret_cast<const uint2*>(x.xb + 16 * u);
+        const uint2 xl = *reinterpret_cast<const uint2*>(x.xb + 16 * (2 * n + u));
+        float dx[2];
+        int xsum[2];
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const split_int8::Meta m = *reinterpret_cast<const split_int8::Meta*>(x.xm[c] + 16 * u);
+          dx[c] = m.dx;
+          xsum[c] = m.s0 + m.s1;
+        }
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          uint32_t w[2][2], a[4];
+          float d[2], mn[2];
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const uint8_t* st = reinterpret_cast<const uint8_t*>(stage[warp][b][16 * j + g + 8 * h]);
+            mma_block_codes<T>(st, mis[j][h] + i * kBytes, t, w[h], d[h], mn[h]);
+          }
+          a[0] = w[0][0], a[1] = w[1][0], a[2] = w[0][1], a[3] = w[1][1];
+          int ch[4], cl[4];
+          mma::mma_u8s8_16832(ch, a, xh.x, xh.y);
+          mma::mma_u8s8_16832(cl, a, xl.x, xl.y);
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int h = e / 2, c = e % 2;
+            if constexpr (kMin) {
+              acc[j][e] =
+                  fmaf(dx[c], fmaf(d[h], static_cast<float>(254 * ch[e] + cl[e]), mn[h] * static_cast<float>(xsum[c])),
+                       acc[j][e]);
+            } else {
+              acc[j][e] = fmaf(dx[c] * d[h], static_cast<float>(254 * ch[e] + cl[e] - kOff * xsum[c]), acc[j][e]);
+            }
           }
         }
       }
     }
-    if (s == steps - 1) {
+    if (next_tile != tile) {  // this warp's last step of the tile
       const int first[2] = {first_row(tile, 0), first_row(tile, 1)};
-      mma_finish(p, x, first, g, acc);
+      if constexpr (Split) {
+        mma_split_finish(p, x, first, g, warp, lane, red, acc);
+      } else {
+        mma_finish(p, x, first, g, acc);
+      }
     }
     __syncwarp();  // every lane has read slot b before the step after next copies into it
     tile = next_tile;
@@ -558,16 +686,15 @@ inline int gemv_mma_dense_min_rows() {
 inline bool gemv_mma_dense(const GemvParams& p) { return p.groups == nullptr && p.choice_ids == nullptr; }
 
 /// Tokens a launch's blocks are built for (4 or 8) and the shared memory a block takes: the padded x records,
-/// and for the legacy types the copy ring (static).
+/// and for the staged types the copy ring (static, or dynamic after the records for Q6_K).
 inline int gemv_mma_tokens(const GemvParams& p) {
   return (gemv_mma_dense(p) ? p.n_tokens : p.max_tokens_per_group) <= 4 ? 4 : 8;
 }
 template <GgmlType T>
 inline int gemv_mma_smem_bytes(const GemvParams& p) {
   const int records = gemv_mma_tokens(p) * 16 * (5 * (p.k / 32) + 1);
-  if constexpr (kGemvMmaLegacy<T>) {
-    constexpr int kChunks = (15 + 4 * quant::BlockTraits<T>::bytes + 4 + 15) / 16;  // the kernel's ring
-    return records + 4 * 2 * 32 * kChunks * 16;
+  if constexpr (kGemvMmaStaged<T>) {
+    return records + MmaStaging<T>::ring_bytes;
   } else {
     return records;
   }
@@ -578,10 +705,11 @@ inline int gemv_mma_smem_bytes(const GemvParams& p) {
 /// records, as blocks of up to 8 rows (each block a launch of its rows that gemv_x8 would take).
 template <GgmlType T>
 inline bool gemv_mma_applies(const GemvParams& p) {
-  if constexpr (!kGemvX8KQuant<T> && !kGemvMmaLegacy<T>) {
+  if constexpr (!kGemvX8KQuant<T> && !kGemvMmaStaged<T>) {
     return false;
   } else {
     if (!gemv_mma_enabled() || p.route.logits != nullptr || p.choice_ids != nullptr) return false;
+    if (T == GgmlType::q6_k && !gemv_mma_q6k_enabled()) return false;
     // legacy rows of under 32 blocks (the per-head W_UK / W_UV) stay on gemv_x8's short-row kernel
     if (!kGemvX8KQuant<T> && p.k < 1024) return false;
     if (gemv_mma_dense(p)) {
@@ -598,7 +726,7 @@ inline bool gemv_mma_applies(const GemvParams& p) {
     // the block's shared memory within the device's (sm_120: 99 KB; 1 KB for the kernel's other statics)
     int device = 0;
     LATTE_CUDA_CHECK(cudaGetDevice(&device));
-    const int split_bytes = kGemvX8KQuant<T> && gemv_mma_dense(p) ? kMmaSplitSmemBytes : 0;  // launch_gemv_mma_as
+    const int split_bytes = gemv_mma_dense(p) ? kMmaSplitSmemBytes : 0;  // launch_gemv_mma_as
     return gemv_mma_smem_bytes<T>(p) + split_bytes + 1024 <= device_caps(device).smem_per_block_optin;
   }
 }
@@ -635,9 +763,11 @@ void launch_gemv_mma_as(const GemvParams& p, cudaStream_t stream) {
   const int rows_per_warp = p.weight_up ? 16 : 32;
   const int64_t warps = (p.n_rows + rows_per_warp - 1) / rows_per_warp;
   const int groups = gemv_mma_dense(p) ? (p.n_tokens + NT - 1) / NT : p.max_groups;
-  // split K over a block's warps where a tile per warp leaves most SMs idle and each warp keeps 2+ super-blocks
-  const bool split = kGemvX8KQuant<T> && gemv_mma_dense(p) && gemv_mma_split_enabled() &&
-                     (warps + 3) / 4 * groups < sm_count && p.k / 256 >= 8;
+  // split K over a block's warps where a tile per warp leaves most SMs idle and each warp keeps 2+ steps (a
+  // super-block; the staged legacy types' steps are 4 blocks: 128 values)
+  int steps = p.k / 256;
+  if constexpr (kGemvMmaStaged<T>) steps = p.k / 32 / MmaStaging<T>::units / MmaStaging<T>::blocks;
+  const bool split = gemv_mma_dense(p) && gemv_mma_split_enabled() && (warps + 3) / 4 * groups < sm_count && steps >= 8;
   void (*kernel)(const GemvParams, const int) = nullptr;
   if constexpr (kGemvX8KQuant<T>) {
     if constexpr (T == GgmlType::q4_k) {
@@ -650,11 +780,12 @@ void launch_gemv_mma_as(const GemvParams& p, cudaStream_t stream) {
       kernel = split ? gemv_mma_kernel<T, NT, true> : gemv_mma_kernel<T, NT, false>;
     }
   } else {
-    kernel = gemv_mma_legacy_kernel<T, NT>;
+    kernel = split ? gemv_mma_staged_kernel<T, NT, true> : gemv_mma_staged_kernel<T, NT, false>;
   }
   const int tiles = static_cast<int>(split ? warps : (warps + 3) / 4);
-  // the records (the legacy ring is static), and the split's partial sums
-  const int smem = NT * 16 * (5 * (p.k / 32) + 1) + (split ? kMmaSplitSmemBytes : 0);
+  // the records (the legacy ring is static, Q6_K's after them), and the split's partial sums
+  int smem = NT * 16 * (5 * (p.k / 32) + 1) + (split ? kMmaSplitSmemBytes : 0);
+  if constexpr (kGemvMmaStaged<T>) smem += MmaStaging<T>::dynamic ? MmaStaging<T>::ring_bytes : 0;
   LATTE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   // one wave of resident blocks over all groups; each walks an equal share of its group's tiles
   const int64_t resident =
@@ -667,7 +798,7 @@ void launch_gemv_mma_as(const GemvParams& p, cudaStream_t stream) {
 
 template <GgmlType T>
 void launch_gemv_mma(const GemvParams& p, cudaStream_t stream) {
-  if constexpr (kGemvX8KQuant<T> || kGemvMmaLegacy<T>) {
+  if constexpr (kGemvX8KQuant<T> || kGemvMmaStaged<T>) {
     // built for 4 and 8 tokens (groups of 1-2 take the 4-token build where LATTE_GEMV_MMA_MIN_TOKENS asks)
     if (gemv_mma_tokens(p) == 4) return launch_gemv_mma_as<T, 4>(p, stream);
     return launch_gemv_mma_as<T, 8>(p, stream);

@@ -767,12 +767,14 @@ TEST_CASE("gemv on split-int8 x: 9-64 dense rows in one tensor-core launch, plai
   };
   // K-quants: 300 x 2048 (tiles walked, a partial last tile), 100 x 2048 (too few tiles: K split over a
   // block's warps, also with 5 SMs), 37 x 256; legacy: 37 x 1408 and 20 x 3200 (past sm_120's shared memory
-  // with the copy ring: refused there, and the test says so)
-  for (GgmlType type : {GgmlType::q4_k, GgmlType::q5_k, GgmlType::q8_0, GgmlType::q5_0, GgmlType::q4_0, GgmlType::q4_1,
-                        GgmlType::q5_1}) {
+  // with the copy ring: refused there, and the test says so); Q6_K (staged, a super-block per step): 300 x 1280
+  // (rows of 1,050 bytes: every 2-byte misalignment) and 37 x 2048 (past sm_120's shared memory)
+  for (GgmlType type : {GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k, GgmlType::q8_0, GgmlType::q5_0, GgmlType::q4_0,
+                        GgmlType::q4_1, GgmlType::q5_1}) {
     const bool is_k = latte::type_traits(type).block_values == 256;
-    const std::vector<Shape> shapes =
-        is_k ? std::vector<Shape>{{300, 2048}, {100, 2048}, {37, 256}} : std::vector<Shape>{{37, 1408}, {20, 3200}};
+    const std::vector<Shape> shapes = type == GgmlType::q6_k ? std::vector<Shape>{{300, 1280}, {37, 2048}}
+                                      : is_k                 ? std::vector<Shape>{{300, 2048}, {100, 2048}, {37, 256}}
+                                                             : std::vector<Shape>{{37, 1408}, {20, 3200}};
     for (const Shape s : shapes) {
       for (const int n : {9, 17, 30, 64}) {
         CAPTURE(latte::type_name(type));
@@ -810,8 +812,8 @@ TEST_CASE("gemv on split-int8 x: 9-64 dense rows in one tensor-core launch, plai
   probe.x_q = nullptr;
   CHECK_FALSE(latte::cuda::gemv_takes_dense_rows(probe));
   probe.x_q = reinterpret_cast<const uint8_t*>(uintptr_t{256});
-  probe.type = GgmlType::q6_k;
-  probe.weight_bytes = 256 * 210;
+  probe.type = GgmlType::q3_k;
+  probe.weight_bytes = 256 * 110;
   CHECK_FALSE(latte::cuda::gemv_takes_dense_rows(probe));
 
   // gated: silu(gate x) * (up x) for 20 rows of x, Q4_K 48 x 2048 (K split over a block's warps) and Q8_0
@@ -1129,13 +1131,15 @@ TEST_CASE("gemv on split-int8 x: groups of several tokens on the tensor cores, g
   // K-quants: 300 x 1280: 19 tile rows of 16 (the last partial), five super-blocks; 37 x 256: one
   // super-block, most of a 32-row plain tile past the end. Legacy types: 300 x 1408 (11 steps of 4 blocks,
   // the MoE down's k), 37 x 1056 (33 blocks: a last step of one), 20 x 3200 (8 tokens' records 64 KB: with
-  // the copy ring past sm_120's 99 KB of shared memory, where the dp4a GEMV takes it)
+  // the copy ring past sm_120's 99 KB of shared memory, where the dp4a GEMV takes it). Q6_K: 300 x 1280 (rows
+  // of 1,050 bytes, 2-byte aligned), 37 x 1024 (four super-blocks, 840-byte rows)
   const int n_x = 12, experts = 3;
-  for (GgmlType type : {GgmlType::q4_k, GgmlType::q5_k, GgmlType::q8_0, GgmlType::q5_0, GgmlType::q4_0, GgmlType::q4_1,
-                        GgmlType::q5_1}) {
+  for (GgmlType type : {GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k, GgmlType::q8_0, GgmlType::q5_0, GgmlType::q4_0,
+                        GgmlType::q4_1, GgmlType::q5_1}) {
     const bool is_k = latte::type_traits(type).block_values == 256;
-    for (const Shape s :
-         is_k ? std::vector<Shape>{{300, 1280}, {37, 256}} : std::vector<Shape>{{300, 1408}, {37, 1056}, {20, 3200}}) {
+    for (const Shape s : type == GgmlType::q6_k ? std::vector<Shape>{{300, 1280}, {37, 1024}}
+                         : is_k                 ? std::vector<Shape>{{300, 1280}, {37, 256}}
+                                                : std::vector<Shape>{{300, 1408}, {37, 1056}, {20, 3200}}) {
       const int64_t rows = s.rows, k = s.k;
       const Matrix gate = random_matrix(type, rows * experts, k, rng);
       const Matrix up = random_matrix(type, rows * experts, k, rng);
