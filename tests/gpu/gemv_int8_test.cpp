@@ -447,8 +447,11 @@ TEST_CASE("gemv normalising x in its blocks (x_norm_weight) equals the launch on
         norm += static_cast<double>(gw[i]) * gw[i];
       }
       CHECK(nan == 0);
+      // a value rounded to the other int8 step moves its products by ~max|x_u| / 32258 |w_i|: over 240 runs of
+      // each shape the largest errors were 1.6e-5 (k = 32, one unit: one such value is 1/sqrt(32) of the norm),
+      // 1.2e-5 (5 rows of 4096) and 3.5e-6 for the others; a wrong weight, scale or norm is 1e-2 or more
       const double error = std::sqrt(diff / norm);
-      CHECK_MESSAGE(error <= 1e-5, "relative error " << error);
+      CHECK_MESSAGE(error <= 5e-5, "relative error " << error);
     }
   }
   // a weight without x_quantize, and a type without the split-int8 GEMV
