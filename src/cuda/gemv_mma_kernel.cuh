@@ -691,8 +691,8 @@ inline int gemv_mma_tokens(const GemvParams& p) {
   return (gemv_mma_dense(p) ? p.n_tokens : p.max_tokens_per_group) <= 4 ? 4 : 8;
 }
 template <GgmlType T>
-inline int gemv_mma_smem_bytes(const GemvParams& p) {
-  const int records = gemv_mma_tokens(p) * 16 * (5 * (p.k / 32) + 1);
+inline int64_t gemv_mma_smem_bytes(const GemvParams& p) {
+  const int64_t records = gemv_mma_tokens(p) * 16 * (5 * (int64_t{p.k} / 32) + 1);
   if constexpr (kGemvMmaStaged<T>) {
     return records + MmaStaging<T>::ring_bytes;
   } else {
@@ -712,15 +712,18 @@ inline bool gemv_mma_applies(const GemvParams& p) {
     if (T == GgmlType::q6_k && !gemv_mma_q6k_enabled()) return false;
     // legacy rows of under 32 blocks (the per-head W_UK / W_UV) stay on gemv_x8's short-row kernel
     if (!kGemvX8KQuant<T> && p.k < 1024) return false;
+    // records of any size the block's shared memory holds (below): the dp4a kernels' 64 KB bound
+    // (kGemvX8MaxRecordBytes, for 3-4 blocks per SM) kept 3-8 tokens of DeepSeek-V3's k = 7168 on the fp32 GEMV
+    constexpr int64_t kAnyRecords = int64_t{1} << 40;
     if (gemv_mma_dense(p)) {
       GemvParams block = p;
       block.n_tokens = std::min(p.n_tokens, gemv_max_tokens);
       if (!(gemv_mma_rows_enabled() && p.n_tokens >= gemv_mma_dense_min_rows() && p.n_tokens <= gemv_max_dense_rows &&
-            p.x_q != nullptr && gemv_x8_applies<T>(block))) {
+            p.x_q != nullptr && gemv_x8_applies<T>(block, kAnyRecords))) {
         return false;
       }
     } else if (!(p.groups != nullptr && gemv_x8_tokens(p.max_tokens_per_group) >= gemv_mma_min_tokens() &&
-                 gemv_x8_applies<T>(p))) {
+                 gemv_x8_applies<T>(p, kAnyRecords))) {
       return false;
     }
     // the block's shared memory within the device's (sm_120: 99 KB; 1 KB for the kernel's other statics)

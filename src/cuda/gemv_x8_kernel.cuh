@@ -874,9 +874,10 @@ inline int gemv_x8_block_tokens(const GemvParams& p) {
   return p.choice_ids ? 1 : p.groups ? p.max_tokens_per_group : p.n_tokens;
 }
 
-/// Whether launch_gemv_x8 takes this launch (see GemvParams::x_q and x_quantize).
+/// Whether launch_gemv_x8 takes this launch (see GemvParams::x_q and x_quantize). The tensor-core GEMV asks
+/// with a record limit of its own (`max_record_bytes`: it checks the device's shared memory itself).
 template <GgmlType T>
-inline bool gemv_x8_applies(const GemvParams& p) {
+inline bool gemv_x8_applies(const GemvParams& p, int64_t max_record_bytes = kGemvX8MaxRecordBytes) {
   if constexpr (!kGemvX8Type<T>) {
     return false;
   } else {
@@ -887,8 +888,8 @@ inline bool gemv_x8_applies(const GemvParams& p) {
                              (p.weight_up == nullptr || reinterpret_cast<uintptr_t>(p.weight_up) % 16 == 0) &&
                              p.matrix_stride_bytes % 16 == 0);
     return (p.x_q != nullptr || p.x_quantize) && tokens >= 1 && tokens <= gemv_max_tokens &&
-           p.k % kGemvX8BlockValues<T> == 0 &&
-           gemv_x8_tokens(tokens) * x_int8_record_bytes(p.k) <= kGemvX8MaxRecordBytes && aligned && gemv_int8_enabled();
+           p.k % kGemvX8BlockValues<T> == 0 && gemv_x8_tokens(tokens) * x_int8_record_bytes(p.k) <= max_record_bytes &&
+           aligned && gemv_int8_enabled();
   }
 }
 

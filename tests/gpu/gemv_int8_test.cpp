@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "cuda/device_caps.hpp"
 #include "cuda/gemv_quant.hpp"
 #include "cuda/moe_router.hpp"
 #include "cuda/norms.hpp"
@@ -865,6 +866,95 @@ TEST_CASE("gemv on split-int8 x: 9-64 dense rows in one tensor-core launch, plai
         const double want = silu(gv) * uv;
         const double bound = gated_bound(gv, uv, eg, eu);
         bad += !(std::abs(got[static_cast<size_t>(t * rows + r)] - want) <= bound);
+      }
+    }
+    CHECK(bad == 0);
+  }
+}
+
+TEST_CASE("gemv on split-int8 x: k = 7168 (DeepSeek-V3's hidden size) on the tensor cores, records past 64 KB") {
+  // 5-64 rows and expert groups of 3-8 tokens whose records (17.9 KB a token) are past the dp4a kernels' 64 KB:
+  // the tensor-core GEMV stages them when the block's shared memory holds them (an H200: 8 tokens in 143 KB,
+  // Q6_K with its 60 KB copy ring too). x itself is NaN: a launch that fell back to the fp32 GEMV fails.
+  Rng rng;
+  const int64_t k = 7168;
+  for (GgmlType type : {GgmlType::q4_k, GgmlType::q6_k, GgmlType::q8_0}) {
+    CAPTURE(latte::type_name(type));
+    const int64_t rows = 72;  // too few tiles to fill the GPU: K split over each block's warps
+    latte::cuda::GemvParams probe{.type = type,
+                                  .weight = reinterpret_cast<const void*>(uintptr_t{256}),
+                                  .weight_bytes = static_cast<int64_t>(latte::row_bytes(type, k)) * rows,
+                                  .n_rows = static_cast<int>(rows),
+                                  .k = static_cast<int>(k),
+                                  .n_tokens = 9,  // the 8-token blocks the launches below take
+                                  .x_q = reinterpret_cast<const uint8_t*>(uintptr_t{256}),
+                                  .x_q_stride = latte::cuda::x_int8_record_bytes(k)};
+    if (!latte::cuda::gemv_takes_dense_rows(probe)) {
+      // with 227 KB per block (sm_90, sm_100) every type here fits: 143 KB of records, 4 KB for the split, the
+      // copy ring (Q8_0 40 KB, Q6_K 60 KB)
+      CHECK(latte::cuda::device_caps(0).smem_per_block_optin < 215 * 1024);
+      MESSAGE("not taken here (the device's shared memory): " << latte::type_name(type));
+      continue;
+    }
+    for (const int n : {5, 8, 20}) {
+      CAPTURE(n);
+      CHECK(dense_x8_misses(type, rows, k, n, n != 8, rng) == 0);
+    }
+    // gathered: a group of 8 tokens on expert 1 and one of 3 on expert 0, plain, into y rows of their own
+    const int experts = 2, n_x = 11;
+    const Matrix w = random_matrix(type, rows * experts, k, rng);
+    const auto dw = upload(w.bytes);
+    const auto x = random_vector(static_cast<size_t>(n_x * k), rng);
+    const auto dx = upload(x);
+    const auto rec = records_of(dx, n_x, static_cast<int>(k));
+    const auto rec_host = download(rec.data(), rec.size());
+    const int64_t stride = latte::cuda::x_int8_record_bytes(k);
+    latte::cuda::DeviceBuffer<float> x_nan(static_cast<size_t>(n_x * k));
+    poison(x_nan.data(), x_nan.bytes());
+    std::vector<latte::cuda::GemvGroup> groups = {{.matrix = 1, .count = 8, .x_row = {}, .y_row = {}},
+                                                  {.matrix = 0, .count = 3, .x_row = {}, .y_row = {}}};
+    for (int t = 0; t < 8; ++t) groups[0].x_row[t] = groups[0].y_row[t] = (t * 3) % n_x;
+    for (int t = 0; t < 3; ++t) {  // x rows 1, 5, 9 (two shared with the first group), y rows 2, 5, 8
+      groups[1].x_row[t] = (t * 4 + 1) % n_x;
+      groups[1].y_row[t] = 3 * t + 2;
+    }
+    const std::vector<int32_t> n_groups = {2};
+    const auto dgroups = upload(groups);
+    const auto dn = upload(n_groups);
+    latte::cuda::DeviceBuffer<float> y(static_cast<size_t>(n_x * rows));
+    poison(y.data(), y.bytes());
+    latte::cuda::gemv_quant({.type = type,
+                             .weight = dw.data(),
+                             .weight_bytes = static_cast<int64_t>(w.bytes.size()),
+                             .matrix_stride_bytes = static_cast<int64_t>(latte::row_bytes(type, k)) * rows,
+                             .n_rows = static_cast<int>(rows),
+                             .k = static_cast<int>(k),
+                             .x = x_nan.data(),
+                             .x_stride = k,
+                             .y = y.data(),
+                             .y_stride = rows,
+                             .groups = dgroups.data(),
+                             .n_groups = dn.data(),
+                             .max_groups = 2,
+                             .max_tokens_per_group = 8,
+                             .x_q = rec.data(),
+                             .x_q_stride = stride},
+                            nullptr);
+    const auto got = download(y.data(), y.size());
+    int bad = 0;
+    for (const auto& g : groups) {
+      for (int t = 0; t < g.count; ++t) {
+        const int xr = g.x_row[t];
+        const DecodedRecord d =
+            decode_record(std::vector<uint8_t>(rec_host.begin() + xr * stride, rec_host.begin() + (xr + 1) * stride),
+                          static_cast<int>(k));
+        const float* xt = &x[static_cast<size_t>(xr * k)];
+        for (int64_t r = 0; r < rows; ++r) {
+          const float* wr = &w.values[static_cast<size_t>((g.matrix * rows + r) * k)];
+          const double want = dot(wr, xt, k);
+          bad += !(std::abs(got[static_cast<size_t>(g.y_row[t] * rows + r)] - want) <=
+                   x8_bound(wr, xt, d.dx, k) + 1e-6 * std::abs(want));
+        }
       }
     }
     CHECK(bad == 0);
