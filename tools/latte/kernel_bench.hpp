@@ -47,6 +47,7 @@ struct KernelBenchCase {
   std::string shape;   ///< e.g. "3072x2048 t=1"
   double bytes = 0;    ///< minimal bytes moved per launch
   double flops = 0;    ///< floating-point operations per launch
+  /// Allocates the inputs and returns the launcher; an empty one where this device has no such launch (skipped).
   std::function<BenchLauncher(BenchContext&)> prepare;
 };
 

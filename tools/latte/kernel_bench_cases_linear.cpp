@@ -1,21 +1,25 @@
 // kernel-bench cases of the linear layers at a model's shapes (by default DeepSeek-V2-Lite: hidden
-// 2048, q 3072, kv_a 576, o 2048x2048, dense FFN 10944, vocab 129280): decode GEMV (1 and 4 tokens),
-// prefill GEMM (512 tokens, fused vs dequantize + cuBLAS), dequantize to bf16.
+// 2048, q 3072, kv_a 576, o 2048x2048, dense FFN 10944, vocab 129280): decode GEMV on fp32 x (1 and 4
+// tokens) and on split-int8 records (1, 8 and 32 tokens), prefill GEMM (512 tokens, fused vs dequantize +
+// cuBLAS), dequantize to bf16.
 #ifdef LATTE_WITH_CUDA
 
 #include <latte/quant.hpp>
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "cuda/check.hpp"
 #include "cuda/dequantize.hpp"
 #include "cuda/gemm_bf16.hpp"
 #include "cuda/gemm_quant.hpp"
 #include "cuda/gemv_quant.hpp"
+#include "cuda/x_int8.hpp"
 #include "kernel_bench.hpp"
 
 namespace latte::cli {
@@ -87,6 +91,51 @@ std::vector<KernelBenchCase> linear_cases(const KernelBenchShapes& shapes) {
                                              .y_stride = l.rows,
                                              .n_tokens = tokens},
                                             s);
+                         };
+                       }});
+    }
+  }
+  // What a decode step runs: x as split-int8 records (made once here, as the norms make them), 1 token (the
+  // dp4a GEMV), 8 (one sequence batch: the tensor cores from 5) and 32 (one launch, a row of blocks per 8 rows,
+  // where the tensor-core GEMV takes the type; else this case is skipped)
+  for (const Linear& l : linears) {
+    for (int tokens : {1, 8, 32}) {
+      cuda::GemvParams shape{.type = l.type, .n_rows = l.rows, .k = l.k, .n_tokens = tokens};
+      cases.push_back({.kernel = "gemv int8 records " + std::string(type_name(l.type)),
+                       .shape = shape_of(l, tokens),
+                       .bytes = cuda::gemv_min_bytes(shape),
+                       .flops = cuda::gemv_flops(shape),
+                       .prepare = [l, tokens](BenchContext& ctx) -> BenchLauncher {
+                         const int64_t stride = cuda::x_int8_record_bytes(l.k);
+                         auto* x = static_cast<const float*>(ctx.random_device(size_t{4} * tokens * l.k, 0));
+                         auto* x_q = static_cast<uint8_t*>(ctx.device_alloc(static_cast<size_t>(stride) * tokens));
+                         cuda::quantize_x_int8(
+                             {.x = x, .x_stride = l.k, .rows = tokens, .k = l.k, .out = x_q, .out_stride = stride},
+                             nullptr);
+                         LATTE_CUDA_CHECK(cudaDeviceSynchronize());  // the records, before the timed stream reads them
+                         int64_t bytes = 0;
+                         auto w = weight_copies(ctx, l, bytes);
+                         auto* y = static_cast<float*>(ctx.device_alloc(size_t{4} * tokens * l.rows));
+                         const cuda::GemvParams p{.type = l.type,
+                                                  .weight = w[0],
+                                                  .weight_bytes = bytes,
+                                                  .n_rows = l.rows,
+                                                  .k = l.k,
+                                                  .x = x,
+                                                  .x_stride = l.k,
+                                                  .y = y,
+                                                  .y_stride = l.rows,
+                                                  .n_tokens = tokens,
+                                                  .x_q = x_q,
+                                                  .x_q_stride = stride};
+                         if (!cuda::gemv_reads_x_int8(l.type, l.k, std::min(tokens, cuda::gemv_max_tokens)) ||
+                             (tokens > cuda::gemv_max_tokens && !cuda::gemv_takes_dense_rows(p))) {
+                           return {};  // no split-int8 launch of this shape
+                         }
+                         return [=](cudaStream_t s, int rep) {
+                           cuda::GemvParams q = p;
+                           q.weight = w[rep % w.size()];
+                           cuda::gemv_quant(q, s);
                          };
                        }});
     }
