@@ -718,7 +718,9 @@ inline bool gemv_mma_applies(const GemvParams& p) {
     if (gemv_mma_dense(p)) {
       GemvParams block = p;
       block.n_tokens = std::min(p.n_tokens, gemv_max_tokens);
-      if (!(gemv_mma_rows_enabled() && p.n_tokens >= gemv_mma_dense_min_rows() && p.n_tokens <= gemv_max_dense_rows &&
+      // from 3 rows where the dp4a kernel cannot take the records either (the alternative is the fp32 GEMV)
+      const int min_rows = gemv_x8_applies<T>(block) ? gemv_mma_dense_min_rows() : 3;
+      if (!(gemv_mma_rows_enabled() && p.n_tokens >= min_rows && p.n_tokens <= gemv_max_dense_rows &&
             p.x_q != nullptr && gemv_x8_applies<T>(block, kAnyRecords))) {
         return false;
       }
