@@ -416,7 +416,7 @@ __device__ __forceinline__ void mma_block_codes(const uint8_t* st, int off, int 
 }
 
 /// Lane t's codes of half `half` (units 4 half .. 4 half + 3) of a staged Q6_K super-block at the even offset
-/// `off`: for each unit q, positions 8t .. 8t + 3 in w[q][0] and 8t + 4 .. 8t + 7 in w[q][1] (code = 16 high
+/// `off`: for each unit q, positions 8t .. 8t + 3 in w[q][0] and 8t + 4 .. 8t + 7 in w[q][1] (code = 16 x the 2 high
 /// bits + low nibble, 0-63, value d sc (code - 32)), its 8 int8 scales (two per unit: values 0-15, 16-31) and d.
 __device__ __forceinline__ void mma_q6k_half_codes(const uint8_t* st, int off, int half, int t, uint32_t (&w)[4][2],
                                                    uint32_t (&scales)[2], float& d) {
