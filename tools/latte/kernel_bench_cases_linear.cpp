@@ -10,8 +10,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda/check.hpp"
@@ -64,35 +66,41 @@ std::vector<const void*> weight_copies(BenchContext& ctx, const Linear& l, int64
   return copies;
 }
 
+/// A GEMV case of `tokens` rows of x against l: its kernel name, shape, bytes and FLOPs, and `prepare`.
+KernelBenchCase gemv_case(const std::string& kernel, const Linear& l, int tokens,
+                          std::function<BenchLauncher(BenchContext&)> prepare) {
+  const cuda::GemvParams shape{.type = l.type, .n_rows = l.rows, .k = l.k, .n_tokens = tokens};
+  return {.kernel = kernel + " " + std::string(type_name(l.type)),
+          .shape = shape_of(l, tokens),
+          .bytes = cuda::gemv_min_bytes(shape),
+          .flops = cuda::gemv_flops(shape),
+          .prepare = std::move(prepare)};
+}
+
 std::vector<KernelBenchCase> linear_cases(const KernelBenchShapes& shapes) {
   const std::vector<Linear> linears = linears_of(shapes);
   std::vector<KernelBenchCase> cases;
   for (const Linear& l : linears) {
     for (int tokens : {1, 4}) {
-      cuda::GemvParams shape{.type = l.type, .n_rows = l.rows, .k = l.k, .n_tokens = tokens};
-      cases.push_back({.kernel = "gemv " + std::string(type_name(l.type)),
-                       .shape = shape_of(l, tokens),
-                       .bytes = cuda::gemv_min_bytes(shape),
-                       .flops = cuda::gemv_flops(shape),
-                       .prepare = [l, tokens](BenchContext& ctx) -> BenchLauncher {
-                         int64_t bytes = 0;
-                         auto w = weight_copies(ctx, l, bytes);
-                         auto* x = static_cast<const float*>(ctx.random_device(size_t{4} * tokens * l.k, 0));
-                         auto* y = static_cast<float*>(ctx.device_alloc(size_t{4} * tokens * l.rows));
-                         return [=](cudaStream_t s, int rep) {
-                           cuda::gemv_quant({.type = l.type,
-                                             .weight = w[rep % w.size()],
-                                             .weight_bytes = bytes,
-                                             .n_rows = l.rows,
-                                             .k = l.k,
-                                             .x = x,
-                                             .x_stride = l.k,
-                                             .y = y,
-                                             .y_stride = l.rows,
-                                             .n_tokens = tokens},
-                                            s);
-                         };
-                       }});
+      cases.push_back(gemv_case("gemv", l, tokens, [l, tokens](BenchContext& ctx) -> BenchLauncher {
+        int64_t bytes = 0;
+        auto w = weight_copies(ctx, l, bytes);
+        auto* x = static_cast<const float*>(ctx.random_device(size_t{4} * tokens * l.k, 0));
+        auto* y = static_cast<float*>(ctx.device_alloc(size_t{4} * tokens * l.rows));
+        return [=](cudaStream_t s, int rep) {
+          cuda::gemv_quant({.type = l.type,
+                            .weight = w[rep % w.size()],
+                            .weight_bytes = bytes,
+                            .n_rows = l.rows,
+                            .k = l.k,
+                            .x = x,
+                            .x_stride = l.k,
+                            .y = y,
+                            .y_stride = l.rows,
+                            .n_tokens = tokens},
+                           s);
+        };
+      }));
     }
   }
   // What a decode step runs: x as split-int8 records (made once here, as the norms make them), 1 token (the
@@ -100,44 +108,38 @@ std::vector<KernelBenchCase> linear_cases(const KernelBenchShapes& shapes) {
   // where the tensor-core GEMV takes the type; else this case is skipped)
   for (const Linear& l : linears) {
     for (int tokens : {1, 8, 32}) {
-      cuda::GemvParams shape{.type = l.type, .n_rows = l.rows, .k = l.k, .n_tokens = tokens};
-      cases.push_back({.kernel = "gemv int8 records " + std::string(type_name(l.type)),
-                       .shape = shape_of(l, tokens),
-                       .bytes = cuda::gemv_min_bytes(shape),
-                       .flops = cuda::gemv_flops(shape),
-                       .prepare = [l, tokens](BenchContext& ctx) -> BenchLauncher {
-                         const int64_t stride = cuda::x_int8_record_bytes(l.k);
-                         auto* x = static_cast<const float*>(ctx.random_device(size_t{4} * tokens * l.k, 0));
-                         auto* x_q = static_cast<uint8_t*>(ctx.device_alloc(static_cast<size_t>(stride) * tokens));
-                         cuda::quantize_x_int8(
-                             {.x = x, .x_stride = l.k, .rows = tokens, .k = l.k, .out = x_q, .out_stride = stride},
-                             nullptr);
-                         LATTE_CUDA_CHECK(cudaDeviceSynchronize());  // the records, before the timed stream reads them
-                         int64_t bytes = 0;
-                         auto w = weight_copies(ctx, l, bytes);
-                         auto* y = static_cast<float*>(ctx.device_alloc(size_t{4} * tokens * l.rows));
-                         const cuda::GemvParams p{.type = l.type,
-                                                  .weight = w[0],
-                                                  .weight_bytes = bytes,
-                                                  .n_rows = l.rows,
-                                                  .k = l.k,
-                                                  .x = x,
-                                                  .x_stride = l.k,
-                                                  .y = y,
-                                                  .y_stride = l.rows,
-                                                  .n_tokens = tokens,
-                                                  .x_q = x_q,
-                                                  .x_q_stride = stride};
-                         if (!cuda::gemv_reads_x_int8(l.type, l.k, std::min(tokens, cuda::gemv_max_tokens)) ||
-                             (tokens > cuda::gemv_max_tokens && !cuda::gemv_takes_dense_rows(p))) {
-                           return {};  // no split-int8 launch of this shape
-                         }
-                         return [=](cudaStream_t s, int rep) {
-                           cuda::GemvParams q = p;
-                           q.weight = w[rep % w.size()];
-                           cuda::gemv_quant(q, s);
-                         };
-                       }});
+      cases.push_back(gemv_case("gemv int8 records", l, tokens, [l, tokens](BenchContext& ctx) -> BenchLauncher {
+        const int64_t stride = cuda::x_int8_record_bytes(l.k);
+        cuda::GemvParams p{.type = l.type,
+                           .weight = reinterpret_cast<const void*>(uintptr_t{256}),  // a probe first: alignment only
+                           .weight_bytes = static_cast<int64_t>(row_bytes(l.type, static_cast<uint64_t>(l.k))) * l.rows,
+                           .n_rows = l.rows,
+                           .k = l.k,
+                           .x_stride = l.k,
+                           .y_stride = l.rows,
+                           .n_tokens = tokens,
+                           .x_q = reinterpret_cast<const uint8_t*>(uintptr_t{256}),
+                           .x_q_stride = stride};
+        if (!cuda::gemv_reads_x_int8(l.type, l.k, std::min(tokens, cuda::gemv_max_tokens)) ||
+            (tokens > cuda::gemv_max_tokens && !cuda::gemv_takes_dense_rows(p))) {
+          return {};  // no split-int8 launch of this shape: nothing allocated
+        }
+        auto* x = static_cast<const float*>(ctx.random_device(size_t{4} * tokens * l.k, 0));
+        auto* x_q = static_cast<uint8_t*>(ctx.device_alloc(static_cast<size_t>(stride) * tokens));
+        cuda::quantize_x_int8({.x = x, .x_stride = l.k, .rows = tokens, .k = l.k, .out = x_q, .out_stride = stride},
+                              nullptr);
+        LATTE_CUDA_CHECK(cudaDeviceSynchronize());  // the records, before the timed stream reads them
+        int64_t bytes = 0;
+        auto w = weight_copies(ctx, l, bytes);
+        p.x = x;
+        p.y = static_cast<float*>(ctx.device_alloc(size_t{4} * tokens * l.rows));
+        p.x_q = x_q;
+        return [=](cudaStream_t s, int rep) {
+          cuda::GemvParams q = p;
+          q.weight = w[rep % w.size()];
+          cuda::gemv_quant(q, s);
+        };
+      }));
     }
   }
   for (const Linear& l : linears) {
