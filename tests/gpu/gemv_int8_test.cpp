@@ -324,7 +324,7 @@ TEST_CASE("gemv quantizing fp32 x in its blocks (x_quantize) equals the launch o
     const int64_t matrix_bytes = static_cast<int64_t>(latte::row_bytes(s.type, static_cast<uint64_t>(s.k))) * s.rows;
     const std::vector<int32_t> ids = {2, 0, 2, 1};
     const auto dids = upload(ids);
-    // gathered groups of 3 and 1 tokens (the per-head W_UV: the tensor cores, except Q6_K)
+    // gathered groups of 3 and 1 tokens (the per-head W_UV: the tensor cores, Q6_K included)
     const std::vector<latte::cuda::GemvGroup> groups = {{.matrix = 2, .count = 3, .x_row = {0, 1, 3}, .y_row = {1, 2, 0}},
                                                         {.matrix = 0, .count = 1, .x_row = {2}, .y_row = {3}}};
     const std::vector<int32_t> n_groups = {2};
