@@ -690,9 +690,11 @@ inline bool gemv_mma_dense(const GemvParams& p) { return p.groups == nullptr && 
 inline int gemv_mma_tokens(const GemvParams& p) {
   return (gemv_mma_dense(p) ? p.n_tokens : p.max_tokens_per_group) <= 4 ? 4 : 8;
 }
+/// Shared memory bytes of `tokens` tokens' padded x records of k values (the kernels' token_words per token).
+inline int64_t gemv_mma_record_bytes(int tokens, int64_t k) { return tokens * 16 * (5 * (k / 32) + 1); }
 template <GgmlType T>
 inline int64_t gemv_mma_smem_bytes(const GemvParams& p) {
-  const int64_t records = gemv_mma_tokens(p) * 16 * (5 * (int64_t{p.k} / 32) + 1);
+  const int64_t records = gemv_mma_record_bytes(gemv_mma_tokens(p), p.k);
   if constexpr (kGemvMmaStaged<T>) {
     return records + MmaStaging<T>::ring_bytes;
   } else {
@@ -789,7 +791,7 @@ void launch_gemv_mma_as(const GemvParams& p, cudaStream_t stream) {
   }
   const int tiles = static_cast<int>(split ? warps : (warps + 3) / 4);
   // the records (the legacy ring is static, Q6_K's after them), and the split's partial sums
-  int smem = NT * 16 * (5 * (p.k / 32) + 1) + (split ? kMmaSplitSmemBytes : 0);
+  int smem = static_cast<int>(gemv_mma_record_bytes(NT, p.k)) + (split ? kMmaSplitSmemBytes : 0);
   if constexpr (kGemvMmaStaged<T>) smem += MmaStaging<T>::dynamic ? MmaStaging<T>::ring_bytes : 0;
   LATTE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   // one wave of resident blocks over all groups; each walks an equal share of its group's tiles

@@ -13,6 +13,10 @@
 #include <cstring>
 #include <functional>
 #include <utility>
+#include <vector>
+
+/// Set in the emulation build: tests may look at what only the emulation can observe (emu::take_prefetched_l2).
+#define LATTE_CUDA_EMULATION 1
 
 #undef __shared__
 #define __shared__ static  // function-local statics: CTAs run one after another
@@ -147,6 +151,13 @@ void cp_async(void* dst, const void* src, int bytes, int src_bytes);
 void cp_async_commit();
 void cp_async_wait(int pending);
 
+/// cp.async.bulk.prefetch.L2 stand-in: checks the instruction's rules (a 16-byte aligned address, a non-zero
+/// multiple of 16 bytes; aborts otherwise), reads the range's first and last byte (AddressSanitizer reports a
+/// range outside its allocation) and logs the range.
+void prefetch_l2(const void* p, uint32_t bytes);
+/// The ranges prefetched since the last call, as (address, bytes), in issue order; clears the log.
+std::vector<std::pair<uintptr_t, uint32_t>> take_prefetched_l2();
+
 // Runtime API stand-ins.
 cudaError_t malloc_device(void** ptr, size_t bytes);
 cudaError_t free_device(void* ptr);
@@ -175,6 +186,13 @@ cudaError_t max_active_clusters(int* clusters, const cudaLaunchConfig_t* config)
 inline int max(int a, int b) { return a > b ? a : b; }
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline int min(int a, int b) { return a < b ? a : b; }
+// CUDA's other overloads (a call with both arguments 64-bit must not truncate to int here)
+inline int64_t max(int64_t a, int64_t b) { return a > b ? a : b; }
+inline int64_t min(int64_t a, int64_t b) { return a < b ? a : b; }
+inline uint64_t max(uint64_t a, uint64_t b) { return a > b ? a : b; }
+inline uint64_t min(uint64_t a, uint64_t b) { return a < b ? a : b; }
+inline uint32_t max(uint32_t a, uint32_t b) { return a > b ? a : b; }
+inline uint32_t min(uint32_t a, uint32_t b) { return a < b ? a : b; }
 inline uint32_t __float_as_uint(float x) {
   uint32_t u;
   std::memcpy(&u, &x, 4);

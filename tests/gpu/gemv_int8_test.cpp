@@ -1300,3 +1300,146 @@ TEST_CASE("gemv on split-int8 x: groups of several tokens on the tensor cores, g
     }
   }
 }
+
+namespace {
+
+#ifdef LATTE_CUDA_EMULATION
+/// How often the emulation's logged L2 prefetches (since the last call) touched each 16-byte word of
+/// [origin, origin + bytes) (words counted from origin rounded down to 16); `outside`: words of theirs elsewhere.
+struct PrefetchCoverage {
+  std::vector<int> words;
+  int64_t outside = 0;
+};
+PrefetchCoverage prefetch_coverage(const void* origin, int64_t bytes) {
+  const uint64_t lo = reinterpret_cast<uintptr_t>(origin) / 16 * 16, hi = reinterpret_cast<uintptr_t>(origin) + bytes;
+  PrefetchCoverage c{.words = std::vector<int>(static_cast<size_t>((hi - lo + 15) / 16), 0)};
+  for (const auto& [at, n] : emu::take_prefetched_l2()) {
+    for (uint64_t a = at; a < at + n; a += 16) {
+      if (a >= lo && a + 16 <= hi) {
+        ++c.words[static_cast<size_t>((a - lo) / 16)];
+      } else {
+        ++c.outside;
+      }
+    }
+  }
+  return c;
+}
+#endif
+
+}  // namespace
+
+TEST_CASE("gemv prefetching the next launch's matrices into L2 (next_weight): same outputs, the chosen matrices only") {
+  Rng rng;
+  const int experts = 3, n_x = 8;
+  // the next stack: Q8_0 rows of 1408 values (1,496 bytes), 37 per matrix, so matrices start 55,352 bytes apart,
+  // half of them 8 bytes off 16-byte alignment; allocated to the byte, so a prefetch past it is out of bounds
+  const int64_t next_rows = 37, next_k = 1408;
+  const Matrix next = random_matrix(GgmlType::q8_0, next_rows * experts, next_k, rng);
+  const auto dnext = upload(next.bytes);
+  const int64_t next_stride = static_cast<int64_t>(latte::row_bytes(GgmlType::q8_0, next_k)) * next_rows;
+  struct Case {
+    GgmlType type;
+    int64_t rows, k;
+    int tokens;  // 1: one token's choices; more: groups of that many tokens
+  };
+  // one token's choices on the K-quant and legacy dp4a kernels; groups of 4 tokens on the tensor-core kernels
+  // (K-quant and staged); groups of 2 over short legacy rows (k = 128: the short-row kernel)
+  for (const Case c :
+       {Case{GgmlType::q4_k, 300, 512, 1}, Case{GgmlType::q8_0, 300, 1408, 1}, Case{GgmlType::q4_k, 300, 1280, 4},
+        Case{GgmlType::q8_0, 300, 1408, 4}, Case{GgmlType::q8_0, 64, 128, 2}}) {
+    CAPTURE(latte::type_name(c.type));
+    CAPTURE(c.k);
+    CAPTURE(c.tokens);
+    const Matrix w = random_matrix(c.type, c.rows * experts, c.k, rng);
+    const auto dw = upload(w.bytes);
+    const auto x = random_vector(static_cast<size_t>(n_x * c.k), rng);
+    const auto dx = upload(x);
+    const auto rec = records_of(dx, n_x, static_cast<int>(c.k));
+    latte::cuda::DeviceBuffer<float> x_nan(static_cast<size_t>(n_x * c.k));
+    poison(x_nan.data(), x_nan.bytes());
+    const std::vector<int32_t> ids = {2, 0, 7};  // 7 is past both stacks: clamped to matrix 2
+    const auto dids = upload(ids);
+    std::vector<latte::cuda::GemvGroup> groups = {{.matrix = 2, .count = c.tokens, .x_row = {}, .y_row = {}},
+                                                  {.matrix = 0, .count = 1, .x_row = {}, .y_row = {}}};
+    for (int t = 0; t < c.tokens; ++t) groups[0].x_row[t] = groups[0].y_row[t] = t;
+    groups[1].x_row[0] = groups[1].y_row[0] = n_x - 1;
+    const std::vector<int32_t> n_groups = {2};
+    const auto dgroups = upload(groups);
+    const auto dn = upload(n_groups);
+    latte::cuda::GemvParams p{.type = c.type,
+                              .weight = dw.data(),
+                              .weight_bytes = static_cast<int64_t>(w.bytes.size()),
+                              .matrix_stride_bytes = static_cast<int64_t>(latte::row_bytes(c.type, c.k)) * c.rows,
+                              .n_rows = static_cast<int>(c.rows),
+                              .k = static_cast<int>(c.k),
+                              .x = x_nan.data(),
+                              .x_stride = c.k,
+                              .y_stride = c.rows,
+                              .x_q = rec.data(),
+                              .x_q_stride = latte::cuda::x_int8_record_bytes(c.k)};
+    if (c.tokens == 1) {
+      p.max_groups = 3;
+      p.choice_ids = dids.data();
+    } else {
+      p.groups = dgroups.data();
+      p.n_groups = dn.data();
+      p.max_groups = 3;
+      p.max_tokens_per_group = c.tokens;
+    }
+    auto run = [&](const latte::cuda::GemvParams& q) {
+      latte::cuda::DeviceBuffer<float> y(static_cast<size_t>(n_x * c.rows));
+      poison(y.data(), y.bytes());
+      latte::cuda::GemvParams r = q;
+      r.y = y.data();
+      latte::cuda::gemv_quant(r, nullptr);
+      return download(y.data(), y.size());
+    };
+    const auto plain = run(p);
+    for (const int64_t prefetch : {next_stride, int64_t{1000}, int64_t{8}}) {
+      CAPTURE(prefetch);
+      latte::cuda::GemvParams q = p;
+      q.next_weight = dnext.data();
+      q.next_weight_bytes = static_cast<int64_t>(next.bytes.size());
+      q.next_matrix_stride_bytes = next_stride;
+      q.next_prefetch_bytes = prefetch;
+#ifdef LATTE_CUDA_EMULATION
+      (void)emu::take_prefetched_l2();
+#endif
+      const auto got = run(q);
+      CHECK(std::memcmp(got.data(), plain.data(), got.size() * sizeof(float)) == 0);  // NaN poison compares too
+#ifdef LATTE_CUDA_EMULATION
+      // every whole 16-byte word of the first `prefetch` bytes of matrices 2 and 0, nothing else
+      const PrefetchCoverage cov = prefetch_coverage(dnext.data(), q.next_weight_bytes);
+      const uint64_t origin = reinterpret_cast<uintptr_t>(dnext.data()), lo = origin / 16 * 16;
+      int missed = 0, stray = 0;
+      for (size_t i = 0; i < cov.words.size(); ++i) {
+        const uint64_t a = lo + 16 * i;
+        bool wanted = false;
+        for (const int m : {2, 0}) {
+          const uint64_t from = origin + static_cast<uint64_t>(m * next_stride);
+          wanted = wanted || (a >= from && a + 16 <= from + static_cast<uint64_t>(prefetch));
+        }
+        missed += wanted && cov.words[i] == 0;
+        stray += !wanted && cov.words[i] > 0;
+      }
+      CHECK(missed == 0);
+      CHECK(stray == 0);
+      CHECK(cov.outside == 0);
+#endif
+    }
+  }
+  // a stack without room for the prefetch is refused
+  latte::cuda::GemvParams bad{.type = GgmlType::q4_k,
+                              .weight = dnext.data(),
+                              .weight_bytes = 256,
+                              .n_rows = 1,
+                              .k = 256,
+                              .x = reinterpret_cast<const float*>(dnext.data()),
+                              .x_stride = 256,
+                              .y = reinterpret_cast<float*>(const_cast<uint8_t*>(dnext.data())),
+                              .y_stride = 1,
+                              .next_weight = dnext.data(),
+                              .next_weight_bytes = next_stride - 1,
+                              .next_matrix_stride_bytes = next_stride};
+  CHECK_THROWS_AS(latte::cuda::gemv_quant(bad, nullptr), latte::Error);  // dense: not a gathered launch
+}
