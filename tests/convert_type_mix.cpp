@@ -93,7 +93,7 @@ TEST_CASE("q4_k_m mix on DeepSeek-V3 and GLM-5 shapes") {
               });
 }
 
-TEST_CASE("q5_k_m, pure K, q8_0 and float mixes") {
+TEST_CASE("q5_k_m, pure K and IQ4, q8_0 and float mixes") {
   const latte::convert::TypeMixContext v2_lite{.n_layer = 27, .n_expert = 64};
   check_cases(TypeMix::q5_k_m, v2_lite,
               {
@@ -124,6 +124,14 @@ TEST_CASE("q5_k_m, pure K, q8_0 and float mixes") {
                   {"blk.3.exp_probs_b.bias", {64}, GgmlType::f32},
               });
   check_cases(TypeMix::f32, v2_lite, {{"output.weight", {2048, 102400}, GgmlType::f32}});
+  check_cases(TypeMix::iq4_xs, v2_lite,
+              {
+                  {"output.weight", {2048, 102400}, GgmlType::iq4_xs},
+                  {"blk.4.ffn_down_exps.weight", {1408, 2048, 64}, GgmlType::iq4_nl},  // IQ4_XS -> IQ4_NL
+                  {"blk.0.attn_k_b.weight", {40, 512, 16}, GgmlType::f16},             // 40 % 32 != 0
+                  {"blk.0.attn_norm.weight", {2048}, GgmlType::f32},
+              });
+  check_cases(TypeMix::iq4_nl, v2_lite, {{"blk.0.attn_k_b.weight", {128, 512, 16}, GgmlType::iq4_nl}});
 }
 
 TEST_CASE("q4_k_m mix follows llama.cpp's 8-expert special cases") {
@@ -148,6 +156,9 @@ TEST_CASE("type mix names parse, print and map to llama.cpp file types") {
   CHECK(latte::convert::llama_file_type(TypeMix::q4_k_m) == 15);
   CHECK(latte::convert::llama_file_type(TypeMix::bf16) == 32);
   CHECK(latte::convert::llama_file_type(TypeMix::q8_0) == 7);
+  CHECK(latte::convert::llama_file_type(TypeMix::iq4_nl) == 25);
+  CHECK(latte::convert::llama_file_type(TypeMix::iq4_xs) == 30);
+  CHECK(latte::convert::parse_type_mix("IQ4_XS") == TypeMix::iq4_xs);
   CHECK_THROWS_AS(latte::convert::parse_type_mix("q3_k"), latte::Error);
   const std::vector<uint64_t> ne{1408, 2048, 64};
   CHECK_THROWS_AS(latte::convert::choose_tensor_type(TypeMix::q4_k_m, "ffn_down_exps.weight", ne, {.n_layer = 27}),

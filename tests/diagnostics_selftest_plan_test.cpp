@@ -209,3 +209,15 @@ TEST_CASE("the preset self-test plan covers every family and every GPU weight ty
   CHECK(list.starts_with("self-test cases at the shapes of presets"));
   CHECK(list.find("dsa_indexer") != std::string::npos);
 }
+
+TEST_CASE("the decode-only IQ4 types get self-test cases from random blocks; grid IQ types are listed as not covered") {
+  const SelftestPlan plan =
+      selftest_plan(selftest_preset_target("deepseek-v3", {GgmlType::iq4_nl, GgmlType::iq4_xs, GgmlType::iq2_xxs}));
+  std::set<GgmlType> gemv, dequantize;
+  for (const SelftestCase* c : of(plan, SelftestFamily::gemv)) gemv.insert(c->type);
+  for (const SelftestCase* c : of(plan, SelftestFamily::dequantize)) dequantize.insert(c->type);
+  CHECK(gemv == std::set<GgmlType>{GgmlType::iq4_nl, GgmlType::iq4_xs});
+  CHECK(dequantize == gemv);
+  REQUIRE(plan.not_covered.size() == 1);
+  CHECK(plan.not_covered[0].starts_with("iq2_xxs: no CPU encoder"));
+}

@@ -179,6 +179,30 @@ TEST_CASE("quantized weights load, both backends agree on them, and Q8_0 stays c
   CHECK(quantization < 0.05);
 }
 
+TEST_CASE("IQ4_XS and IQ4_NL weights load, both backends agree on them, and stay near the f32 model") {
+  latte::RandomModelOptions iq4{.seed = 5};
+  iq4.tensor_type = [](std::string_view name, std::span<const uint64_t> ne) {
+    if (ne.size() < 2 || name == "token_embd.weight")
+      return ne.size() >= 2 ? latte::GgmlType::bf16 : latte::GgmlType::f32;
+    return ne[0] % 256 == 0 ? latte::GgmlType::iq4_xs : latte::GgmlType::iq4_nl;  // attn_k_b rows: 128 values
+  };
+  const latte::ModelConfig moe = latte::model_preset("test-v2-lite");
+  const auto quantized = latte::test::random_model(moe, iq4);
+  CHECK(quantized.file().find_tensor("blk.0.attn_kv_a_mqa.weight")->type == latte::GgmlType::iq4_xs);
+  CHECK(quantized.file().find_tensor("blk.0.attn_k_b.weight")->type == latte::GgmlType::iq4_nl);
+  const auto tokens = latte::test::fresh_tokens(9, moe.n_vocab);
+  CHECK(latte::test::relative_error(logits_of(quantized, "standard", tokens), logits_of(quantized, "mla", tokens)) <=
+        kFp32Tolerance);
+  latte::ModelConfig dense = moe;
+  dense.n_dense_lead = dense.n_layer_main();
+  const double quantization =
+      latte::test::relative_error(logits_of(latte::test::random_model(dense, iq4), "mla", tokens),
+                                  logits_of(latte::test::random_model(dense, {.seed = 5}), "mla", tokens));
+  CAPTURE(quantization);
+  CHECK(quantization > kFp32Tolerance);  // ~4.25 bits per weight: near, not equal
+  CHECK(quantization < 0.3);
+}
+
 TEST_CASE("merged ffn_gate_up_exps (per expert: F gate rows, then F up rows) equals separate gate and up") {
   const latte::ModelConfig c = latte::model_preset("test-v2-lite");
   auto bytes = latte::random_model_bytes(c, {.seed = 29});

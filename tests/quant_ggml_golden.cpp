@@ -107,7 +107,7 @@ TEST_CASE("quantizers reproduce ggml's golden bytes for every quantizable type")
     CHECK(first_difference == ours.size());
     ++checked;
   }
-  CHECK(checked == 15);  // f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q8_1, q2_K..q8_K, mxfp4
+  CHECK(checked == 17);  // f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q8_1, q2_K..q8_K, mxfp4, iq4_nl, iq4_xs
 }
 
 TEST_CASE("dequantizers reproduce ggml's golden floats for every decodable type") {
@@ -133,5 +133,5 @@ TEST_CASE("dequantizers reproduce ggml's golden floats for every decodable type"
     CHECK(mismatches == 0);
     ++checked;
   }
-  CHECK(checked == 17);  // every decodable block type ggml has a dequantizer for (all but q8_1)
+  CHECK(checked == 19);  // every decodable block type ggml has a dequantizer for (all but q8_1)
 }

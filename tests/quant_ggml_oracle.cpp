@@ -29,6 +29,8 @@ bool same_float(float a, float b) {
 
 using DecodeFn = void (*)(const void*, float*, int64_t);
 using EncodeFn = void (*)(const float*, void*, int64_t);
+// ggml's quantize_<type>(src, dst, nrow, n_per_row, imatrix): what llama.cpp's quantizer writes a file with.
+using ChunkEncodeFn = size_t (*)(const float*, void*, int64_t, int64_t, const float*);
 
 class GgmlLibrary {
  public:
@@ -59,6 +61,7 @@ struct Names {
   GgmlType type;
   const char* decode;  // dequantize_row_* or a *_row conversion
   const char* encode;  // quantize_row_*_ref or a *_row conversion; nullptr when ggml has none we compare
+  bool chunk = false;  // encode is a ChunkEncodeFn (no importance matrix)
 };
 const Names k_names[] = {
     {GgmlType::f16, "ggml_fp16_to_fp32_row", "ggml_fp32_to_fp16_row"},
@@ -79,6 +82,10 @@ const Names k_names[] = {
     {GgmlType::nvfp4, "dequantize_row_nvfp4", nullptr},
     {GgmlType::q1_0, "dequantize_row_q1_0", nullptr},
     {GgmlType::q2_0, "dequantize_row_q2_0", nullptr},
+    // IQ4_NL: quantize_row_iq4_nl_ref skips the 15-scale search that quantize_iq4_nl (what llama.cpp's quantizer
+    // runs) makes; latte writes what the file quantizer writes
+    {GgmlType::iq4_nl, "dequantize_row_iq4_nl", "quantize_iq4_nl", true},
+    {GgmlType::iq4_xs, "dequantize_row_iq4_xs", "quantize_row_iq4_xs_ref"},
 };
 
 // Rows of 1024 values (a multiple of every block size) drawn from distributions that stress the
@@ -237,14 +244,19 @@ TEST_CASE("ggml oracle: reference quantizers write the same bytes" * doctest::sk
     const latte::TypeTraits& t = latte::type_traits(names.type);
     const std::string type_name(t.name);
     CAPTURE(type_name);
-    auto encode = ggml.symbol<EncodeFn>(names.encode);
-    REQUIRE((encode != nullptr));
+    auto encode = names.chunk ? nullptr : ggml.symbol<EncodeFn>(names.encode);
+    auto encode_chunk = names.chunk ? ggml.symbol<ChunkEncodeFn>(names.encode) : nullptr;
+    REQUIRE((encode != nullptr || encode_chunk != nullptr));
     const uint64_t row_size = latte::row_bytes(names.type, 1024);
     for (int r = 0; r < rows; ++r) {
       CAPTURE(r);
       std::vector<uint8_t> ours(row_size, 0), theirs(row_size, 0);
       latte::quantize_row(names.type, x.data() + 1024 * r, ours.data(), 1024);
-      encode(x.data() + 1024 * r, theirs.data(), 1024);
+      if (encode_chunk != nullptr) {
+        REQUIRE(encode_chunk(x.data() + 1024 * r, theirs.data(), 1, 1024, nullptr) == row_size);
+      } else {
+        encode(x.data() + 1024 * r, theirs.data(), 1024);
+      }
       size_t first = 0;
       while (first < row_size && ours[first] == theirs[first]) ++first;
       CAPTURE(first);

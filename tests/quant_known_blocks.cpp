@@ -236,6 +236,40 @@ TEST_CASE("q1_0 and q2_0 blocks") {
   check_bits(decode(GgmlType::q2_0, q2, 64), expected2);
 }
 
+TEST_CASE("iq4_nl and iq4_xs blocks: codes index the 16 non-uniform levels, xs with 6-bit scales - 32") {
+  const float levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  Bytes nl;
+  put_u16(nl, 0x3800);  // d = 0.5
+  for (int j = 0; j < 16; ++j) nl.push_back(static_cast<uint8_t>(j | ((15 - j) << 4)));
+  std::vector<float> expected;
+  for (int j = 0; j < 16; ++j) expected.push_back(0.5f * levels[j]);
+  for (int j = 0; j < 16; ++j) expected.push_back(0.5f * levels[15 - j]);
+  check_bits(decode(GgmlType::iq4_nl, nl, 32), expected);
+  CHECK(expected[0] == -63.5f);
+  CHECK(expected[16] == 56.5f);
+
+  // sub-block s: scale ls_s = {0, 1, 31, 32, 33, 47, 62, 63}, so ls - 32 runs from -32 to 31 (0 for s = 3)
+  const int ls[8] = {0, 1, 31, 32, 33, 47, 62, 63};
+  Bytes xs;
+  put_u16(xs, 0x4000);  // d = 2
+  uint16_t high = 0;
+  for (int s = 0; s < 8; ++s) high = static_cast<uint16_t>(high | ((ls[s] >> 4) << (2 * s)));
+  put_u16(xs, high);
+  for (int s = 0; s < 8; s += 2) xs.push_back(static_cast<uint8_t>((ls[s] & 15) | ((ls[s + 1] & 15) << 4)));
+  for (int s = 0; s < 8; ++s) {
+    for (int j = 0; j < 16; ++j) xs.push_back(static_cast<uint8_t>(((j + s) % 16) | (((3 * j + s) % 16) << 4)));
+  }
+  std::vector<float> expected_xs;
+  for (int s = 0; s < 8; ++s) {
+    const float dl = 2.0f * static_cast<float>(ls[s] - 32);
+    for (int j = 0; j < 16; ++j) expected_xs.push_back(dl * levels[(j + s) % 16]);
+    for (int j = 0; j < 16; ++j) expected_xs.push_back(dl * levels[(3 * j + s) % 16]);
+  }
+  check_bits(decode(GgmlType::iq4_xs, xs, 256), expected_xs);
+  CHECK(expected_xs[0] == 8128.0f);  // 2 * (0 - 32) * -127
+  CHECK(expected_xs[7 * 32] == 62.0f * levels[7]);
+}
+
 // K-quants: each test picks a level for every value and per-sub-block scales, writes the bytes
 // following the layout documented in latte/quant_blocks.hpp, and expects the documented formula.
 // All numbers are small integers times powers of two, so every product is exact; the formula keeps

@@ -50,7 +50,7 @@ TEST_CASE("row codecs reject lengths that are not a multiple of the block size")
 TEST_CASE("dequantizing a type latte cannot decode names the type") {
   std::vector<uint8_t> bytes(1024);
   std::vector<float> floats(256);
-  for (GgmlType type : {GgmlType::iq2_xxs, GgmlType::iq4_nl, GgmlType::tq2_0, GgmlType::iq1_m}) {
+  for (GgmlType type : {GgmlType::iq2_xxs, GgmlType::iq3_s, GgmlType::tq2_0, GgmlType::iq1_m}) {
     const std::string name(latte::type_traits(type).name);
     check_error(ErrorCode::unsupported, name.c_str(),
                 [&] { latte::dequantize_row(type, bytes.data(), floats.data(), 256); });

@@ -129,6 +129,23 @@ struct BlockQ2_0 {
   uint8_t qs[qk2_0 / 4];
 };
 
+/// The 16 signed levels of IQ4_NL and IQ4_XS, indexed by a value's 4-bit code (a non-uniform grid, denser near 0).
+inline constexpr int8_t k_iq4_levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+/// IQ4_NL: x = d * k_iq4_levels[code]; codes as Q4_0's (qs[j] low nibble = value j, high nibble = value j+16).
+struct BlockIq4Nl {
+  uint16_t d;
+  uint8_t qs[qk4_0 / 2];
+};
+/// IQ4_XS: eight sub-blocks of 32; sub-block s has the 6-bit scale ls = (scales_l[s/2] >> 4(s%2) & 15) |
+/// ((scales_h >> 2s & 3) << 4) and x = d (ls - 32) k_iq4_levels[code], codes of sub-block s in qs[16s .. 16s+16)
+/// laid out as IQ4_NL's.
+struct BlockIq4Xs {
+  uint16_t d;
+  uint16_t scales_h;
+  uint8_t scales_l[qk_k / 64];
+  uint8_t qs[qk_k / 2];
+};
+
 static_assert(sizeof(BlockQ4_0) == 18);
 static_assert(sizeof(BlockQ4_1) == 20);
 static_assert(sizeof(BlockQ5_0) == 22);
@@ -145,5 +162,7 @@ static_assert(sizeof(BlockMxfp4) == 17);
 static_assert(sizeof(BlockNvfp4) == 36);
 static_assert(sizeof(BlockQ1_0) == 18);
 static_assert(sizeof(BlockQ2_0) == 18);
+static_assert(sizeof(BlockIq4Nl) == 18);
+static_assert(sizeof(BlockIq4Xs) == 136);
 
 }  // namespace latte

@@ -28,6 +28,7 @@ struct TypeInfo {
   uint32_t block_bytes;
   const char* decode;  // ggml function, or nullptr
   const char* encode;  // ggml function, or nullptr
+  bool chunk = false;  // encode is quantize_<type>(src, dst, nrow, n_per_row, imatrix), run without an imatrix
 };
 
 const TypeInfo k_types[] = {
@@ -49,6 +50,9 @@ const TypeInfo k_types[] = {
     {40, 64, 36, "dequantize_row_nvfp4", nullptr},
     {41, 128, 18, "dequantize_row_q1_0", nullptr},
     {42, 64, 18, "dequantize_row_q2_0", nullptr},
+    // appended last, so that the entries above keep their random bytes
+    {20, 32, 18, "dequantize_row_iq4_nl", "quantize_iq4_nl", true},  // what llama.cpp's quantizer writes
+    {23, 256, 136, "dequantize_row_iq4_xs", "quantize_row_iq4_xs_ref"},
 };
 
 // 12 rows of 512 values, one distribution each (the same families as tests/quant_ggml_oracle.cpp).
@@ -114,11 +118,16 @@ int main(int argc, char** argv) {
   for (const TypeInfo& t : k_types) {
     if (t.encode) {
       using Encode = void (*)(const float*, void*, int64_t);
-      auto encode = reinterpret_cast<Encode>(dlsym(ggml, t.encode));
+      using ChunkEncode = size_t (*)(const float*, void*, int64_t, int64_t, const float*);
+      void* encode = dlsym(ggml, t.encode);
       if (!encode) return std::fprintf(stderr, "missing %s\n", t.encode), 1;
       const size_t n = input.size();
       std::vector<uint8_t> bytes(n / t.block_values * t.block_bytes, 0);
-      encode(input.data(), bytes.data(), static_cast<int64_t>(n));
+      if (t.chunk) {
+        reinterpret_cast<ChunkEncode>(encode)(input.data(), bytes.data(), 1, static_cast<int64_t>(n), nullptr);
+      } else {
+        reinterpret_cast<Encode>(encode)(input.data(), bytes.data(), static_cast<int64_t>(n));
+      }
       for (uint32_t v : {t.id, 0u, static_cast<uint32_t>(n), static_cast<uint32_t>(bytes.size()), 0u}) put_u32(entries, v);
       put_raw(entries, bytes.data(), bytes.size());
       ++n_entries;

@@ -17,9 +17,10 @@ struct MixEntry {
   uint32_t file_type;  // LLAMA_FTYPE_*
 };
 constexpr MixEntry mixes[] = {
-    {TypeMix::f32, "f32", 0},    {TypeMix::f16, "f16", 1},        {TypeMix::bf16, "bf16", 32},
-    {TypeMix::q8_0, "q8_0", 7},  {TypeMix::q4_k, "q4_k", 14},     {TypeMix::q5_k, "q5_k", 16},
-    {TypeMix::q6_k, "q6_k", 18}, {TypeMix::q4_k_m, "q4_k_m", 15}, {TypeMix::q5_k_m, "q5_k_m", 17},
+    {TypeMix::f32, "f32", 0},        {TypeMix::f16, "f16", 1},        {TypeMix::bf16, "bf16", 32},
+    {TypeMix::q8_0, "q8_0", 7},      {TypeMix::q4_k, "q4_k", 14},     {TypeMix::q5_k, "q5_k", 16},
+    {TypeMix::q6_k, "q6_k", 18},     {TypeMix::q4_k_m, "q4_k_m", 15}, {TypeMix::q5_k_m, "q5_k_m", 17},
+    {TypeMix::iq4_nl, "iq4_nl", 25}, {TypeMix::iq4_xs, "iq4_xs", 30},
 };
 
 // ggml_n_dims: trailing dimensions of 1 do not count.
@@ -68,6 +69,9 @@ GgmlType fit_row(GgmlType type, uint64_t row) {
     case GgmlType::q6_k:
       fallback = GgmlType::q8_0;
       break;
+    case GgmlType::iq4_xs:
+      fallback = GgmlType::iq4_nl;
+      break;
     default:
       break;
   }
@@ -92,6 +96,10 @@ GgmlType base_type(TypeMix mix) {
       return GgmlType::q5_k;
     case TypeMix::q6_k:
       return GgmlType::q6_k;
+    case TypeMix::iq4_nl:
+      return GgmlType::iq4_nl;
+    case TypeMix::iq4_xs:
+      return GgmlType::iq4_xs;
   }
   return GgmlType::f32;
 }
@@ -143,6 +151,8 @@ GgmlType choose_tensor_type(TypeMix mix, std::string_view name, std::span<const 
     case TypeMix::q4_k:
     case TypeMix::q5_k:
     case TypeMix::q6_k:
+    case TypeMix::iq4_nl:
+    case TypeMix::iq4_xs:
       return fit_row(type, row);
     case TypeMix::q4_k_m:
     case TypeMix::q5_k_m:

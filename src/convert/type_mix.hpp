@@ -26,6 +26,8 @@ enum class TypeMix {
   q6_k,    ///< every quantizable weight Q6_K ("pure")
   q4_k_m,  ///< Q4_K with Q6_K for output and some ffn_down layers (llama.cpp's Q4_K_M)
   q5_k_m,  ///< Q5_K with Q6_K for output and some ffn_down layers (llama.cpp's Q5_K_M)
+  iq4_nl,  ///< every quantizable weight IQ4_NL ("pure")
+  iq4_xs,  ///< every quantizable weight IQ4_XS ("pure"; IQ4_NL where a row is not a multiple of 256)
 };
 
 /// Parses "f32", "q4_k_m", "Q4_K_M", ... Throws Error(invalid_argument) listing the choices.
@@ -33,7 +35,7 @@ TypeMix parse_type_mix(std::string_view name);
 /// The lower-case name ("q4_k_m").
 std::string_view type_mix_name(TypeMix mix) noexcept;
 /// The value of general.file_type llama.cpp writes for this mix (LLAMA_FTYPE_*: 0 all F32,
-/// 1 F16, 7 Q8_0, 14 Q4_K_S, 15 Q4_K_M, 16 Q5_K_S, 17 Q5_K_M, 18 Q6_K, 32 BF16).
+/// 1 F16, 7 Q8_0, 14 Q4_K_S, 15 Q4_K_M, 16 Q5_K_S, 17 Q5_K_M, 18 Q6_K, 25 IQ4_NL, 30 IQ4_XS, 32 BF16).
 uint32_t llama_file_type(TypeMix mix) noexcept;
 
 /// Model-wide facts the rule depends on.

@@ -150,6 +150,10 @@ void dequantize_rows(const DequantizeParams& p, cudaStream_t stream) {
       return launch_dequantize<GgmlType::q5_k>(p, stream);
     case GgmlType::q6_k:
       return launch_dequantize<GgmlType::q6_k>(p, stream);
+    case GgmlType::iq4_nl:
+      return launch_dequantize<GgmlType::iq4_nl>(p, stream);
+    case GgmlType::iq4_xs:
+      return launch_dequantize<GgmlType::iq4_xs>(p, stream);
     default:
       break;
   }

@@ -32,6 +32,8 @@ extern template void launch_gemv<GgmlType::q5_0>(const GemvParams&, cudaStream_t
 extern template void launch_gemv<GgmlType::q5_1>(const GemvParams&, cudaStream_t);
 extern template void launch_gemv<GgmlType::q8_0>(const GemvParams&, cudaStream_t);
 extern template void launch_gemv<GgmlType::mxfp4>(const GemvParams&, cudaStream_t);
+extern template void launch_gemv<GgmlType::iq4_nl>(const GemvParams&, cudaStream_t);
+extern template void launch_gemv<GgmlType::iq4_xs>(const GemvParams&, cudaStream_t);
 extern template void launch_gemv<GgmlType::q2_k>(const GemvParams&, cudaStream_t);
 extern template void launch_gemv<GgmlType::q3_k>(const GemvParams&, cudaStream_t);
 extern template void launch_gemv<GgmlType::q4_k>(const GemvParams&, cudaStream_t);
@@ -39,8 +41,8 @@ extern template void launch_gemv<GgmlType::q5_k>(const GemvParams&, cudaStream_t
 extern template void launch_gemv<GgmlType::q6_k>(const GemvParams&, cudaStream_t);
 
 namespace {
-// Float rows of every width and MXFP4 as well as the GEMM's types: decode reads the weights as stored.
-using GemvTypes = JoinedTypeList<FloatTypes, LegacyQuantTypes, Mxfp4Types, KQuantTypes>;
+// Float rows of every width, MXFP4 and the IQ4 types as well as the GEMM's types: decode reads the weights as stored.
+using GemvTypes = JoinedTypeList<FloatTypes, LegacyQuantTypes, Mxfp4Types, KQuantTypes, Iq4Types>;
 constexpr ArgumentCheck require_arg{"gemv_quant"};
 }  // namespace
 

@@ -102,7 +102,8 @@ struct GemvParams {
 /// Error(unsupported) for a type without a kernel.
 void gemv_quant(const GemvParams& p, cudaStream_t stream);
 
-/// Whether gemv_quant has a kernel for `type` (every type the CPU can dequantize, except Q8_1/Q8_K).
+/// Whether gemv_quant has a kernel for `type`: F32, F16, BF16, the legacy 32-value blocks, the K-quants (Q2_K-Q6_K),
+/// MXFP4, IQ4_NL and IQ4_XS (dequantize_rows decodes the same types).
 bool gemv_supports(GgmlType type) noexcept;
 
 /// Whether a launch of `type` with `k` inputs and `tokens` tokens (per group) reads GemvParams::x_q when it

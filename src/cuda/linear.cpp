@@ -96,6 +96,16 @@ bool Linear::reads_records(const DeviceMatrix& w, int rows) {
                gemv_rows(w, rows));
 }
 
+bool Linear::bf16_operands(const DeviceMatrix& w, int rows) {
+  if (rows <= gemv_max_tokens || w.k % 32 != 0 || reinterpret_cast<uintptr_t>(w.data) % 16 != 0) return false;
+  if (gemm_quant_supports(w.type)) return true;
+  // quantized types without a fused GEMM, where the bf16 dequantization applies (f32 and f16 rows keep the fp32
+  // paths: bf16 would round them)
+  const size_t weight_elems = static_cast<size_t>(w.rows) * static_cast<size_t>(bf16_weight_stride(w.k));
+  return rows >= blas_min_rows() && weight_elems <= kMaxDequantizedElems && w.type != GgmlType::f32 &&
+         w.type != GgmlType::f16 && gemv_supports(w.type);
+}
+
 void Linear::operator()(const DeviceMatrix& w, const LinearCall& c, cudaStream_t stream) {
   if (!w) throw Error(ErrorCode::internal, "linear: absent weight matrix");
   if (c.rows <= 0) return;
@@ -108,9 +118,9 @@ void Linear::operator()(const DeviceMatrix& w, const LinearCall& c, cudaStream_t
     return;
   }
   const bool passes = c.x_q != nullptr && gemv_passes(w, c.rows);  // GEMV passes over the records (below)
-  const bool gemm = c.rows > gemv_max_tokens && !passes && gemm_quant_supports(w.type) && w.k % 32 == 0 &&
-                    reinterpret_cast<uintptr_t>(w.data) % 16 == 0;
   const size_t weight_elems = static_cast<size_t>(w.rows) * static_cast<size_t>(bf16_weight_stride(w.k));
+  const bool via_bf16 = c.rows >= blas_min_rows() && weight_elems <= kMaxDequantizedElems;
+  const bool gemm = !passes && bf16_operands(w, c.rows);
   if (gemm) {
     QuantGemmParams p{.type = w.type,
                       .weight = w.data,
@@ -123,7 +133,7 @@ void Linear::operator()(const DeviceMatrix& w, const LinearCall& c, cudaStream_t
                       .ldc = c.y_stride,
                       .residual = c.residual,
                       .m = c.rows};
-    if (c.rows >= blas_min_rows() && weight_elems <= kMaxDequantizedElems) {
+    if (via_bf16) {
       // Dequantize the matrix to bf16 once and let cuBLAS run the product: at 512 rows several times faster
       // than the fused kernel, which decodes every weight tile once per 64 rows of x with mma.sync, and at
       // 17-64 rows it fills the chip where the fused GEMM has a few dozen CTAs (BENCHMARKS.md); the bf16

@@ -68,6 +68,10 @@ class Linear {
   static constexpr size_t kMaxDequantizedElems = size_t{64} << 20;  ///< 128 MiB of bf16 scratch at most
   /// kBlasMinRows, or LATTE_BLAS_MIN_ROWS (9-4096) where set.
   static int blas_min_rows();
+  /// Whether a product of `rows` rows of x (without records) with `w` runs on bf16 operands: the fused GEMM, or
+  /// the bf16 dequantization + cuBLAS, which also takes the quantized types without a fused GEMM (MXFP4, IQ4_NL,
+  /// IQ4_XS) from blas_min_rows() rows. Otherwise fp32: GEMV passes of 8 rows, or fp32 cuBLAS for f32 weights.
+  static bool bf16_operands(const DeviceMatrix& w, int rows);
   /// Up to this many rows with split-int8 records (LinearCall::x_q), a matrix of at most kPassMaxBytes runs
   /// as split-int8 GEMV passes of 8 rows instead of the fused GEMM (the passes after the first read it from
   /// L2; the GEMM's 32-88 CTAs of 64 weight rows took 38-48 us per 2-6 MB projection on an H200).

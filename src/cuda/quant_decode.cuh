@@ -72,6 +72,8 @@ LATTE_BLOCK_TRAITS(q3_k, 256, 110, false)
 LATTE_BLOCK_TRAITS(q4_k, 256, 144, false)
 LATTE_BLOCK_TRAITS(q5_k, 256, 176, false)
 LATTE_BLOCK_TRAITS(q6_k, 256, 210, false)
+LATTE_BLOCK_TRAITS(iq4_nl, 32, 18, false)
+LATTE_BLOCK_TRAITS(iq4_xs, 256, 136, false)
 #undef LATTE_BLOCK_TRAITS
 
 static_assert(BlockTraits<GgmlType::q4_0>::bytes == sizeof(BlockQ4_0));
@@ -85,6 +87,8 @@ static_assert(BlockTraits<GgmlType::q3_k>::bytes == sizeof(BlockQ3K));
 static_assert(BlockTraits<GgmlType::q4_k>::bytes == sizeof(BlockQ4K));
 static_assert(BlockTraits<GgmlType::q5_k>::bytes == sizeof(BlockQ5K));
 static_assert(BlockTraits<GgmlType::q6_k>::bytes == sizeof(BlockQ6K));
+static_assert(BlockTraits<GgmlType::iq4_nl>::bytes == sizeof(BlockIq4Nl));
+static_assert(BlockTraits<GgmlType::iq4_xs>::bytes == sizeof(BlockIq4Xs));
 
 /// Largest power of two (at most 16) dividing every block's start when the first block is 16-byte
 /// aligned: the widest load a decoder may use on a block-relative offset that is a multiple of it.
@@ -196,6 +200,23 @@ LATTE_HD_INLINE uint32_t mxfp4_code(uint32_t nibble) {
   return (nibble & 8u) ? 12u - magnitude : 12u + magnitude;
 }
 
+/// Levels i .. i + 3 of k_iq4_levels as unsigned codes (level + 128, in 1 .. 241), byte j = level i + j.
+constexpr uint32_t iq4_code_word(int i) {
+  uint32_t w = 0;
+  for (int j = 0; j < 4; ++j) w |= static_cast<uint32_t>(k_iq4_levels[i + j] + 128) << (8 * j);
+  return w;
+}
+/// The IQ4 codes (k_iq4_levels[n] + 128) of the four 4-bit codes n in the low halves of `nibbles`' bytes (each
+/// byte 0 .. 15): two byte permutations over the 16-entry table, then each byte from the half its bit 3 picks.
+LATTE_HD_INLINE uint32_t iq4_codes4(uint32_t nibbles) {
+  const uint32_t select =
+      (nibbles & 7u) | ((nibbles >> 4) & 0x70u) | ((nibbles >> 8) & 0x700u) | ((nibbles >> 12) & 0x7000u);
+  const uint32_t low = byte_perm(iq4_code_word(0), iq4_code_word(4), select);
+  const uint32_t high = byte_perm(iq4_code_word(8), iq4_code_word(12), select);
+  const uint32_t take_high = ((nibbles >> 3) & 0x01010101u) * 0xFFu;
+  return (high & take_high) | (low & ~take_high);
+}
+
 /// Decodes unit `unit` (32 values) of a run of quantized blocks starting at `blocks`, which must be
 /// aligned to min(16, MaxAlign) bytes (MaxAlign = 2 for runs staged at their global misalignment).
 template <GgmlType T, int MaxAlign = 16>
@@ -262,6 +283,25 @@ LATTE_HD_INLINE Unit32 decode_codes(const uint8_t* blocks, int unit) {
     const float d = mxfp4_scale(b[0]);
     r.scale[0] = r.scale[1] = d;
     r.offset[0] = r.offset[1] = 12.0f * d;
+  } else if constexpr (T == GgmlType::iq4_nl || T == GgmlType::iq4_xs) {
+    // IQ4_NL {d, qs[16]}; IQ4_XS {d, scales_h, scales_l[4], qs[128]}, unit u's codes in qs[16u .. 16u + 16); the
+    // nibbles as Q4_0's, each through k_iq4_levels (code = level + 128); IQ4_XS scales d (ls - 32) as ggml rounds it
+    constexpr int qs = T == GgmlType::iq4_nl ? 2 : 8;
+    uint32_t w[4];
+    load_words4<capped_alignment(qs % 8 == 0 ? 8 : 2, A)>(b + qs + (T == GgmlType::iq4_xs ? 16 * u : 0), w);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      r.codes[i] = iq4_codes4(w[i] & 0x0F0F0F0Fu);
+      r.codes[4 + i] = iq4_codes4((w[i] >> 4) & 0x0F0F0F0Fu);
+    }
+    float d = half_bits_to_float(load_u16<capped_alignment(2, A)>(b));
+    if constexpr (T == GgmlType::iq4_xs) {
+      const uint32_t high = load_u16<capped_alignment(2, A)>(b + 2);
+      const int ls = static_cast<int>(((b[4 + u / 2] >> (4 * (u % 2))) & 0xFu) | (((high >> (2 * u)) & 3u) << 4));
+      d *= static_cast<float>(ls - 32);
+    }
+    r.scale[0] = r.scale[1] = d;
+    r.offset[0] = r.offset[1] = 128.0f * d;
   } else if constexpr (T == GgmlType::q2_k) {
     // {scales[16], qs[64], d, dmin}; unit u: half n = u/4, shift 2*(u%4) over qs[32n .. 32n+32)
     const int n = u / 4, j = u % 4;

@@ -48,6 +48,9 @@ using LegacyQuantTypes = GgmlTypeList<GgmlType::q4_0, GgmlType::q4_1, GgmlType::
 using KQuantTypes = GgmlTypeList<GgmlType::q2_k, GgmlType::q3_k, GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k>;
 /// 32 E2M1 values with one E8M0 scale. The GEMV reads it; the GEMM does not.
 using Mxfp4Types = GgmlTypeList<GgmlType::mxfp4>;
+/// 4-bit codes into the 16 non-uniform levels k_iq4_levels: blocks of 32 with one scale (IQ4_NL) and super-blocks
+/// of 256 with 6-bit sub-block scales (IQ4_XS). The GEMV and the bf16 dequantization read them; the GEMM does not.
+using Iq4Types = GgmlTypeList<GgmlType::iq4_nl, GgmlType::iq4_xs>;
 
 /// The precondition check of one host launcher:
 ///   constexpr ArgumentCheck require_arg{"gemm_quant"};

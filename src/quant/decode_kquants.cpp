@@ -159,4 +159,24 @@ LATTE_DECODER_CLONES void decode_q8_k(const uint8_t* src, float* dst, int64_t n_
   }
 }
 
+LATTE_DECODER_CLONES void decode_iq4_xs(const uint8_t* src, float* dst, int64_t n_blocks) {
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    // d | scales_h | scales_l[4] | qs[128]
+    const uint8_t* block = src + b * static_cast<int64_t>(sizeof(BlockIq4Xs));
+    const float d = half_to_float(load_u16(block + offsetof(BlockIq4Xs, d)));
+    const uint32_t high = load_u16(block + offsetof(BlockIq4Xs, scales_h));
+    const uint8_t* low = block + offsetof(BlockIq4Xs, scales_l);
+    for (int s = 0; s < qk_k / 32; ++s) {
+      const int ls = static_cast<int>(((low[s / 2] >> (4 * (s % 2))) & 0x0fu) | (((high >> (2 * s)) & 3u) << 4));
+      const float dl = d * static_cast<float>(ls - 32);  // the sub-block's scale first, as ggml rounds it
+      const uint8_t* qs = block + offsetof(BlockIq4Xs, qs) + 16 * s;
+      float* y = dst + b * qk_k + 32 * s;
+      for (int j = 0; j < 16; ++j) {
+        y[j] = dl * static_cast<float>(k_iq4_levels[qs[j] & 0x0fu]);
+        y[j + 16] = dl * static_cast<float>(k_iq4_levels[qs[j] >> 4u]);
+      }
+    }
+  }
+}
+
 }  // namespace latte::quant

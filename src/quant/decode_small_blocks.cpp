@@ -139,6 +139,19 @@ void decode_nvfp4(const uint8_t* src, float* dst, int64_t n_blocks) {
   }
 }
 
+LATTE_DECODER_CLONES void decode_iq4_nl(const uint8_t* src, float* dst, int64_t n_blocks) {
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const uint8_t* block = src + b * static_cast<int64_t>(sizeof(BlockIq4Nl));  // d | qs[16]
+    const float d = half_to_float(load_u16(block + offsetof(BlockIq4Nl, d)));
+    const uint8_t* qs = block + offsetof(BlockIq4Nl, qs);
+    float* y = dst + b * qk4_0;
+    for (int j = 0; j < qk4_0 / 2; ++j) {
+      y[j] = d * static_cast<float>(k_iq4_levels[qs[j] & 0x0fu]);
+      y[j + qk4_0 / 2] = d * static_cast<float>(k_iq4_levels[qs[j] >> 4u]);
+    }
+  }
+}
+
 LATTE_DECODER_CLONES void decode_q1_0(const uint8_t* src, float* dst, int64_t n_blocks) {
   for (int64_t b = 0; b < n_blocks; ++b) {
     const uint8_t* block = src + b * static_cast<int64_t>(sizeof(BlockQ1_0));  // d | qs[16] (sign bits)

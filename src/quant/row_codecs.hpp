@@ -68,6 +68,7 @@ void decode_mxfp4(const uint8_t* src, float* dst, int64_t n_blocks);
 void decode_nvfp4(const uint8_t* src, float* dst, int64_t n_blocks);
 void decode_q1_0(const uint8_t* src, float* dst, int64_t n_blocks);
 void decode_q2_0(const uint8_t* src, float* dst, int64_t n_blocks);
+void decode_iq4_nl(const uint8_t* src, float* dst, int64_t n_blocks);
 void encode_q4_0(const float* src, uint8_t* dst, int64_t n_blocks);
 void encode_q4_1(const float* src, uint8_t* dst, int64_t n_blocks);
 void encode_q5_0(const float* src, uint8_t* dst, int64_t n_blocks);
@@ -83,6 +84,11 @@ void decode_q4_k(const uint8_t* src, float* dst, int64_t n_blocks);
 void decode_q5_k(const uint8_t* src, float* dst, int64_t n_blocks);
 void decode_q6_k(const uint8_t* src, float* dst, int64_t n_blocks);
 void decode_q8_k(const uint8_t* src, float* dst, int64_t n_blocks);
+void decode_iq4_xs(const uint8_t* src, float* dst, int64_t n_blocks);
+
+// IQ4_NL / IQ4_XS encoders (ggml's reference choices). encode_iq4.cpp
+void encode_iq4_nl(const float* src, uint8_t* dst, int64_t n_blocks);
+void encode_iq4_xs(const float* src, uint8_t* dst, int64_t n_blocks);
 void encode_q2_k(const float* src, uint8_t* dst, int64_t n_blocks);
 void encode_q3_k(const float* src, uint8_t* dst, int64_t n_blocks);
 void encode_q4_k(const float* src, uint8_t* dst, int64_t n_blocks);

@@ -33,7 +33,7 @@ constexpr TypeTraits decoder(std::string_view name, uint32_t block_values, uint3
           .dequantizable = true,
           .quantizable = false};
 }
-// Known ids whose layout latte can size but not decode (the IQ and TQ families).
+// Known ids whose layout latte can size but not decode (the grid-based IQ types and the TQ family).
 constexpr TypeTraits opaque(std::string_view name, uint32_t block_values, uint32_t block_bytes) {
   return {.name = name,
           .block_values = block_values,
@@ -63,10 +63,10 @@ constexpr std::array<TypeTraits, k_type_count> k_types = [] {
   t[17] = opaque("iq2_xs", qk_k, 74);
   t[18] = opaque("iq3_xxs", qk_k, 98);
   t[19] = opaque("iq1_s", qk_k, 50);
-  t[20] = opaque("iq4_nl", 32, 18);
+  t[20] = codec("iq4_nl", qk4_0, sizeof(BlockIq4Nl));
   t[21] = opaque("iq3_s", qk_k, 110);
   t[22] = opaque("iq2_s", qk_k, 82);
-  t[23] = opaque("iq4_xs", qk_k, 136);
+  t[23] = codec("iq4_xs", qk_k, sizeof(BlockIq4Xs));
   t[24] = decoder("i8", 1, 1);
   t[25] = decoder("i16", 1, 2);
   t[26] = decoder("i32", 1, 4);

@@ -34,7 +34,7 @@ double relative_error(const std::vector<float>& got, const std::vector<double>& 
 
 }  // namespace
 
-TEST_CASE("emulated gemv: dense rows for K-quant and legacy types, 1-8 tokens, row tiles walked per block") {
+TEST_CASE("emulated gemv: dense rows for K-quant, legacy and IQ4 types, 1-8 tokens, row tiles walked per block") {
   Rng rng;
   struct Shape {
     int64_t rows, k;
@@ -42,8 +42,10 @@ TEST_CASE("emulated gemv: dense rows for K-quant and legacy types, 1-8 tokens, r
   // 4400 x 2048: 2200 row groups in 550 tiles of 4 warps, more than one wave of 132 x 4 blocks, so
   // blocks walk two tiles; 37 x 1280: a partial last step and split-K warps; 9 x 12288: too long
   // for x rows at 2 tokens (per-warp x then).
-  for (GgmlType type : {GgmlType::q4_k, GgmlType::q6_k, GgmlType::q8_0, GgmlType::q5_0}) {
+  for (GgmlType type :
+       {GgmlType::q4_k, GgmlType::q6_k, GgmlType::q8_0, GgmlType::q5_0, GgmlType::iq4_nl, GgmlType::iq4_xs}) {
     for (const Shape s : {Shape{4400, 2048}, Shape{37, 1280}, Shape{9, 12288}}) {
+      if ((type == GgmlType::iq4_nl || type == GgmlType::iq4_xs) && s.rows > 1000) continue;  // (emulation time)
       if (s.k % latte::type_traits(type).block_values != 0) continue;
       const Matrix w = random_matrix(type, s.rows, s.k, rng);
       const auto dw = upload(w.bytes);

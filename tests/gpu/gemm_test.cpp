@@ -138,7 +138,8 @@ TEST_CASE("gemm_quant grouped tiles with gathered A rows and a residual") {
 TEST_CASE("gemm_quant_via_bf16 (dequantize + cuBLAS) matches float64, including types without a fused kernel") {
   auto rng = make_rng("gemm_quant_via_bf16");
   cuda::BlasHandle blas;
-  for (GgmlType type : {GgmlType::q4_k, GgmlType::mxfp4, GgmlType::f16, GgmlType::f32}) {
+  for (GgmlType type :
+       {GgmlType::q4_k, GgmlType::mxfp4, GgmlType::iq4_nl, GgmlType::iq4_xs, GgmlType::f16, GgmlType::f32}) {
     trace("gemm_quant_via_bf16 " + type_label(type));
     const int64_t n = 200, m = 130, k = gemm_k(type);
     const auto host = random_rows(type, n, k, rng);

@@ -88,6 +88,12 @@ std::vector<uint8_t> random_rows(GgmlType type, int64_t rows, int64_t k, Rng& rn
       case GgmlType::mxfp4:
         b[o] = static_cast<uint8_t>(120 + byte(rng) % 10);
         break;
+      case GgmlType::iq4_nl:
+        put_half(b, o, sign() * 0.01f * mag(rng));
+        break;
+      case GgmlType::iq4_xs:  // the random scale bytes give sub-block factors ls - 32 in -32 .. 31
+        put_half(b, o, 0.0005f * mag(rng));
+        break;
       default:
         FAIL("random_rows: no generator for " << type_label(type));
     }
@@ -118,9 +124,10 @@ float round_bf16(float x) { return bf16_to_fp32(fp32_to_bf16(x)); }
 float bf16_to_float(uint16_t bits) { return bf16_to_fp32(bits); }
 
 const std::vector<GgmlType>& gpu_types() {
-  static const std::vector<GgmlType> types = {
-      GgmlType::f32,  GgmlType::f16,   GgmlType::bf16, GgmlType::q4_0, GgmlType::q4_1, GgmlType::q5_0, GgmlType::q5_1,
-      GgmlType::q8_0, GgmlType::mxfp4, GgmlType::q2_k, GgmlType::q3_k, GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k};
+  static const std::vector<GgmlType> types = {GgmlType::f32,   GgmlType::f16,  GgmlType::bf16,   GgmlType::q4_0,
+                                              GgmlType::q4_1,  GgmlType::q5_0, GgmlType::q5_1,   GgmlType::q8_0,
+                                              GgmlType::mxfp4, GgmlType::q2_k, GgmlType::q3_k,   GgmlType::q4_k,
+                                              GgmlType::q5_k,  GgmlType::q6_k, GgmlType::iq4_nl, GgmlType::iq4_xs};
   return types;
 }
 

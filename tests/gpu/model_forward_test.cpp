@@ -38,6 +38,7 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -115,6 +116,36 @@ TEST_CASE("CUDA logits match the CPU reference on every test flavour, both backe
         latte::test::gpu::check_forced(run, reference, label, m.cpu.config(), c.prompt + c.decode,
                                        kBf16LogitsTolerance);
       }
+    }
+  }
+}
+
+TEST_CASE("CUDA logits match the CPU on IQ4_XS / IQ4_NL weights (GEMV, bf16 dequantization + cuBLAS, MoE GEMVs)") {
+  const latte::ModelConfig config = latte::model_preset("test-v2-lite");
+  latte::RandomModelOptions options{.seed = 13};
+  options.tensor_type = [](std::string_view name, std::span<const uint64_t> ne) {
+    if (ne.size() < 2 || name == "token_embd.weight")
+      return ne.size() >= 2 ? latte::GgmlType::bf16 : latte::GgmlType::f32;
+    return ne[0] % 256 == 0 ? latte::GgmlType::iq4_xs : latte::GgmlType::iq4_nl;
+  };
+  const auto bytes = latte::random_model_bytes(config, options);
+  latte::Model cpu = latte::Model::from_file(latte::gguf::File::from_bytes(bytes, "iq4.gguf"));
+  latte::Model gpu =
+      latte::Model::from_file(latte::gguf::File::from_bytes(bytes, "iq4.gguf"), {.device = latte::Device::cuda(0)});
+  for (const int prompt_tokens : {12, 160}) {  // 160: the dense products from 17 rows dequantize to bf16 for cuBLAS
+    uint64_t seed = 0;
+    const auto tokens = latte::test::fresh_tokens(prompt_tokens + 4, config.n_vocab, &seed);
+    const std::span<const latte::Token> prompt(tokens.data(), static_cast<size_t>(prompt_tokens));
+    const std::span<const latte::Token> decode(tokens.data() + prompt_tokens, 4);
+    for (const std::string backend : {"mla", "standard"}) {
+      CAPTURE(prompt_tokens);
+      CAPTURE(backend);
+      CAPTURE(seed);
+      auto run = latte::test::gpu::run_recording(gpu, backend, prompt, decode);
+      const auto reference = latte::test::gpu::forced_reference(cpu, prompt, decode, run);
+      char label[96];
+      std::snprintf(label, sizeof label, "cuda vs cpu  iq4 %-8s prompt %3d + decode 4", backend.c_str(), prompt_tokens);
+      latte::test::gpu::check_forced(run, reference, label, cpu.config(), prompt_tokens + 4, kBf16LogitsTolerance);
     }
   }
 }

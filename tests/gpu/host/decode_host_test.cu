@@ -65,6 +65,19 @@ TEST_CASE("GPU block decoders reproduce dequantize_row for every GPU type (host 
   check_type<GgmlType::q4_k>(rng);
   check_type<GgmlType::q5_k>(rng);
   check_type<GgmlType::q6_k>(rng);
+  check_type<GgmlType::iq4_nl>(rng);
+  check_type<GgmlType::iq4_xs>(rng);
+}
+
+TEST_CASE("iq4_codes4 maps every 4-bit code to its level + 128, in every byte") {
+  for (uint32_t n = 0; n < 16; ++n) {
+    const uint32_t nibbles = n | (((n + 5) % 16) << 8) | (((n + 9) % 16) << 16) | (((15 - n) % 16) << 24);
+    const uint32_t codes = iq4_codes4(nibbles);
+    for (int j = 0; j < 4; ++j) {
+      const uint32_t code = (nibbles >> (8 * j)) & 0xFu;
+      CHECK(static_cast<int>((codes >> (8 * j)) & 0xFFu) == k_iq4_levels[code] + 128);
+    }
+  }
 }
 
 TEST_CASE("code_value turns every byte into its exact float") {

@@ -21,7 +21,8 @@ using latte::GgmlType;
 const std::set<GgmlType> gemm_types = {GgmlType::bf16, GgmlType::q4_0, GgmlType::q4_1, GgmlType::q5_0,
                                        GgmlType::q5_1, GgmlType::q8_0, GgmlType::q2_k, GgmlType::q3_k,
                                        GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k};
-const std::set<GgmlType> gemv_only_types = {GgmlType::f32, GgmlType::f16, GgmlType::mxfp4};
+const std::set<GgmlType> gemv_only_types = {GgmlType::f32, GgmlType::f16, GgmlType::mxfp4, GgmlType::iq4_nl,
+                                            GgmlType::iq4_xs};
 
 // The latte::Error the call throws; a failed check when it throws none.
 template <class Call>
@@ -37,7 +38,7 @@ latte::Error error_of(Call call) {
 
 }  // namespace
 
-TEST_CASE("the GEMV takes every GEMM type plus f32, f16 and mxfp4; no other GGUF type") {
+TEST_CASE("the GEMV takes every GEMM type plus f32, f16, mxfp4, iq4_nl and iq4_xs; no other GGUF type") {
   for (uint32_t raw = 0; raw < 64; ++raw) {
     const auto type = static_cast<GgmlType>(raw);
     const bool gemm = gemm_types.count(type) != 0;
