@@ -48,11 +48,15 @@ namespace latte::cuda {
 /// K-quants whose super-blocks the split-int8 GEMV reads straight into registers (16-byte aligned).
 template <GgmlType T>
 inline constexpr bool kGemvX8KQuant = T == GgmlType::q4_k || T == GgmlType::q5_k;
-/// Types it stages through shared memory first (2-byte aligned blocks): the 32-value legacy blocks and
-/// Q6_K's 210-byte super-blocks.
+/// Types it stages through shared memory first (2-byte aligned blocks): the 32-value legacy blocks and IQ4_NL,
+/// Q6_K's 210-byte and IQ4_XS's 136-byte super-blocks.
 template <GgmlType T>
-inline constexpr bool kGemvX8Legacy = T == GgmlType::q8_0 || T == GgmlType::q4_0 || T == GgmlType::q5_0 ||
-                                      T == GgmlType::q4_1 || T == GgmlType::q5_1 || T == GgmlType::q6_k;
+inline constexpr bool kGemvX8Legacy =
+    T == GgmlType::q8_0 || T == GgmlType::q4_0 || T == GgmlType::q5_0 || T == GgmlType::q4_1 || T == GgmlType::q5_1 ||
+    T == GgmlType::q6_k || T == GgmlType::iq4_nl || T == GgmlType::iq4_xs;
+/// The staged types of 256-value super-blocks (a lane decodes one 32-value unit of one): Q6_K and IQ4_XS.
+template <GgmlType T>
+inline constexpr bool kGemvX8SuperBlocks = T == GgmlType::q6_k || T == GgmlType::iq4_xs;
 /// Types with a split-int8 GEMV.
 template <GgmlType T>
 inline constexpr bool kGemvX8Type = kGemvX8KQuant<T> || kGemvX8Legacy<T>;
@@ -587,6 +591,23 @@ __device__ __forceinline__ void x8_q6k_codes(const uint8_t* st, int off, int sub
   o.mn = 0.0f;
 }
 
+/// IQ4_XS unit `sub` (0-7) of the super-block at the even offset `off` of the staged row: its 16 qs bytes as
+/// IQ4_NL's, codes k_iq4_levels + 128, one scale d (ls - 32) for the 32 values (x8_block_dot takes it).
+__device__ __forceinline__ void x8_iq4xs_codes(const uint8_t* st, int off, int sub, X8UnitCodes& o) {
+  uint32_t w[4];
+  x8_words<4>(st, off + 8 + 16 * sub, w);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    o.c[i] = quant::iq4_codes4(w[i] & 0x0F0F0F0Fu);
+    o.c[4 + i] = quant::iq4_codes4((w[i] >> 4) & 0x0F0F0F0Fu);
+  }
+  const uint32_t high = *reinterpret_cast<const uint16_t*>(st + off + 2);
+  const uint32_t low = st[off + 4 + sub / 2];
+  const int ls = static_cast<int>(((low >> (4 * (sub % 2))) & 0xFu) | (((high >> (2 * sub)) & 3u) << 4));
+  o.s0 = o.s1 = quant::half_bits_to_float(*reinterpret_cast<const uint16_t*>(st + off)) * static_cast<float>(ls - 32);
+  o.mn = 0.0f;
+}
+
 /// A decoded Q6_K unit against a loaded x unit.
 __device__ __forceinline__ float x8_q6k_dot(const X8UnitCodes& w, const X8XUnit& x) {
   const int c0 = 254 * x8_dot16(w.c, 0, x.h0, 0) + x8_dot16(w.c, 0, x.l0, 0) - 32 * x.m.s0;
@@ -606,6 +627,14 @@ __device__ __forceinline__ void x8_block_codes(const uint8_t* st, int off, X8Uni
     x8_words<8>(st, off + kData, w);
 #pragma unroll
     for (int i = 0; i < 8; ++i) o.c[i] = w[i] ^ 0x80808080u;  // code = q + 128
+  } else if constexpr (T == GgmlType::iq4_nl) {
+    uint32_t w[4];
+    x8_words<4>(st, off + kData, w);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      o.c[i] = quant::iq4_codes4(w[i] & 0x0F0F0F0Fu);  // code = level + 128
+      o.c[4 + i] = quant::iq4_codes4((w[i] >> 4) & 0x0F0F0F0Fu);
+    }
   } else {
     constexpr bool kFive = T == GgmlType::q5_0 || T == GgmlType::q5_1;
     uint32_t w[kFive ? 5 : 4];
@@ -761,6 +790,8 @@ __global__ void __launch_bounds__(128, MinBlocks) gemv_x8_legacy_kernel(const Ge
         const uint8_t* st = reinterpret_cast<const uint8_t*>(stage[warp][j]);
         if constexpr (T == GgmlType::q6_k) {
           x8_q6k_codes(st, mis[j] + lane / 8 * kBytes, lane % 8, c[j]);
+        } else if constexpr (T == GgmlType::iq4_xs) {
+          x8_iq4xs_codes(st, mis[j] + lane / 8 * kBytes, lane % 8, c[j]);
         } else {
           x8_block_codes<T>(st, mis[j] + lane * kBytes, c[j]);
         }
@@ -945,12 +976,12 @@ void launch_gemv_x8_as(const GemvParams& p, cudaStream_t stream) {
   const int units = p.k / 32;
   // rows of 1-16 blocks (a power of two), not gated: several rows per staged step
   const bool short_rows =
-      kGemvX8Legacy<T> && T != GgmlType::q6_k && units < 32 && (units & (units - 1)) == 0 && p.weight_up == nullptr;
+      kGemvX8Legacy<T> && !kGemvX8SuperBlocks<T> && units < 32 && (units & (units - 1)) == 0 && p.weight_up == nullptr;
   constexpr int kWide = NT <= 2 ? kGemvX8WideBlocks<T, NT> : 4;
   const bool wide = kWide != 4 && gemv_x8_wide_enabled();
   if constexpr (kGemvX8KQuant<T>) {
     kernel = wide ? gemv_x8_kernel<T, NT, kWide> : gemv_x8_kernel<T, NT>;
-  } else if constexpr (T == GgmlType::q6_k) {
+  } else if constexpr (kGemvX8SuperBlocks<T>) {
     kernel = wide ? gemv_x8_legacy_kernel<T, NT, kWide> : gemv_x8_legacy_kernel<T, NT>;
   } else {
     kernel = short_rows ? gemv_x8_short_rows_kernel<T, NT>

@@ -32,13 +32,15 @@ inline constexpr int kUnitBytes = 80;  ///< shared bytes per unit of 32 values
 /// Whole-number offset (in units of the scale) of a type's codes, or 0 when the offset is a free float
 /// (Q4_K, Q5_K, Q4_1, Q5_1, Q2_K).
 template <GgmlType T>
-inline constexpr int kIntegerOffset = T == GgmlType::q8_0    ? 128
-                                      : T == GgmlType::q4_0  ? 8
-                                      : T == GgmlType::q5_0  ? 16
-                                      : T == GgmlType::q6_k  ? 32
-                                      : T == GgmlType::q3_k  ? 4
-                                      : T == GgmlType::mxfp4 ? 12
-                                                             : 0;
+inline constexpr int kIntegerOffset = T == GgmlType::q8_0     ? 128
+                                      : T == GgmlType::iq4_nl ? 128  // codes: level + 128
+                                      : T == GgmlType::iq4_xs ? 128
+                                      : T == GgmlType::q4_0   ? 8
+                                      : T == GgmlType::q5_0   ? 16
+                                      : T == GgmlType::q6_k   ? 32
+                                      : T == GgmlType::q3_k   ? 4
+                                      : T == GgmlType::mxfp4  ? 12
+                                                              : 0;
 
 struct Meta {
   float dx;  ///< unit scale / 254

@@ -195,8 +195,9 @@ TEST_CASE("gemv on split-int8 x: K-quant and legacy types, dense rows and tiles 
   // 300 x 128 and 70 x 32: short rows (4 blocks, 1 block), several rows per staged step. Last steps of
   // 16, 17 and 1 blocks (k = 1536, 1568, 1056): up to 16, a warp's two rows share the step's lanes
   const std::vector<Shape> legacy = {{37, 1408}, {3, 96}, {300, 128}, {70, 32}, {6, 1536}, {5, 1568}, {7, 1056}};
+  // IQ4_NL as a legacy block, IQ4_XS as a staged super-block type (as Q6_K)
   for (GgmlType type : {GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k, GgmlType::q8_0, GgmlType::q5_0, GgmlType::q4_0,
-                        GgmlType::q4_1, GgmlType::q5_1}) {
+                        GgmlType::q4_1, GgmlType::q5_1, GgmlType::iq4_nl, GgmlType::iq4_xs}) {
     const bool is_k = latte::type_traits(type).block_values == 256;
     std::vector<Shape> shapes = is_k ? kquant : legacy;
     if (type == GgmlType::q8_0) shapes.push_back({4400, 2048});
@@ -585,7 +586,7 @@ TEST_CASE("split-int8 records and the int8 GEMV reject violated preconditions wi
 TEST_CASE("gemv on split-int8 x: legacy types over gathered groups reading x at y_row (the MoE down)") {
   Rng rng;
   const int64_t rows = 260, k = 1408, experts = 3;
-  for (GgmlType type : {GgmlType::q8_0, GgmlType::q5_0}) {
+  for (GgmlType type : {GgmlType::q8_0, GgmlType::q5_0, GgmlType::iq4_nl}) {
     CAPTURE(latte::type_name(type));
     const Matrix w = random_matrix(type, rows * experts, k, rng);
     const auto dw = upload(w.bytes);
@@ -909,8 +910,8 @@ TEST_CASE("gemv on split-int8 x: 2-8 tokens in one pass, dense rows, within each
   };
   // K-quants: 1000 x 2048 (tiles walked), 100 x 2048, 37 x 2816 (a partial second item per lane; these two on
   // the tensor cores with K split over a block's warps from 3 tokens); legacy: 37 x 1408, 300 x 128 (short rows)
-  for (GgmlType type :
-       {GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k, GgmlType::q8_0, GgmlType::q5_0, GgmlType::q4_1}) {
+  for (GgmlType type : {GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k, GgmlType::q8_0, GgmlType::q5_0, GgmlType::q4_1,
+                        GgmlType::iq4_nl, GgmlType::iq4_xs}) {
     const bool is_k = latte::type_traits(type).block_values == 256;
     const std::vector<Shape> shapes = is_k ? std::vector<Shape>{{1000, 2048}, {100, 2048}, {37, 2816}}
                                            : std::vector<Shape>{{37, 1408}, {300, 128}, {9, 1056}};
