@@ -210,7 +210,7 @@ TEST_CASE("the preset self-test plan covers every family and every GPU weight ty
   CHECK(list.find("dsa_indexer") != std::string::npos);
 }
 
-TEST_CASE("the decode-only IQ4 types get self-test cases from random blocks; grid IQ types are listed as not covered") {
+TEST_CASE("IQ4_NL and IQ4_XS get self-test cases; the grid IQ types (no CPU encoder) are listed as not covered") {
   const SelftestPlan plan =
       selftest_plan(selftest_preset_target("deepseek-v3", {GgmlType::iq4_nl, GgmlType::iq4_xs, GgmlType::iq2_xxs}));
   std::set<GgmlType> gemv, dequantize;

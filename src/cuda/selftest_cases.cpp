@@ -40,7 +40,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <exception>
 #include <memory>
 #include <numeric>
@@ -162,22 +161,9 @@ std::vector<uint8_t> random_rows(GgmlType type, int rows, int k, Rng& rng, std::
   std::vector<uint8_t> out(rb * static_cast<size_t>(rows));
   std::vector<float> values(static_cast<size_t>(k));
   FastNormal normal(rng);
-  if (type == GgmlType::iq4_nl || type == GgmlType::iq4_xs) {
-    // decoded, never encoded: random codes (and IQ4_XS sub-block scales) under an fp16 d of about 1 / 100 of the
-    // largest level (IQ4_XS: of the largest level times 32), values of about unit size
-    std::uniform_int_distribution<int> byte(0, 255);
-    for (uint8_t& b : out) b = static_cast<uint8_t>(byte(rng));
-    const size_t block = type_traits(type).block_bytes;
-    const float d = type == GgmlType::iq4_nl ? 0.01f : 0.0003f;
-    for (size_t at = 0; at < out.size(); at += block) {
-      const uint16_t h = fp32_to_fp16(d * (1.0f + 0.5f * std::tanh(normal())));
-      std::memcpy(out.data() + at, &h, 2);
-    }
-  } else {
-    for (int r = 0; r < rows; ++r) {
-      for (float& v : values) v = normal();
-      quantize_row(type, values.data(), out.data() + rb * static_cast<size_t>(r), k);
-    }
+  for (int r = 0; r < rows; ++r) {
+    for (float& v : values) v = normal();
+    quantize_row(type, values.data(), out.data() + rb * static_cast<size_t>(r), k);
   }
   dense.resize(static_cast<size_t>(rows) * k);
   dequantize_rows(type, out.data(), dense.data(), rows, k);

@@ -89,18 +89,12 @@ int block_multiple(GgmlType type, int k) {
   return std::max(unit, k / unit * unit);
 }
 
-/// Whether the self-test can make random blocks of `type`: with the CPU encoder, or (the decode-only IQ4_NL and
-/// IQ4_XS) from random codes and scales (selftest_cases.cpp, random_rows).
-bool has_random_blocks(GgmlType type) {
-  return type_traits(type).quantizable || type == GgmlType::iq4_nl || type == GgmlType::iq4_xs;
-}
-
 void add_matrix_cases(const SelftestTarget& t, SelftestPlan& plan) {
   const ModelConfig& c = t.config;
   const int rows = c.kv_lora_rank + c.qk_rope_head_dim;  // the kv_a projection's width (576)
   for (GgmlType type : t.matrix_types) {
     const TypeTraits& traits = type_traits(type);
-    if (!has_random_blocks(type)) {
+    if (!traits.quantizable) {
       plan.not_covered.push_back(std::string(traits.name) +
                                  ": no CPU encoder to make random blocks, so its GEMV/GEMM are not checked here");
       continue;
@@ -233,7 +227,7 @@ void add_moe_cases(const SelftestTarget& t, SelftestPlan& plan) {
   x.n_experts = std::min(c.n_expert, x.k + 2);
   x.ffn = std::max(block, std::min(c.n_ff_expert, 256) / block * block);
   for (GgmlType type : {m.gate_type, m.up_type, m.down_type}) {
-    if (!has_random_blocks(type)) {
+    if (!type_traits(type).quantizable) {
       plan.not_covered.push_back("moe experts: " + std::string(type_name(type)) + " has no CPU encoder");
       return;
     }
@@ -448,7 +442,7 @@ SelftestPlan selftest_plan(const SelftestTarget& target) {
                         .type = GgmlType::bf16,
                         .rows = 5,
                         .k = ffn});
-  if (has_random_blocks(target.embedding_type)) {
+  if (type_traits(target.embedding_type).quantizable) {
     plan.cases.push_back({.family = SelftestFamily::embedding,
                           .name = "embedding " + std::string(type_name(target.embedding_type)),
                           .shape = "9 ids of 64x" + std::to_string(block_multiple(target.embedding_type, c.n_embd)),
