@@ -353,10 +353,11 @@ __global__ void __launch_bounds__(128, MinBlocks) gemv_mma_kernel(const GemvPara
   }
 }
 
-/// Legacy 32-value block types the tensor-core GEMV reads (staged through shared memory: 2-byte aligned).
+/// Legacy 32-value block types the tensor-core GEMV reads (staged through shared memory: 2-byte aligned), IQ4_NL
+/// among them.
 template <GgmlType T>
-inline constexpr bool kGemvMmaLegacy =
-    T == GgmlType::q8_0 || T == GgmlType::q4_0 || T == GgmlType::q5_0 || T == GgmlType::q4_1 || T == GgmlType::q5_1;
+inline constexpr bool kGemvMmaLegacy = T == GgmlType::q8_0 || T == GgmlType::q4_0 || T == GgmlType::q5_0 ||
+                                       T == GgmlType::q4_1 || T == GgmlType::q5_1 || T == GgmlType::iq4_nl;
 
 /// Whether Q6_K launches take the tensor-core GEMV (LATTE_GEMV_MMA_Q6K=0: never, the dp4a kernel as before).
 inline bool gemv_mma_q6k_enabled() {
@@ -364,37 +365,51 @@ inline bool gemv_mma_q6k_enabled() {
   return on;
 }
 
-/// Every type gemv_mma_staged_kernel reads: the legacy blocks and Q6_K's 210-byte super-blocks (2-byte
-/// aligned rows too).
+/// Every type gemv_mma_staged_kernel reads: the legacy blocks and the super-blocks of Q6_K (210 bytes, 2-byte
+/// aligned rows too) and IQ4_XS (136 bytes, one scale per 32 values: walked unit by unit as the legacy blocks).
 template <GgmlType T>
-inline constexpr bool kGemvMmaStaged = kGemvMmaLegacy<T> || T == GgmlType::q6_k;
+inline constexpr bool kGemvMmaStaged = kGemvMmaLegacy<T> || T == GgmlType::q6_k || T == GgmlType::iq4_xs;
 
 /// The copy ring of gemv_mma_staged_kernel: per warp two slots of 32 rows, each row one step of `blocks`
-/// blocks (4 legacy blocks, or one Q6_K super-block) in 16-byte chunks, with up to 15 bytes of misalignment
+/// blocks (4 legacy blocks, or one Q6_K or IQ4_XS super-block) in 16-byte chunks, with up to 15 bytes of misalignment
 /// before it and the word x8_words reads past its end. Q6_K's ring (60 KB) is past the 48 KB a kernel may
 /// declare statically: it lives in the dynamic shared memory after the records.
 template <GgmlType T>
 struct MmaStaging {
   static constexpr int bytes = quant::BlockTraits<T>::bytes;
-  static constexpr int blocks = T == GgmlType::q6_k ? 1 : 4;  // per row and step
-  static constexpr int units = T == GgmlType::q6_k ? 8 : 1;   // x units per block
+  static constexpr int blocks = quant::BlockTraits<T>::values == 256 ? 1 : 4;  // per row and step
+  static constexpr int units = quant::BlockTraits<T>::values / 32;             // x units per block
   static constexpr int chunks = (15 + blocks * bytes + 4 + 15) / 16;
   static constexpr int ring_bytes = 4 * 2 * 32 * chunks * 16;
   static constexpr bool dynamic = T == GgmlType::q6_k;
   static constexpr int min_blocks = dynamic ? 2 : 3;  // per SM (Q6_K: the shared memory allows no more)
 };
 
-/// Lane t's codes of a staged legacy block at the even offset `off`: positions 8t .. 8t + 3 in w[0] and
-/// 8t + 4 .. 8t + 7 in w[1] (unsigned: Q8_0's q + 128), its scale d and, for Q4_1 / Q5_1, its minimum m.
+/// Lane t's codes of unit `unit` of a staged block at the even offset `off` (legacy blocks: unit 0; IQ4_XS: 0-7):
+/// positions 8t .. 8t + 3 in w[0] and 8t + 4 .. 8t + 7 in w[1] (unsigned: Q8_0's q + 128, the IQ4 levels + 128),
+/// its scale d (IQ4_XS: d (ls - 32)) and, for Q4_1 / Q5_1, its minimum m.
 template <GgmlType T>
-__device__ __forceinline__ void mma_block_codes(const uint8_t* st, int off, int t, uint32_t (&w)[2], float& d,
+__device__ __forceinline__ void mma_block_codes(const uint8_t* st, int off, int unit, int t, uint32_t (&w)[2], float& d,
                                                 float& m) {
   constexpr bool kMin = T == GgmlType::q4_1 || T == GgmlType::q5_1;
   constexpr bool kFive = T == GgmlType::q5_0 || T == GgmlType::q5_1;
   constexpr int kData = kMin ? 4 : 2;  // bytes before qh / qs
   d = quant::half_bits_to_float(*reinterpret_cast<const uint16_t*>(st + off));
   m = kMin ? quant::half_bits_to_float(*reinterpret_cast<const uint16_t*>(st + off + 2)) : 0.0f;
-  if constexpr (T == GgmlType::q8_0) {
+  if constexpr (T == GgmlType::iq4_nl || T == GgmlType::iq4_xs) {
+    // IQ4_NL {d, qs[16]}; IQ4_XS {d, scales_h, scales_l[4], qs[128]}, unit u's qs at 8 + 16 u: nibbles as Q4_0's
+    const int qs = T == GgmlType::iq4_nl ? 2 : 8 + 16 * unit;
+    x8_words<2>(st, off + qs + 8 * (t & 1), w);
+    const int shift = 4 * (t >> 1);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) w[i] = quant::iq4_codes4((w[i] >> shift) & 0x0F0F0F0Fu);
+    if constexpr (T == GgmlType::iq4_xs) {
+      const uint32_t high = *reinterpret_cast<const uint16_t*>(st + off + 2);
+      const uint32_t low = st[off + 4 + unit / 2];
+      d *= static_cast<float>(
+          static_cast<int>(((low >> (4 * (unit % 2))) & 0xFu) | (((high >> (2 * unit)) & 3u) << 4)) - 32);
+    }
+  } else if constexpr (T == GgmlType::q8_0) {
     x8_words<2>(st, off + kData + 8 * t, w);
     w[0] ^= 0x80808080u;
     w[1] ^= 0x80808080u;
@@ -604,9 +619,11 @@ __global__ void __launch_bounds__(128, MmaStaging<T>::min_blocks)
         }
       }
     } else {
+      // the step's units: kBlocks legacy blocks of one unit, or the 8 units of one IQ4_XS super-block
+      constexpr int kUnits = kBlocks * S::units;
 #pragma unroll
-      for (int i = 0; i < kBlocks; ++i) {
-        const int u = kBlocks * s + i;
+      for (int i = 0; i < kUnits; ++i) {
+        const int u = kUnits * s + i;
         if (u >= n) break;
         const uint2 xh = *reinterpret_cast<const uint2*>(x.xb + 16 * u);
         const uint2 xl = *reinterpret_cast<const uint2*>(x.xb + 16 * (2 * n + u));
@@ -625,7 +642,7 @@ __global__ void __launch_bounds__(128, MmaStaging<T>::min_blocks)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const uint8_t* st = reinterpret_cast<const uint8_t*>(stage[warp][b][16 * j + g + 8 * h]);
-            mma_block_codes<T>(st, mis[j][h] + i * kBytes, t, w[h], d[h], mn[h]);
+            mma_block_codes<T>(st, mis[j][h] + i / S::units * kBytes, i % S::units, t, w[h], d[h], mn[h]);
           }
           a[0] = w[0][0], a[1] = w[1][0], a[2] = w[0][1], a[3] = w[1][1];
           int ch[4], cl[4];

@@ -787,13 +787,15 @@ TEST_CASE("gemv on split-int8 x: 9-64 dense rows in one tensor-core launch, plai
   // K-quants: 300 x 2048 (tiles walked, a partial last tile), 100 x 2048 (too few tiles: K split over a
   // block's warps, also with 5 SMs), 37 x 256; legacy: 37 x 1408 and 20 x 3200 (past sm_120's shared memory
   // with the copy ring: refused there, and the test says so); Q6_K (staged, a super-block per step): 300 x 1280
-  // (rows of 1,050 bytes: every 2-byte misalignment) and 37 x 2048 (past sm_120's shared memory)
+  // (rows of 1,050 bytes: every 2-byte misalignment) and 37 x 2048 (past sm_120's shared memory); IQ4_NL as the
+  // legacy types, IQ4_XS (staged, a super-block of 8 units per step) as Q6_K
   for (GgmlType type : {GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k, GgmlType::q8_0, GgmlType::q5_0, GgmlType::q4_0,
-                        GgmlType::q4_1, GgmlType::q5_1}) {
+                        GgmlType::q4_1, GgmlType::q5_1, GgmlType::iq4_nl, GgmlType::iq4_xs}) {
     const bool is_k = latte::type_traits(type).block_values == 256;
-    const std::vector<Shape> shapes = type == GgmlType::q6_k ? std::vector<Shape>{{300, 1280}, {37, 2048}}
-                                      : is_k                 ? std::vector<Shape>{{300, 2048}, {100, 2048}, {37, 256}}
-                                                             : std::vector<Shape>{{37, 1408}, {20, 3200}};
+    const bool staged_k = type == GgmlType::q6_k || type == GgmlType::iq4_xs;
+    const std::vector<Shape> shapes = staged_k ? std::vector<Shape>{{300, 1280}, {37, 2048}}
+                                      : is_k   ? std::vector<Shape>{{300, 2048}, {100, 2048}, {37, 256}}
+                                               : std::vector<Shape>{{37, 1408}, {20, 3200}};
     for (const Shape s : shapes) {
       for (const int n : {9, 17, 30, 64}) {
         CAPTURE(latte::type_name(type));
@@ -1170,13 +1172,15 @@ TEST_CASE("gemv on split-int8 x: groups of several tokens on the tensor cores, g
   // of 1,050 bytes, 2-byte aligned), 37 x 1024 (four super-blocks, 840-byte rows). Q4_K, Q6_K and Q8_0 also
   // 72 x 7168 (DeepSeek-V3's hidden size: 8 tokens' records are 143 KB, past the dp4a kernels' 64 KB; where the
   // tensor cores cannot hold them either, no int8 GEMV takes them and the case is skipped)
+  // IQ4_NL and IQ4_XS as the legacy types and Q6_K
   const int n_x = 12, experts = 3;
   for (GgmlType type : {GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k, GgmlType::q8_0, GgmlType::q5_0, GgmlType::q4_0,
-                        GgmlType::q4_1, GgmlType::q5_1}) {
+                        GgmlType::q4_1, GgmlType::q5_1, GgmlType::iq4_nl, GgmlType::iq4_xs}) {
     const bool is_k = latte::type_traits(type).block_values == 256;
-    std::vector<Shape> shapes = type == GgmlType::q6_k ? std::vector<Shape>{{300, 1280}, {37, 1024}}
-                                : is_k                 ? std::vector<Shape>{{300, 1280}, {37, 256}}
-                                                       : std::vector<Shape>{{300, 1408}, {37, 1056}, {20, 3200}};
+    const bool staged_k = type == GgmlType::q6_k || type == GgmlType::iq4_xs;
+    std::vector<Shape> shapes = staged_k ? std::vector<Shape>{{300, 1280}, {37, 1024}}
+                                : is_k   ? std::vector<Shape>{{300, 1280}, {37, 256}}
+                                         : std::vector<Shape>{{300, 1408}, {37, 1056}, {20, 3200}};
     if (type == GgmlType::q4_k || type == GgmlType::q6_k || type == GgmlType::q8_0) shapes.push_back({72, 7168});
     for (const Shape s : shapes) {
       if (s.k == 7168 && !takes_dense_rows(type, s.rows, s.k, 9)) {  // the same shared memory as a group of 8
