@@ -152,31 +152,39 @@ TEST_CASE("an attn_kv_b laid out all-K-then-all-V is caught by comparing the bac
   CHECK(disagreement > 100 * kFp32Tolerance);
 }
 
+namespace {
+
+/// A random `preset` model whose tensors take `options.tensor_type`: both backends agree on it to fp32, and on
+/// dense blocks only (where the output is a smooth function of the weights; a MoE router can switch experts on
+/// a small perturbation) its logits lie between kFp32Tolerance and `max_distance` from the f32 model's.
+void check_quantized_model(const char* preset, const latte::RandomModelOptions& options, double max_distance) {
+  const latte::ModelConfig moe = latte::model_preset(preset);
+  const auto quantized = latte::test::random_model(moe, options);
+  const auto tokens = latte::test::fresh_tokens(9, moe.n_vocab);
+  CHECK(latte::test::relative_error(logits_of(quantized, "standard", tokens), logits_of(quantized, "mla", tokens)) <=
+        kFp32Tolerance);
+  latte::ModelConfig dense = moe;
+  dense.n_dense_lead = dense.n_layer_main();
+  const double quantization =
+      latte::test::relative_error(logits_of(latte::test::random_model(dense, options), "mla", tokens),
+                                  logits_of(latte::test::random_model(dense, {.seed = options.seed}), "mla", tokens));
+  CAPTURE(quantization);
+  CHECK(quantization > kFp32Tolerance);  // close, not equal
+  CHECK(quantization < max_distance);
+}
+
+}  // namespace
+
 TEST_CASE("quantized weights load, both backends agree on them, and Q8_0 stays close to f32") {
   latte::RandomModelOptions q8{.seed = 3};
   q8.tensor_type = [](std::string_view name, std::span<const uint64_t> ne) {
     const bool matrix = ne.size() >= 2 && name != "token_embd.weight";
     return matrix ? latte::GgmlType::q8_0 : (ne.size() >= 2 ? latte::GgmlType::bf16 : latte::GgmlType::f32);
   };
-  const latte::ModelConfig moe = latte::model_preset("test-glm-flash");
-  const auto quantized = latte::test::random_model(moe, q8);
+  const auto quantized = latte::test::random_model(latte::model_preset("test-glm-flash"), q8);
   CHECK(quantized.file().find_tensor("blk.0.attn_kv_a_mqa.weight")->type == latte::GgmlType::q8_0);
   CHECK(quantized.file().find_tensor("blk.1.ffn_down_exps.weight")->type == latte::GgmlType::q8_0);
-  const auto tokens = latte::test::fresh_tokens(9, moe.n_vocab);
-  CHECK(latte::test::relative_error(logits_of(quantized, "standard", tokens), logits_of(quantized, "mla", tokens)) <=
-        kFp32Tolerance);
-
-  // Closeness to the f32 model: on dense blocks only, where the output is a smooth function of the
-  // weights (a MoE router can switch experts on a small perturbation).
-  latte::ModelConfig dense = moe;
-  dense.n_dense_lead = dense.n_layer_main();
-  const auto dense_q8 = latte::test::random_model(dense, q8);
-  const auto dense_f32 = latte::test::random_model(dense, {.seed = 3});
-  const double quantization =
-      latte::test::relative_error(logits_of(dense_q8, "mla", tokens), logits_of(dense_f32, "mla", tokens));
-  CAPTURE(quantization);
-  CHECK(quantization > kFp32Tolerance);  // Q8_0 keeps ~8 bits per weight: close, not equal
-  CHECK(quantization < 0.05);
+  check_quantized_model("test-glm-flash", q8, 0.05);  // Q8_0 keeps ~8 bits per weight
 }
 
 TEST_CASE("IQ4_XS and IQ4_NL weights load, both backends agree on them, and stay near the f32 model") {
@@ -186,21 +194,10 @@ TEST_CASE("IQ4_XS and IQ4_NL weights load, both backends agree on them, and stay
       return ne.size() >= 2 ? latte::GgmlType::bf16 : latte::GgmlType::f32;
     return ne[0] % 256 == 0 ? latte::GgmlType::iq4_xs : latte::GgmlType::iq4_nl;  // attn_k_b rows: 128 values
   };
-  const latte::ModelConfig moe = latte::model_preset("test-v2-lite");
-  const auto quantized = latte::test::random_model(moe, iq4);
+  const auto quantized = latte::test::random_model(latte::model_preset("test-v2-lite"), iq4);
   CHECK(quantized.file().find_tensor("blk.0.attn_kv_a_mqa.weight")->type == latte::GgmlType::iq4_xs);
   CHECK(quantized.file().find_tensor("blk.0.attn_k_b.weight")->type == latte::GgmlType::iq4_nl);
-  const auto tokens = latte::test::fresh_tokens(9, moe.n_vocab);
-  CHECK(latte::test::relative_error(logits_of(quantized, "standard", tokens), logits_of(quantized, "mla", tokens)) <=
-        kFp32Tolerance);
-  latte::ModelConfig dense = moe;
-  dense.n_dense_lead = dense.n_layer_main();
-  const double quantization =
-      latte::test::relative_error(logits_of(latte::test::random_model(dense, iq4), "mla", tokens),
-                                  logits_of(latte::test::random_model(dense, {.seed = 5}), "mla", tokens));
-  CAPTURE(quantization);
-  CHECK(quantization > kFp32Tolerance);  // ~4.25 bits per weight: near, not equal
-  CHECK(quantization < 0.3);
+  check_quantized_model("test-v2-lite", iq4, 0.3);  // ~4.25 bits per weight: 0.18 measured
 }
 
 TEST_CASE("merged ffn_gate_up_exps (per expert: F gate rows, then F up rows) equals separate gate and up") {
