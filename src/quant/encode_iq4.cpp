@@ -19,10 +19,7 @@
 namespace latte::quant {
 namespace {
 
-constexpr float k_all_zero_threshold = 1e-15f;  // ggml's GROUP_MAX_EPS
 constexpr int k_trials = 7;                     // trial scales on each side of the anchored one
-
-inline void store_u16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, sizeof v); }
 
 // The index of the level nearest to v (the lower one on a tie), by bisection over the sorted levels.
 int nearest_level(float v) {
@@ -41,13 +38,11 @@ int nearest_level(float v) {
 }
 
 // The x^2-weighted sums of one trial: sum w q x and sum w q^2 over the group, q the level nearest inv * x.
-void trial_sums(const float* x, const float* weights, float inv, float& sum_qx, float& sum_q2, uint8_t* levels) {
+void trial_sums(const float* x, const float* weights, float inv, float& sum_qx, float& sum_q2) {
   sum_qx = 0;
   sum_q2 = 0;
   for (int j = 0; j < 32; ++j) {
-    const int l = nearest_level(inv * x[j]);
-    if (levels != nullptr) levels[j] = static_cast<uint8_t>(l);
-    const float q = static_cast<float>(k_iq4_levels[l]);
+    const float q = static_cast<float>(k_iq4_levels[nearest_level(inv * x[j])]);
     const float w = weights[j];
     sum_qx += w * q * x[j];
     sum_q2 += w * q * q;
@@ -68,14 +63,14 @@ float group_scale(const float* x) {
   }
   if (amax < k_all_zero_threshold) return 0;
   const float lowest = static_cast<float>(k_iq4_levels[0]);
-  float d = -max / lowest;  // anchors the largest magnitude on the lowest level
+  float d = -max / lowest;  // the largest magnitude on level 127 (max / d = 127)
   float sum_qx = 0, sum_q2 = 0;
-  trial_sums(x, weights, 1 / d, sum_qx, sum_q2, nullptr);
+  trial_sums(x, weights, 1 / d, sum_qx, sum_q2);
   d = sum_qx / sum_q2;
   float best = d * sum_qx;
   for (int trial = -k_trials; trial <= k_trials; ++trial) {
     const float inv = static_cast<float>(trial + k_iq4_levels[0]) / max;
-    trial_sums(x, weights, inv, sum_qx, sum_q2, nullptr);
+    trial_sums(x, weights, inv, sum_qx, sum_q2);
     if (sum_q2 > 0 && sum_qx * sum_qx > best * sum_q2) {  // strictly better only
       d = sum_qx / sum_q2;
       best = d * sum_qx;
@@ -96,7 +91,7 @@ void encode_iq4_nl(const float* src, uint8_t* dst, int64_t n_blocks) {
     const float* x = src + b * qk4_0;
     uint8_t* block = dst + b * static_cast<int64_t>(sizeof(BlockIq4Nl));
     const float d = group_scale(x);
-    store_u16(block + offsetof(BlockIq4Nl, d), fp32_to_fp16(d));
+    store_u16(block + offsetof(BlockIq4Nl, d), float_to_half(d));
     const float inv = d != 0 ? 1 / d : 0.0f;
     uint8_t levels[32];
     for (int j = 0; j < 32; ++j) levels[j] = static_cast<uint8_t>(nearest_level(inv * x[j]));
@@ -119,7 +114,7 @@ void encode_iq4_xs(const float* src, uint8_t* dst, int64_t n_blocks) {
     }
     // the super-block scale puts the largest group scale at -32; each group's 6-bit factor is rounded from it
     const float d = -max_scale / 32;
-    store_u16(block + offsetof(BlockIq4Xs, d), fp32_to_fp16(d));
+    store_u16(block + offsetof(BlockIq4Xs, d), float_to_half(d));
     const float inv = d != 0 ? 1 / d : 0.0f;
     uint16_t high = 0;
     uint8_t* low = block + offsetof(BlockIq4Xs, scales_l);

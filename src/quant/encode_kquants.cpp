@@ -17,10 +17,7 @@
 namespace latte::quant {
 namespace {
 
-constexpr float k_all_zero_threshold = 1e-15f;  // ggml's GROUP_MAX_EPS
-
 inline int clamp_int(int v, int lo, int hi) { return v < lo ? lo : (v > hi ? hi : v); }
-inline void store_u16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, sizeof v); }
 
 // Packs 2-bit levels (256, in [0, 4)) into 64 bytes: byte 32h + l holds values 128h + l + 32k at bits 2k.
 void pack_2bit(const uint8_t* levels, uint8_t* qs) {

@@ -26,8 +26,6 @@ inline int truncate_clamped(float v, int lo, int hi) {
   return static_cast<int>(v);
 }
 
-inline void store_u16(uint8_t* p, uint16_t v) { std::memcpy(p, &v, sizeof v); }
-
 // The value of largest magnitude (the first one on ties), with its sign: ggml's scale anchor for
 // the symmetric formats.
 inline float signed_absmax(const float* x, int n) {

@@ -94,6 +94,9 @@ inline uint16_t load_u16(const uint8_t* p) noexcept {
   return v;
 }
 
+/// Stores a little-endian uint16 at any address.
+inline void store_u16(uint8_t* p, uint16_t v) noexcept { std::memcpy(p, &v, sizeof v); }
+
 /// Loads a little-endian uint32 from any address.
 inline uint32_t load_u32(const uint8_t* p) noexcept {
   uint32_t v;

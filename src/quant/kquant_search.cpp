@@ -10,8 +10,6 @@
 namespace latte::quant {
 namespace {
 
-constexpr float k_all_zero_threshold = 1e-15f;  // ggml's GROUP_MAX_EPS
-
 inline int clamp_int(int v, int lo, int hi) { return v < lo ? lo : (v > hi ? hi : v); }
 
 // The value of largest magnitude (the first on ties) with its sign, and that magnitude.

@@ -13,6 +13,9 @@
 
 namespace latte::quant {
 
+/// ggml's GROUP_MAX_EPS: a group whose every |x| is below it quantizes to scale 0.
+inline constexpr float k_all_zero_threshold = 1e-15f;
+
 /// Rounds to the nearest integer, ties to even, as ggml's nearest_int: adding 1.5 * 2^23 leaves the
 /// integer in the low mantissa bits (the float addition does the rounding). Valid for |v| < 2^22;
 /// larger magnitudes are clamped first (ggml leaves them undefined).
