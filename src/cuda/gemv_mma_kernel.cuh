@@ -404,10 +404,8 @@ __device__ __forceinline__ void mma_block_codes(const uint8_t* st, int off, int 
 #pragma unroll
     for (int i = 0; i < 2; ++i) w[i] = quant::iq4_codes4((w[i] >> shift) & 0x0F0F0F0Fu);
     if constexpr (T == GgmlType::iq4_xs) {
-      const uint32_t high = *reinterpret_cast<const uint16_t*>(st + off + 2);
-      const uint32_t low = st[off + 4 + unit / 2];
       d *= static_cast<float>(
-          static_cast<int>(((low >> (4 * (unit % 2))) & 0xFu) | (((high >> (2 * unit)) & 3u) << 4)) - 32);
+          quant::iq4xs_scale_factor(*reinterpret_cast<const uint16_t*>(st + off + 2), st[off + 4 + unit / 2], unit));
     }
   } else if constexpr (T == GgmlType::q8_0) {
     x8_words<2>(st, off + kData + 8 * t, w);

@@ -596,15 +596,10 @@ __device__ __forceinline__ void x8_q6k_codes(const uint8_t* st, int off, int sub
 __device__ __forceinline__ void x8_iq4xs_codes(const uint8_t* st, int off, int sub, X8UnitCodes& o) {
   uint32_t w[4];
   x8_words<4>(st, off + 8 + 16 * sub, w);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    o.c[i] = quant::iq4_codes4(w[i] & 0x0F0F0F0Fu);
-    o.c[4 + i] = quant::iq4_codes4((w[i] >> 4) & 0x0F0F0F0Fu);
-  }
-  const uint32_t high = *reinterpret_cast<const uint16_t*>(st + off + 2);
-  const uint32_t low = st[off + 4 + sub / 2];
-  const int ls = static_cast<int>(((low >> (4 * (sub % 2))) & 0xFu) | (((high >> (2 * sub)) & 3u) << 4));
-  o.s0 = o.s1 = quant::half_bits_to_float(*reinterpret_cast<const uint16_t*>(st + off)) * static_cast<float>(ls - 32);
+  quant::iq4_unit_codes(w, o.c);
+  const int factor =
+      quant::iq4xs_scale_factor(*reinterpret_cast<const uint16_t*>(st + off + 2), st[off + 4 + sub / 2], sub);
+  o.s0 = o.s1 = quant::half_bits_to_float(*reinterpret_cast<const uint16_t*>(st + off)) * static_cast<float>(factor);
   o.mn = 0.0f;
 }
 
@@ -630,11 +625,7 @@ __device__ __forceinline__ void x8_block_codes(const uint8_t* st, int off, X8Uni
   } else if constexpr (T == GgmlType::iq4_nl) {
     uint32_t w[4];
     x8_words<4>(st, off + kData, w);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      o.c[i] = quant::iq4_codes4(w[i] & 0x0F0F0F0Fu);  // code = level + 128
-      o.c[4 + i] = quant::iq4_codes4((w[i] >> 4) & 0x0F0F0F0Fu);
-    }
+    quant::iq4_unit_codes(w, o.c);  // code = level + 128
   } else {
     constexpr bool kFive = T == GgmlType::q5_0 || T == GgmlType::q5_1;
     uint32_t w[kFive ? 5 : 4];

@@ -101,9 +101,12 @@ bool Linear::bf16_operands(const DeviceMatrix& w, int rows) {
   if (gemm_quant_supports(w.type)) return true;
   // quantized types without a fused GEMM, where the bf16 dequantization applies (f32 and f16 rows keep the fp32
   // paths: bf16 would round them)
+  return dequantizes(w, rows) && w.type != GgmlType::f32 && w.type != GgmlType::f16 && gemv_supports(w.type);
+}
+
+bool Linear::dequantizes(const DeviceMatrix& w, int rows) {
   const size_t weight_elems = static_cast<size_t>(w.rows) * static_cast<size_t>(bf16_weight_stride(w.k));
-  return rows >= blas_min_rows() && weight_elems <= kMaxDequantizedElems && w.type != GgmlType::f32 &&
-         w.type != GgmlType::f16 && gemv_supports(w.type);
+  return rows >= blas_min_rows() && weight_elems <= kMaxDequantizedElems;
 }
 
 void Linear::operator()(const DeviceMatrix& w, const LinearCall& c, cudaStream_t stream) {
@@ -118,8 +121,6 @@ void Linear::operator()(const DeviceMatrix& w, const LinearCall& c, cudaStream_t
     return;
   }
   const bool passes = c.x_q != nullptr && gemv_passes(w, c.rows);  // GEMV passes over the records (below)
-  const size_t weight_elems = static_cast<size_t>(w.rows) * static_cast<size_t>(bf16_weight_stride(w.k));
-  const bool via_bf16 = c.rows >= blas_min_rows() && weight_elems <= kMaxDequantizedElems;
   const bool gemm = !passes && bf16_operands(w, c.rows);
   if (gemm) {
     QuantGemmParams p{.type = w.type,
@@ -133,7 +134,7 @@ void Linear::operator()(const DeviceMatrix& w, const LinearCall& c, cudaStream_t
                       .ldc = c.y_stride,
                       .residual = c.residual,
                       .m = c.rows};
-    if (via_bf16) {
+    if (dequantizes(w, c.rows)) {
       // Dequantize the matrix to bf16 once and let cuBLAS run the product: at 512 rows several times faster
       // than the fused kernel, which decodes every weight tile once per 64 rows of x with mma.sync, and at
       // 17-64 rows it fills the chip where the fused GEMM has a few dozen CTAs (BENCHMARKS.md); the bf16
@@ -141,6 +142,7 @@ void Linear::operator()(const DeviceMatrix& w, const LinearCall& c, cudaStream_t
       residual_into_y(w, c, stream);
       p.residual = c.residual != nullptr ? c.y : nullptr;
       // The scratch first: its size is read after it grew (argument order is unspecified).
+      const size_t weight_elems = static_cast<size_t>(w.rows) * static_cast<size_t>(bf16_weight_stride(w.k));
       __nv_bfloat16* w_bf16 = grow_scratch(w_bf16_, weight_elems, "bf16 weight scratch");
       gemm_quant_via_bf16(blas(), p, w_bf16, w_bf16_.size(), stream);
     } else {

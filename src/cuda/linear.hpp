@@ -95,6 +95,9 @@ class Linear {
              float* scratch, cudaStream_t stream, const uint8_t* x_q = nullptr);
 
  private:
+  /// Whether a product of `rows` rows with `w` dequantizes w to bf16 for cuBLAS when it takes the GEMM path: from
+  /// blas_min_rows() rows, for matrices of at most kMaxDequantizedElems values.
+  static bool dequantizes(const DeviceMatrix& w, int rows);
   __nv_bfloat16* staged(const float* x, int64_t x_stride, int rows, int k, cudaStream_t stream);
   BlasHandle& blas();  // made on first use
   /// y = residual when the call has a residual other than y (the cuBLAS paths then accumulate into y).

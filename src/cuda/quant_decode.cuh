@@ -216,6 +216,20 @@ LATTE_HD_INLINE uint32_t iq4_codes4(uint32_t nibbles) {
   const uint32_t take_high = ((nibbles >> 3) & 0x01010101u) * 0xFFu;
   return (high & take_high) | (low & ~take_high);
 }
+/// The 32 IQ4 codes of a unit's 16 qs bytes (as 4 words): byte j holds value j (low nibble) and j + 16 (high), so
+/// codes[i] are values 4i .. 4i + 3 and codes[4 + i] values 16 + 4i ...
+LATTE_HD_INLINE void iq4_unit_codes(const uint32_t (&qs)[4], uint32_t (&codes)[8]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    codes[i] = iq4_codes4(qs[i] & 0x0F0F0F0Fu);
+    codes[4 + i] = iq4_codes4((qs[i] >> 4) & 0x0F0F0F0Fu);
+  }
+}
+/// IQ4_XS sub-block `unit`'s factor ls - 32 (-32 .. 31) from the super-block's scales_h and the scales_l byte
+/// unit / 2; its scale is d * factor, rounded to float first as ggml does.
+LATTE_HD_INLINE int iq4xs_scale_factor(uint32_t scales_h, uint32_t scales_l_byte, int unit) {
+  return static_cast<int>(((scales_l_byte >> (4 * (unit % 2))) & 0xFu) | (((scales_h >> (2 * unit)) & 3u) << 4)) - 32;
+}
 
 /// Decodes unit `unit` (32 values) of a run of quantized blocks starting at `blocks`, which must be
 /// aligned to min(16, MaxAlign) bytes (MaxAlign = 2 for runs staged at their global misalignment).
@@ -289,16 +303,10 @@ LATTE_HD_INLINE Unit32 decode_codes(const uint8_t* blocks, int unit) {
     constexpr int qs = T == GgmlType::iq4_nl ? 2 : 8;
     uint32_t w[4];
     load_words4<capped_alignment(qs % 8 == 0 ? 8 : 2, A)>(b + qs + (T == GgmlType::iq4_xs ? 16 * u : 0), w);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      r.codes[i] = iq4_codes4(w[i] & 0x0F0F0F0Fu);
-      r.codes[4 + i] = iq4_codes4((w[i] >> 4) & 0x0F0F0F0Fu);
-    }
+    iq4_unit_codes(w, r.codes);
     float d = half_bits_to_float(load_u16<capped_alignment(2, A)>(b));
     if constexpr (T == GgmlType::iq4_xs) {
-      const uint32_t high = load_u16<capped_alignment(2, A)>(b + 2);
-      const int ls = static_cast<int>(((b[4 + u / 2] >> (4 * (u % 2))) & 0xFu) | (((high >> (2 * u)) & 3u) << 4));
-      d *= static_cast<float>(ls - 32);
+      d *= static_cast<float>(iq4xs_scale_factor(load_u16<capped_alignment(2, A)>(b + 2), b[4 + u / 2], u));
     }
     r.scale[0] = r.scale[1] = d;
     r.offset[0] = r.offset[1] = 128.0f * d;
