@@ -3,7 +3,6 @@
 #include "cuda/gemv_quant.hpp"
 
 #include "cuda/check.hpp"
-#include "cuda/device_caps.hpp"
 #include "cuda/gemv_kernel.cuh"
 
 #include "cuda/quant_type_families.hpp"
@@ -91,19 +90,6 @@ bool gemv_self_quantize() noexcept {
   return on;
 }
 
-int64_t gemv_next_prefetch_bytes(int64_t matrix_bytes, int matrices) {
-  static const int percent = [] {
-    const char* v = std::getenv("LATTE_GEMV_NEXT_PREFETCH");
-    return v == nullptr ? 50 : std::clamp(std::atoi(v), 0, 100);
-  }();
-  if (percent == 0 || matrix_bytes <= 0 || matrices <= 0) return 0;
-  int device = 0;
-  LATTE_CUDA_CHECK(cudaGetDevice(&device));
-  const int64_t budget = device_caps(device).l2_bytes * percent / 100;
-  const int64_t each = std::min(matrix_bytes, budget / matrices) / 16 * 16;
-  return each * 10 < matrix_bytes ? 0 : each;
-}
-
 void gemv_quant(const GemvParams& p, cudaStream_t stream) {
   const auto type_name = std::string(type_traits(p.type).name);
   if (!gemv_supports(p.type)) throw Error(ErrorCode::unsupported, "gemv_quant: no GEMV kernel for type " + type_name);
@@ -157,15 +143,6 @@ void gemv_quant(const GemvParams& p, cudaStream_t stream) {
     }
   }
   require_arg(p.x_q == nullptr || !p.x_quantize, "x_q and x_quantize exclude each other");
-  if (p.next_weight != nullptr) {
-    require_arg(p.groups != nullptr || p.choice_ids != nullptr, "next_weight is for gathered and choice launches");
-    require_arg(p.next_matrix_stride_bytes > 0 && p.next_weight_bytes >= p.next_matrix_stride_bytes &&
-                    p.next_prefetch_bytes > 0 && p.next_prefetch_bytes <= p.next_matrix_stride_bytes &&
-                    p.next_prefetch_bytes < (int64_t{1} << 32) &&
-                    p.next_weight_bytes / p.next_matrix_stride_bytes < (1 << 30),
-                "next_weight needs a matrix stride, a stack of at least one matrix and next_prefetch_bytes in 1 .. "
-                "min(a matrix, 4 GB)");
-  }
   if (p.route.logits != nullptr) {
     require_arg(p.choice_ids != nullptr && p.choice_ids == p.route.ids && p.route.n_tokens == 1 &&
                     p.max_groups == p.route.k && p.route.weights != nullptr,

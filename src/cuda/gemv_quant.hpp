@@ -84,15 +84,6 @@ struct GemvParams {
   /// choice's; block (0, 0) writes route.ids and route.weights for the launches after this one. The
   /// MoE decode step's first expert GEMV without a router launch before it.
   MoeRouterParams route{};
-  /// Optional, gathered and choice launches on the split-int8 path: the stack that the launch after this one
-  /// multiplies with the same groups or choices (the MoE down after the gate|up). Once a block knows its
-  /// matrix, it starts moving its share of the first next_prefetch_bytes of its matrix of that stack into L2
-  /// (16-byte aligned pieces inside the stack), so that the next launch finds them there while this one runs
-  /// (gemv_next_prefetch_bytes says how much of each matrix fits).
-  const void* next_weight = nullptr;
-  int64_t next_weight_bytes = 0;         ///< bytes readable from next_weight (the whole stack)
-  int64_t next_matrix_stride_bytes = 0;  ///< bytes between the stack's matrices
-  int64_t next_prefetch_bytes = 0;       ///< bytes from the start of each matrix (0: none)
   /// Set by gemv_quant (LATTE_GEMV_X_ASYNC): split-int8 blocks built for at least this many tokens stage their
   /// tokens' records with every copy in flight at once, the others token after token (x8_stage_records).
   int x_async_tokens = gemv_max_tokens;
@@ -124,12 +115,6 @@ int gemv_x_async_tokens() noexcept;
 /// Whether one-token GEMVs without records quantize x themselves (GemvParams::x_quantize) where their
 /// callers leave it to this switch (Linear): LATTE_GEMV_SELF_QUANTIZE=0 keeps them on the fp32 GEMV.
 bool gemv_self_quantize() noexcept;
-
-/// Bytes of each of `matrices` matrices of `matrix_bytes` that a gathered launch should prefetch into L2 for the
-/// launch after it (GemvParams::next_prefetch_bytes): all of them while they take at most half of the current
-/// device's L2, else the leading part of each that does, 0 when that is under a tenth of a matrix or with
-/// LATTE_GEMV_NEXT_PREFETCH=0 (N: the share of the L2 in percent, 1-100; default 50).
-int64_t gemv_next_prefetch_bytes(int64_t matrix_bytes, int matrices);
 
 /// Bytes the launch must move at least (weights read once, x read, y written); dense mode.
 double gemv_min_bytes(const GemvParams& p);

@@ -144,33 +144,6 @@ __device__ __forceinline__ int x8_route_choice(const GemvParams& p, uint8_t* rou
   return ids[j];
 }
 
-/// GemvParams::next_weight: thread 0 starts moving the block's share of the first next_prefetch_bytes of its
-/// matrix of the next stack into L2: the range's whole 16-byte words inside the stack, cut into r.tile_stride
-/// shares of whole words (the blocks of a group or choice cover it together; this one takes share r.first_tile).
-/// Weights only: x8_group calls it as soon as the block knows its matrix, before the block's own loads. The word
-/// arithmetic is 32-bit (gemv_quant bounds next_prefetch_bytes below 4 GB): 64-bit divisions made several builds
-/// spill.
-template <int NT>
-__device__ __forceinline__ void x8_prefetch_next(const GemvParams& p, const X8Rows<NT>& r) {
-  if (p.next_weight == nullptr || threadIdx.x != 0) return;
-  const int n_matrices = static_cast<int>(p.next_weight_bytes / p.next_matrix_stride_bytes);
-  const int64_t m = min(max(r.matrix, 0), n_matrices - 1);
-  const uint8_t* origin = static_cast<const uint8_t*>(p.next_weight);
-  const uint8_t* from = origin + m * p.next_matrix_stride_bytes;
-  const uint8_t* to = from + min(p.next_prefetch_bytes, p.next_weight_bytes - m * p.next_matrix_stride_bytes);
-  const uint32_t skip = static_cast<uint32_t>(-reinterpret_cast<uintptr_t>(from)) & 15u;  // to the first word
-  const uint8_t* first = from + skip;
-  if (to <= first) return;
-  const uint32_t words = static_cast<uint32_t>(to - first) / 16;
-  const uint32_t shares = static_cast<uint32_t>(max(r.tile_stride, 1));
-  const uint32_t per = (words + shares - 1) / shares;
-  const uint32_t begin = static_cast<uint32_t>(r.first_tile) * per;
-  const uint32_t end = min(begin + per, words);
-  constexpr uint32_t kPiece = 4096;  // words (64 KB) per bulk prefetch
-  for (uint32_t w = begin; w < end; w += kPiece)
-    pipeline::prefetch_l2_bulk(first + 16 * int64_t{w}, 16 * min(end - w, kPiece));
-}
-
 /// This block's matrix, tokens and tiles: dense (tokens 0 .. n_tokens - 1, in rows of NT per blockIdx.y), gathered (a
 /// group's) or a choice (choice blockIdx.y: one token); false when the block has nothing to do. Dense launches and
 /// choices walk tiles blockIdx.x, + gridDim.x, ... A gathered launch has a row of blocks for each of max_groups groups,
@@ -191,7 +164,6 @@ __device__ __forceinline__ bool x8_group(const GemvParams& p, X8Rows<NT>& r, uin
     r.count = 1;
     r.y_row[0] = j;
     r.x_row[0] = p.x_row_is_y_row ? j : p.choices_per_token > 0 ? j / p.choices_per_token : 0;
-    x8_prefetch_next(p, r);
     return true;
   }
   if (p.groups == nullptr) {
@@ -228,7 +200,6 @@ __device__ __forceinline__ bool x8_group(const GemvParams& p, X8Rows<NT>& r, uin
       r.x_row[t] = p.x_row_is_y_row ? g.y_row[t] : g.x_row[t];
     }
   }
-  x8_prefetch_next(p, r);
   return true;
 }
 

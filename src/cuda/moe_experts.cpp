@@ -91,18 +91,6 @@ int moe_group_tokens(int pairs, int n_experts, int n_tokens) {
   return std::min(g, cap);
 }
 
-// The gate|up launch `g` starts moving the down matrices it routes to into L2 for the down launch after it
-// (GemvParams::next_weight), as much of each of the `matrices` (at most) as gemv_next_prefetch_bytes allows.
-void prefetch_down(GemvParams& g, const MoeExpertWeights& w, int matrices) {
-  const int64_t down_bytes = static_cast<int64_t>(row_bytes(w.down.type, static_cast<uint64_t>(w.ffn))) * w.hidden;
-  const int64_t bytes = gemv_next_prefetch_bytes(down_bytes, std::min(matrices, w.n_experts));
-  if (bytes == 0) return;
-  g.next_weight = w.down.data;
-  g.next_weight_bytes = w.down.bytes;
-  g.next_matrix_stride_bytes = w.down.matrix_stride_bytes;
-  g.next_prefetch_bytes = bytes;
-}
-
 // One token, every expert held, split-int8 GEMVs: choice j of the token goes through expert ids[j] into
 // slot j, straight from the router's ids (no sort into groups), and the combine reads the slots in order.
 void decode_one_token(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeExpertsCall& c, cudaStream_t stream) {
@@ -119,7 +107,6 @@ void decode_one_token(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeExpe
                           w.gate);
   g.weight_up = w.up.data;
   if (c.route != nullptr) g.route = *c.route;
-  prefetch_down(g, w, c.k);
   gemv_quant(g, stream);
   // down quantizes each slot's activations in its blocks (GemvParams::x_quantize): no records launch
   const bool records = !gemv_self_quantize();
@@ -244,7 +231,6 @@ void moe_experts_decode(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeEx
       w.gate.type == w.up.type && w.gate.matrix_stride_bytes == w.up.matrix_stride_bytes && w.gate.bytes == w.up.bytes;
   if (fused) {
     g.weight_up = w.up.data;  // y = silu(gate x) * (up x), both read in one pass
-    prefetch_down(g, w, pairs);
     gemv_quant(g, stream);
   } else {
     gemv_quant(g, stream);

@@ -100,14 +100,6 @@ __device__ __forceinline__ int load_l2(const int* p) { return __ldcg(p); }
 /// Starts moving the line holding `p` into L1 (a later ordinary load of it then hits there).
 __device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
 
-/// Starts moving `bytes` (a multiple of 16) from `p` (16-byte aligned, device memory) into L2, with nothing
-/// to wait for: later loads of them hit there if they stay resident (sm_90's bulk prefetch; none before).
-__device__ __forceinline__ void prefetch_l2_bulk(const void* p, uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-#endif
-}
-
 // ---- integer dot products ------------------------------------------------------------------------
 
 /// c + sum of the 4 products of unsigned bytes of `a` and signed bytes of `b`.

@@ -11,7 +11,6 @@
 #include <cstdlib>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <random>
 #include <string>
 #include <vector>
@@ -316,30 +315,6 @@ void cp_async_wait(int pending) {
     for (const PendingCopy& c : f.committed.front()) do_copy(c);
     f.committed.pop_front();
   }
-}
-
-namespace {
-std::mutex prefetch_mutex;
-std::vector<std::pair<uintptr_t, uint32_t>> prefetched;
-}  // namespace
-
-void prefetch_l2(const void* p, uint32_t bytes) {
-  const auto at = reinterpret_cast<uintptr_t>(p);
-  if (at % 16 != 0 || bytes == 0 || bytes % 16 != 0) {
-    std::fprintf(stderr, "emulation: cp.async.bulk.prefetch.L2 of %u bytes at %#llx breaks its alignment rules\n",
-                 bytes, static_cast<unsigned long long>(at));
-    std::abort();
-  }
-  const volatile uint8_t* bytes_at = static_cast<const volatile uint8_t*>(p);
-  (void)bytes_at[0];
-  (void)bytes_at[bytes - 1];
-  const std::lock_guard lock(prefetch_mutex);
-  prefetched.emplace_back(at, bytes);
-}
-
-std::vector<std::pair<uintptr_t, uint32_t>> take_prefetched_l2() {
-  const std::lock_guard lock(prefetch_mutex);
-  return std::exchange(prefetched, {});
 }
 
 void run_grid(const LaunchConfig& config, const std::function<void()>& body) {

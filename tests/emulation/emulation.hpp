@@ -13,10 +13,6 @@
 #include <cstring>
 #include <functional>
 #include <utility>
-#include <vector>
-
-/// Set in the emulation build: tests may look at what only the emulation can observe (emu::take_prefetched_l2).
-#define LATTE_CUDA_EMULATION 1
 
 #undef __shared__
 #define __shared__ static  // function-local statics: CTAs run one after another
@@ -150,13 +146,6 @@ cudaError_t launch_ex(const cudaLaunchConfig_t* config, void (*kernel)(KernelArg
 void cp_async(void* dst, const void* src, int bytes, int src_bytes);
 void cp_async_commit();
 void cp_async_wait(int pending);
-
-/// cp.async.bulk.prefetch.L2 stand-in: checks the instruction's rules (a 16-byte aligned address, a non-zero
-/// multiple of 16 bytes; aborts otherwise), reads the range's first and last byte (AddressSanitizer reports a
-/// range outside its allocation) and logs the range.
-void prefetch_l2(const void* p, uint32_t bytes);
-/// The ranges prefetched since the last call, as (address, bytes), in issue order; clears the log.
-std::vector<std::pair<uintptr_t, uint32_t>> take_prefetched_l2();
 
 // Runtime API stand-ins.
 cudaError_t malloc_device(void** ptr, size_t bytes);

@@ -94,7 +94,6 @@ inline float4 load_l2(const float4* p) { return *p; }
 inline int load_l2(const int* p) { return *p; }
 
 inline void prefetch_l1(const void*) {}
-inline void prefetch_l2_bulk(const void* p, uint32_t bytes) { ::emu::prefetch_l2(p, bytes); }
 
 inline int dot4_us(uint32_t a, uint32_t b, int c) {
   for (int i = 0; i < 4; ++i) {
