@@ -21,6 +21,7 @@
 #include "cuda/device_caps.hpp"
 #include "cuda/gemm_bf16.hpp"
 #include "kernel_bench.hpp"
+#include "token_list.hpp"
 
 namespace latte::cli {
 
@@ -96,15 +97,23 @@ int run_kernel_bench(std::span<const std::string> args) {
   Args a(args);
   if (a.flag({"--help", "-h"})) {
     std::printf(
-        "usage: latte kernel-bench [--filter TEXT] [--batches N] [--per-batch N] [--device N]\n"
+        "usage: latte kernel-bench [--filter TEXT] [--batches N] [--per-batch N] [--device cuda:N | N]\n"
         "Times the CUDA kernels at DeepSeek-V2-Lite shapes against the measured copy bandwidth and\n"
         "bf16 matrix rate of the device.\n");
     return 0;
   }
   const std::string filter = a.take({"--filter"}).value_or("");
-  const int batches = std::stoi(a.take({"--batches"}).value_or("11"));
-  const int per_batch = std::stoi(a.take({"--per-batch"}).value_or("20"));
-  const int device = std::stoi(a.take({"--device"}).value_or("0"));
+  const int batches = parse_int_option("--batches", a.take({"--batches"}).value_or("11"));
+  const int per_batch = parse_int_option("--per-batch", a.take({"--per-batch"}).value_or("20"));
+  const std::string device_text = a.take({"--device"}).value_or("cuda:0");
+  // "cuda:N" as every other command takes it, or the bare ordinal
+  const bool ordinal = !device_text.empty() &&
+                       std::all_of(device_text.begin(), device_text.end(), [](char c) { return c >= '0' && c <= '9'; });
+  const Device parsed = ordinal ? Device::cuda(parse_int_option("--device", device_text)) : Device::parse(device_text);
+  if (!parsed.is_cuda()) {
+    throw Error(ErrorCode::invalid_argument, "kernel-bench: --device " + device_text + " is not a CUDA device");
+  }
+  const int device = parsed.index;
   a.positionals();
   if (batches < 1 || per_batch < 1) throw Error(ErrorCode::invalid_argument, "--batches and --per-batch must be >= 1");
   return run_kernel_bench_cases(KernelBenchShapes{},

@@ -7,6 +7,7 @@
 // and the floors: memcpy of a large buffer and a plain read (sum) of one. Rates use the thread's CPU
 // time, so other load on the machine slows the memory, not the clock.
 #include "command.hpp"
+#include "token_list.hpp"
 
 #include <latte/error.hpp>
 #include <latte/quant.hpp>
@@ -69,8 +70,8 @@ int run_quant_bench(std::span<const std::string> args) {
     return 0;
   }
   const auto type_arg = a.take({"--type"});
-  const double stream_mb = std::stod(a.take({"--stream-mb"}).value_or("512"));
-  const double seconds = std::stod(a.take({"--seconds"}).value_or("0.3"));
+  const double stream_mb = latte::cli::parse_double_option("--stream-mb", a.take({"--stream-mb"}).value_or("512"));
+  const double seconds = latte::cli::parse_double_option("--seconds", a.take({"--seconds"}).value_or("0.3"));
   if (!a.positionals().empty())
     throw latte::Error(latte::ErrorCode::invalid_argument, "quant-bench takes no positional arguments");
   if (!(stream_mb >= 1 && stream_mb <= 65536) || !(seconds > 0 && seconds <= 60)) {

@@ -5,6 +5,7 @@
 #include <latte/token.hpp>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -45,6 +46,17 @@ inline int parse_int_option(const std::string& option, const std::string& text) 
     throw Error(ErrorCode::invalid_argument, option + ": '" + text + "' is not an integer");
   }
   return static_cast<int>(v);
+}
+
+/// Parses a floating-point option value; throws Error(invalid_argument) naming the option otherwise.
+inline double parse_double_option(const std::string& option, const std::string& text) {
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || errno != 0 || !std::isfinite(v)) {
+    throw Error(ErrorCode::invalid_argument, option + ": '" + text + "' is not a number");
+  }
+  return v;
 }
 
 /// The context a session needs for `positions` tokens (a sum the caller makes in 64 bits, e.g. prompt + -n):
