@@ -194,7 +194,7 @@ TEST_CASE("the preset self-test plan covers every family and every GPU weight ty
   std::set<GgmlType> types;
   for (const SelftestCase* c : of(plan, SelftestFamily::gemv)) types.insert(c->type);
   for (GgmlType t : {GgmlType::f32, GgmlType::f16, GgmlType::bf16, GgmlType::q4_0, GgmlType::q8_0, GgmlType::mxfp4,
-                     GgmlType::q2_k, GgmlType::q4_k, GgmlType::q6_k}) {
+                     GgmlType::q2_k, GgmlType::q4_k, GgmlType::q6_k, GgmlType::iq4_nl, GgmlType::iq4_xs}) {
     CHECK(types.contains(t));
   }
   std::set<std::pair<std::string, std::string>> seen;

@@ -1,5 +1,5 @@
 // gemm_quant(): precondition checks and the per-type dispatch; kernels in gemm_kernel.cuh, instantiated
-// per family in gemm_quant_{kquants,legacy}.cu.
+// per family in gemm_quant_{kquants,legacy,iq4}.cu.
 #include "cuda/gemm_quant.hpp"
 
 #include "cuda/quant_type_families.hpp"
@@ -14,7 +14,7 @@ namespace latte::cuda {
 namespace {
 // bf16 tiles are what the tensor cores multiply: f32 / f16 / mxfp4 weights are dequantized to bf16 and
 // go through gemm_bf16 instead.
-using GemmTypes = JoinedTypeList<GgmlTypeList<GgmlType::bf16>, LegacyQuantTypes, KQuantTypes>;
+using GemmTypes = JoinedTypeList<GgmlTypeList<GgmlType::bf16>, LegacyQuantTypes, KQuantTypes, Iq4Types>;
 constexpr ArgumentCheck require_arg{"gemm_quant"};
 }  // namespace
 

@@ -458,11 +458,10 @@ SelftestPlan selftest_plan(const SelftestTarget& target) {
 }
 
 SelftestPlan selftest_default_plan() {
-  const std::vector<GgmlType> all = {GgmlType::f32,  GgmlType::f16,  GgmlType::bf16, GgmlType::q4_0,  GgmlType::q4_1,
-                                     GgmlType::q5_0, GgmlType::q5_1, GgmlType::q8_0, GgmlType::mxfp4, GgmlType::q2_k,
-                                     GgmlType::q3_k, GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k};
-  // IQ4_NL and IQ4_XS are left out until their cases have passed on a GPU: this plan is also the automatic check
-  // before every CUDA load (ensure_selftest). `--model` runs them for a file that has them.
+  const std::vector<GgmlType> all = {GgmlType::f32,   GgmlType::f16,  GgmlType::bf16,   GgmlType::q4_0,
+                                     GgmlType::q4_1,  GgmlType::q5_0, GgmlType::q5_1,   GgmlType::q8_0,
+                                     GgmlType::mxfp4, GgmlType::q2_k, GgmlType::q3_k,   GgmlType::q4_k,
+                                     GgmlType::q5_k,  GgmlType::q6_k, GgmlType::iq4_nl, GgmlType::iq4_xs};
   SelftestPlan plan;
   plan.label = "presets deepseek-v2-lite, deepseek-v3, glm-5";
   std::set<std::pair<std::string, std::string>> seen;

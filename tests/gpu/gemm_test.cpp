@@ -48,8 +48,9 @@ int64_t gemm_k(GgmlType type) { return type_traits(type).block_values == 256 ? 7
 
 TEST_CASE("gemm_quant (fused dequantize + mma.sync) matches float64 for every fused type, m = 1, 17, 130") {
   auto rng = make_rng("gemm_quant");
-  for (GgmlType type : {GgmlType::q4_0, GgmlType::q4_1, GgmlType::q5_0, GgmlType::q5_1, GgmlType::q8_0, GgmlType::q2_k,
-                        GgmlType::q3_k, GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k, GgmlType::bf16}) {
+  for (GgmlType type :
+       {GgmlType::q4_0, GgmlType::q4_1, GgmlType::q5_0, GgmlType::q5_1, GgmlType::q8_0, GgmlType::q2_k, GgmlType::q3_k,
+        GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k, GgmlType::iq4_nl, GgmlType::iq4_xs, GgmlType::bf16}) {
     REQUIRE(cuda::gemm_quant_supports(type));
     const int64_t n = 200, k = gemm_k(type);
     const auto host = random_rows(type, n, k, rng);
@@ -84,7 +85,7 @@ TEST_CASE("gemm_quant (fused dequantize + mma.sync) matches float64 for every fu
 
 TEST_CASE("gemm_quant grouped tiles with gathered A rows and a residual") {
   auto rng = make_rng("gemm_quant grouped");
-  for (GgmlType type : {GgmlType::q4_k, GgmlType::q8_0, GgmlType::q6_k}) {
+  for (GgmlType type : {GgmlType::q4_k, GgmlType::q8_0, GgmlType::q6_k, GgmlType::iq4_nl, GgmlType::iq4_xs}) {
     trace("gemm_quant grouped " + type_label(type));
     const int64_t n = 96, k = gemm_k(type), groups = 4, tokens = 50, slots = 140;
     const int64_t matrix_bytes = static_cast<int64_t>(row_bytes(type, k)) * n;

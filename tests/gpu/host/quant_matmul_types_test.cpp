@@ -18,11 +18,10 @@ namespace {
 using latte::GgmlType;
 
 // Written out per type (not taken from the launchers' lists): the answers before the lists were shared.
-const std::set<GgmlType> gemm_types = {GgmlType::bf16, GgmlType::q4_0, GgmlType::q4_1, GgmlType::q5_0,
-                                       GgmlType::q5_1, GgmlType::q8_0, GgmlType::q2_k, GgmlType::q3_k,
-                                       GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k};
-const std::set<GgmlType> gemv_only_types = {GgmlType::f32, GgmlType::f16, GgmlType::mxfp4, GgmlType::iq4_nl,
-                                            GgmlType::iq4_xs};
+const std::set<GgmlType> gemm_types = {
+    GgmlType::bf16, GgmlType::q4_0, GgmlType::q4_1, GgmlType::q5_0, GgmlType::q5_1,   GgmlType::q8_0,  GgmlType::q2_k,
+    GgmlType::q3_k, GgmlType::q4_k, GgmlType::q5_k, GgmlType::q6_k, GgmlType::iq4_nl, GgmlType::iq4_xs};
+const std::set<GgmlType> gemv_only_types = {GgmlType::f32, GgmlType::f16, GgmlType::mxfp4};
 
 // The latte::Error the call throws; a failed check when it throws none.
 template <class Call>
