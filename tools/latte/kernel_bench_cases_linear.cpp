@@ -50,6 +50,9 @@ std::vector<Linear> linears_of(const KernelBenchShapes& m) {
     l.push_back({"ffn_down", m.hidden, m.dense_ffn, GgmlType::q8_0});
   }
   l.push_back({"output", m.vocab, m.hidden, kquant_or_q5_0(GgmlType::q6_k, m.hidden)});
+  // an IQ4_XS file's (IQ4_NL where the width is no multiple of 256)
+  l.push_back({"attn_output", m.hidden, m.o_k, m.o_k % 256 == 0 ? GgmlType::iq4_xs : GgmlType::iq4_nl});
+  l.push_back({"output", m.vocab, m.hidden, m.hidden % 256 == 0 ? GgmlType::iq4_xs : GgmlType::iq4_nl});
   return l;
 }
 

@@ -14,11 +14,13 @@
 #include <numeric>
 #include <string>
 
+#include "cuda/gemv_quant.hpp"
 #include "cuda/moe_experts.hpp"
 #include "cuda/moe_router.hpp"
 #include "cuda/norms.hpp"
 #include "cuda/rope_yarn.hpp"
 #include "cuda/standalone_params.hpp"
+#include "cuda/x_int8.hpp"
 #include "kernel_bench.hpp"
 
 namespace latte::cli {
@@ -52,7 +54,10 @@ KernelBenchCase moe_case(const cuda::MoeShape& m, int tokens) {
   const double bytes =
       static_cast<double>(touched_experts(m, tokens)) * (2.0 * gate_bytes + down_bytes) + 8.0 * tokens * kHidden;
   const double flops = 2.0 * tokens * kUsed * 3.0 * kHidden * kFfn;
-  return {.kernel = tokens <= 8 ? "moe experts decode" : "moe experts prefill",
+  // Q4_K / Q5_0 stacks keep the names the earlier rounds' figures carry; other types name the gate's
+  std::string kernel = tokens <= 8 ? "moe experts decode" : "moe experts prefill";
+  if (gate_type != GgmlType::q4_k && gate_type != GgmlType::q5_0) kernel += " " + std::string(type_name(gate_type));
+  return {.kernel = kernel,
           .shape = moe_shape(kExperts, kFfn, kUsed, tokens),
           .bytes = bytes,
           .flops = flops,
@@ -97,6 +102,73 @@ std::vector<KernelBenchCase> moe_cases(const KernelBenchShapes& shapes) {
             n_rot = shapes.qk_rope, rot_offset = shapes.qk_nope;
   std::vector<KernelBenchCase> cases;
   if (kExperts > 0) cases = {moe_case(m, 1), moe_case(m, 4), moe_case(m, 512)};
+  if (kExperts > 0 && kHidden % 256 == 0) {
+    // an IQ4_XS file's stacks (IQ4_NL where the width is no multiple of 256, as llama-quantize falls back)
+    cuda::MoeShape iq = m;
+    iq.gate_type = iq.up_type = GgmlType::iq4_xs;
+    iq.down_type = shapes.expert_ffn % 256 == 0 ? GgmlType::iq4_xs : GgmlType::iq4_nl;
+    for (int tokens : {1, 4, 512}) cases.push_back(moe_case(iq, tokens));
+  }
+  // The FFN norm of a decode step with its records, alone and computing the router logits too (rms_norm's
+  // router product), and the fp32 router GEMV that the product replaces.
+  for (int tokens : {1, 8}) {
+    if (kExperts <= 0 || kHidden % 32 != 0) break;
+    const std::string shape =
+        std::to_string(kHidden) + " E" + std::to_string(kExperts) + " t=" + std::to_string(tokens);
+    for (bool router : {false, true}) {
+      cases.push_back({.kernel = router ? "rms_norm records + router" : "rms_norm records",
+                       .shape = shape,
+                       .bytes = 8.0 * tokens * kHidden + 4.0 * kHidden + (router ? 4.0 * kExperts * kHidden : 0.0),
+                       .flops = router ? 2.0 * tokens * kExperts * kHidden : 0.0,
+                       .prepare = [=](BenchContext& ctx) -> BenchLauncher {
+                         auto* x = static_cast<const float*>(ctx.random_device(size_t{4} * tokens * kHidden, 0));
+                         auto* w = static_cast<const float*>(ctx.random_device(size_t{4} * kHidden, 0));
+                         auto* r = static_cast<const float*>(ctx.random_device(size_t{4} * kExperts * kHidden, 0));
+                         auto* y = static_cast<float*>(ctx.device_alloc(size_t{4} * tokens * kHidden));
+                         const int64_t q_stride = cuda::x_int8_record_bytes(kHidden);
+                         auto* q = static_cast<uint8_t*>(ctx.device_alloc(static_cast<size_t>(q_stride * tokens)));
+                         auto* logits = static_cast<float*>(ctx.device_alloc(size_t{4} * tokens * kExperts));
+                         return [=](cudaStream_t s, int) {
+                           cuda::rms_norm({.x = x,
+                                           .x_stride = kHidden,
+                                           .weight = w,
+                                           .n = kHidden,
+                                           .rows = tokens,
+                                           .out = y,
+                                           .out_stride = kHidden,
+                                           .out_q = q,
+                                           .out_q_stride = q_stride,
+                                           .router = router ? r : nullptr,
+                                           .router_rows = router ? kExperts : 0,
+                                           .router_out = router ? logits : nullptr,
+                                           .router_out_stride = router ? kExperts : 0},
+                                          s);
+                         };
+                       }});
+    }
+    cases.push_back({.kernel = "router gemv f32",
+                     .shape = shape,
+                     .bytes = 4.0 * tokens * kHidden + 4.0 * kExperts * kHidden,
+                     .flops = 2.0 * tokens * kExperts * kHidden,
+                     .prepare = [=](BenchContext& ctx) -> BenchLauncher {
+                       auto* x = static_cast<const float*>(ctx.random_device(size_t{4} * tokens * kHidden, 0));
+                       auto* r = ctx.random_device(size_t{4} * kExperts * kHidden, 0);
+                       auto* logits = static_cast<float*>(ctx.device_alloc(size_t{4} * tokens * kExperts));
+                       return [=](cudaStream_t s, int) {
+                         cuda::gemv_quant({.type = GgmlType::f32,
+                                           .weight = r,
+                                           .weight_bytes = int64_t{4} * kExperts * kHidden,
+                                           .n_rows = kExperts,
+                                           .k = kHidden,
+                                           .x = x,
+                                           .x_stride = kHidden,
+                                           .y = logits,
+                                           .y_stride = kExperts,
+                                           .n_tokens = tokens},
+                                          s);
+                       };
+                     }});
+  }
   for (int tokens : {1, 512}) {
     if (kExperts > 0) {
       cases.push_back({.kernel = "moe router softmax",

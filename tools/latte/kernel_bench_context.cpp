@@ -28,6 +28,8 @@ void scale_fields(GgmlType t, int& d, int& m) {
     case GgmlType::q4_0:
     case GgmlType::q5_0:
     case GgmlType::q8_0:
+    case GgmlType::iq4_nl:
+    case GgmlType::iq4_xs:
       d = 0;
       break;
     case GgmlType::q4_1:
