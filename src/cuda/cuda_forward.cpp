@@ -528,11 +528,15 @@ class CudaForward final : public CudaRankForward {
   }
 
   /// Whether the FFN norm of a MoE layer's step of T rows also computes the router logits (rms_norm's
-  /// router product: a launch fewer on a decode step's serial path) instead of a router GEMV after it: up
-  /// to kNormRouterRows rows, an fp32 router (LATTE_NORM_ROUTER=0: never).
+  /// router product: a launch fewer on a decode step's serial path) instead of a router GEMV after it: steps of
+  /// LATTE_NORM_ROUTER rows up to kNormRouterRows (default 2: at 8 rows +3-4% on an H100 and an H200; at one row
+  /// 4% slower on an H200 and even on an H100, BENCHMARKS.md; 1: from one row; 0: never), an fp32 router.
   bool norm_computes_router(const DeviceLayer& w, int T) const {
-    static const bool on = env_switch("LATTE_NORM_ROUTER", true);
-    return on && T >= 1 && T <= kNormRouterRows && w.router && w.router.type == GgmlType::f32 &&
+    static const int min_rows = [] {
+      const char* v = std::getenv("LATTE_NORM_ROUTER");
+      return v == nullptr ? 2 : std::atoi(v) <= 0 ? kNormRouterRows + 1 : std::min(std::atoi(v), kNormRouterRows);
+    }();
+    return T >= min_rows && T <= kNormRouterRows && w.router && w.router.type == GgmlType::f32 &&
            w.router.k == c_.n_embd && w.router.row_bytes == c_.n_embd * 4 && c_.n_embd % 4 == 0 && c_.n_embd <= 12288 &&
            reinterpret_cast<uintptr_t>(w.router.data) % 16 == 0;
   }
