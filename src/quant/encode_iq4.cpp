@@ -11,6 +11,7 @@
 #include "quant/kquant_search.hpp"
 #include "quant/row_codecs.hpp"
 
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -21,20 +22,27 @@ namespace {
 
 constexpr int k_trials = 7;                     // trial scales on each side of the anchored one
 
-// The index of the level nearest to v (the lower one on a tie), by bisection over the sorted levels.
+// For each integer i in [levels[0], levels[15]): the last level not above i. The levels are integers, so for v in
+// [i, i + 1) the last level not above v is this one.
+constexpr int k_level_span = k_iq4_levels[15] - k_iq4_levels[0];
+constexpr auto k_last_level_at = [] {
+  std::array<uint8_t, k_level_span> t{};
+  int lo = 0;
+  for (int i = 0; i < k_level_span; ++i) {
+    while (lo < 15 && k_iq4_levels[lo + 1] <= i + k_iq4_levels[0]) ++lo;
+    t[static_cast<size_t>(i)] = static_cast<uint8_t>(lo);
+  }
+  return t;
+}();
+
+// The index of the level nearest to v (the lower one on a tie), as ggml's bisection finds it: the last level not
+// above v from a table by floor(v) instead of a bisection (the encoder makes 16 trial roundings of every value,
+// and the bisection's branches mispredicted half the time), then ggml's comparison. A NaN gets 15, as there.
 int nearest_level(float v) {
   if (v <= static_cast<float>(k_iq4_levels[0])) return 0;
-  if (v >= static_cast<float>(k_iq4_levels[15])) return 15;
-  int lo = 0, hi = 15;
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) / 2;
-    if (v < static_cast<float>(k_iq4_levels[mid])) {
-      hi = mid;
-    } else {
-      lo = mid;
-    }
-  }
-  return v - static_cast<float>(k_iq4_levels[hi - 1]) < static_cast<float>(k_iq4_levels[hi]) - v ? hi - 1 : hi;
+  if (!(v < static_cast<float>(k_iq4_levels[15]))) return 15;
+  const int lo = k_last_level_at[static_cast<size_t>(static_cast<int>(std::floor(v)) - k_iq4_levels[0])];
+  return v - static_cast<float>(k_iq4_levels[lo]) < static_cast<float>(k_iq4_levels[lo + 1]) - v ? lo : lo + 1;
 }
 
 // The x^2-weighted sums of one trial: sum w q x and sum w q^2 over the group, q the level nearest inv * x.
