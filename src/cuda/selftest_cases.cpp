@@ -4,6 +4,7 @@
 // launch so that an element the kernel fails to write shows as an infinite error. The bounds and why
 // they hold are listed in selftest_plan.cpp. A case whose launch throws is a failure with the message.
 #include "diagnostics/selftest_cases.hpp"
+#include "core/task_pool.hpp"
 #include "cpu/rope.hpp"
 #include "cuda/activations.hpp"
 #include "cuda/check.hpp"
@@ -41,10 +42,12 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <numeric>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace latte::diagnostics::detail {
@@ -154,18 +157,37 @@ void bf16_values(size_t n, Rng& rng, std::vector<uint16_t>& bits, std::vector<do
 
 double round_bf16(double v) { return bf16_to_fp32(fp32_to_bf16(static_cast<float>(v))); }
 
+/// Runs body(r0, r1) over [0, rows) in blocks on the host's cores (the matrix cases' encoding and float64
+/// references dominated the self-test's time on one core). Each row's result does not depend on the split.
+void parallel_rows(int rows, const std::function<void(int, int)>& body) {
+  static const unsigned threads = std::clamp(std::thread::hardware_concurrency(), 1u, 16u);
+  constexpr int kBlock = 16;
+  const int blocks = (rows + kBlock - 1) / kBlock;
+  if (threads == 1 || blocks <= 1) {
+    body(0, rows);
+    return;
+  }
+  TaskPool pool(std::min(threads, static_cast<unsigned>(blocks)));
+  pool.run(static_cast<size_t>(blocks), [&](size_t b) {
+    const int r0 = static_cast<int>(b) * kBlock;
+    body(r0, std::min(rows, r0 + kBlock));
+  });
+}
+
 /// `rows` rows of `k` random values quantized to `type` (valid blocks by construction), and their
-/// dequantized values.
+/// dequantized values. The values are drawn in row order on this thread (the seed gives the same matrix), the
+/// rows encoded in parallel.
 std::vector<uint8_t> random_rows(GgmlType type, int rows, int k, Rng& rng, std::vector<float>& dense) {
   const size_t rb = row_bytes(type, static_cast<uint64_t>(k));
   std::vector<uint8_t> out(rb * static_cast<size_t>(rows));
-  std::vector<float> values(static_cast<size_t>(k));
-  FastNormal normal(rng);
-  for (int r = 0; r < rows; ++r) {
-    for (float& v : values) v = normal();
-    quantize_row(type, values.data(), out.data() + rb * static_cast<size_t>(r), k);
-  }
   dense.resize(static_cast<size_t>(rows) * k);
+  FastNormal normal(rng);
+  for (float& v : dense) v = normal();
+  parallel_rows(rows, [&](int r0, int r1) {
+    for (int r = r0; r < r1; ++r) {
+      quantize_row(type, dense.data() + static_cast<size_t>(r) * k, out.data() + rb * static_cast<size_t>(r), k);
+    }
+  });
   dequantize_rows(type, out.data(), dense.data(), rows, k);
   return out;
 }
@@ -174,21 +196,23 @@ std::vector<uint8_t> random_rows(GgmlType type, int rows, int k, Rng& rng, std::
 /// `ref` in that order), operands optionally rounded to bf16 first.
 std::vector<double> reference_product(const std::vector<float>& w, const std::vector<float>& x, int rows, int k,
                                       int n_tokens, int stride, bool bf16_operands) {
-  std::vector<double> wd(w.begin(), w.end()), xd(x.begin(), x.end());
-  if (bf16_operands) {
-    for (double& v : wd) v = round_bf16(v);
-    for (double& v : xd) v = round_bf16(v);
-  }
-  std::vector<double> ref;
-  for (int t = 0; t < n_tokens; t += stride) {
-    const double* xt = xd.data() + static_cast<size_t>(t) * k;
-    for (int r = 0; r < rows; ++r) {
-      const double* wr = wd.data() + static_cast<size_t>(r) * k;
-      double s = 0;
-      for (int i = 0; i < k; ++i) s += wr[i] * xt[i];
-      ref.push_back(s);
+  const auto operand = [&](float v) { return bf16_operands ? round_bf16(v) : static_cast<double>(v); };
+  std::vector<double> xd(x.size());
+  for (size_t i = 0; i < x.size(); ++i) xd[i] = operand(x[i]);
+  const int n_sampled = (n_tokens + stride - 1) / stride;
+  std::vector<double> ref(static_cast<size_t>(n_sampled) * rows);
+  parallel_rows(rows, [&](int r0, int r1) {
+    std::vector<double> wr(static_cast<size_t>(k));
+    for (int r = r0; r < r1; ++r) {
+      for (int i = 0; i < k; ++i) wr[static_cast<size_t>(i)] = operand(w[static_cast<size_t>(r) * k + i]);
+      for (int j = 0; j < n_sampled; ++j) {
+        const double* xt = xd.data() + static_cast<size_t>(j) * stride * k;
+        double s = 0;
+        for (int i = 0; i < k; ++i) s += wr[static_cast<size_t>(i)] * xt[i];
+        ref[static_cast<size_t>(j) * rows + r] = s;
+      }
     }
-  }
+  });
   return ref;
 }
 
