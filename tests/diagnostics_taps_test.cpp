@@ -350,6 +350,15 @@ TEST_CASE("malformed .npy files and dumps give errors naming the file") {
   huge.erase(huge.find('\n', 10) - 9, 9);
   latte::test::write_text_file(dir.file("huge.npy"), huge);
   CHECK(error_of([&] { (void)diag::read_npy(dir.file("huge.npy")); }).find("holds more than") != std::string::npos);
+  // dimensions whose product passes 2^63 before the bound is reached (4294967295 x 999999999999)
+  diag::write_npy(dir.file("ten.npy"), std::vector<int64_t>(10, 1), std::vector<float>{1});
+  std::string wrap = file_bytes(dir.file("ten.npy"));
+  const std::string ones = "(1, 1, 1, 1, 1, 1, 1, 1, 1, 1)", wide = "(4294967295, 999999999999, 1)";
+  REQUIRE(wrap.find(ones) != std::string::npos);
+  wrap.replace(wrap.find(ones), ones.size(), wide);
+  wrap.insert(wrap.find('\n', 10), std::string(ones.size() - wide.size(), ' '));  // the same header length
+  latte::test::write_text_file(dir.file("wrap.npy"), wrap);
+  CHECK(error_of([&] { (void)diag::read_npy(dir.file("wrap.npy")); }).find("holds more than") != std::string::npos);
   latte::test::write_text_file(dir.file("text.npy"), "hello world");
   CHECK(error_of([&] { (void)diag::read_npy(dir.file("text.npy")); }).find("not a .npy file") != std::string::npos);
   CHECK(error_of([&] { (void)diag::read_tap_dump(dir.file("nowhere")); }).find("index.json") != std::string::npos);

@@ -125,11 +125,11 @@ TapRecord read_npy(const std::string& path) {
   }
   int64_t n = 1;
   for (int64_t d : r.shape) {
-    n *= d;
-    if (n > kMaxValues) {
+    if (d != 0 && n > kMaxValues / d) {  // n d > kMaxValues, asked without forming n d (it could pass 2^63)
       throw Error(ErrorCode::invalid_file,
                   path + ": shape " + tuple + " holds more than " + std::to_string(kMaxValues) + " values");
     }
+    n *= d;
   }
   r.data.resize(static_cast<size_t>(n));
   if (descr == "<f4") {
