@@ -65,7 +65,13 @@ TEST_CASE("the self-test plan of a MoE model with an indexer covers every kernel
     CHECK(m->k == c.n_embd);
     CHECK(m->token_counts == std::vector<int>{1, 4});
   }
-  for (const SelftestCase* m : of(plan, SelftestFamily::gemm)) CHECK(m->token_counts.at(0) > 8);
+  // GEMM: a product past the 8-row GEMV and below the 17 rows from which Linear dequantizes for cuBLAS (so the
+  // fused GEMM runs), and one of 128 rows (cuBLAS)
+  for (const SelftestCase* m : of(plan, SelftestFamily::gemm)) {
+    CHECK(m->token_counts.at(0) > 8);
+    CHECK(m->token_counts.at(0) < 17);
+    CHECK(m->token_counts.at(1) == 128);
+  }
 
   // Norm widths: hidden, latent, query latent; the residual variant at the hidden size.
   std::set<int> widths;
