@@ -400,9 +400,12 @@ __device__ __forceinline__ void mma_block_codes(const uint8_t* st, int off, int 
     // IQ4_NL {d, qs[16]}; IQ4_XS {d, scales_h, scales_l[4], qs[128]}, unit u's qs at 8 + 16 u: nibbles as Q4_0's
     const int qs = T == GgmlType::iq4_nl ? 2 : 8 + 16 * unit;
     x8_words<2>(st, off + qs + 8 * (t & 1), w);
-    const int shift = 4 * (t >> 1);
 #pragma unroll
-    for (int i = 0; i < 2; ++i) w[i] = quant::iq4_codes4((w[i] >> shift) & 0x0F0F0F0Fu);
+    for (int i = 0; i < 2; ++i) {
+      uint32_t low, high;
+      quant::iq4_word_codes(w[i], low, high);
+      w[i] = t >> 1 ? high : low;
+    }
     if constexpr (T == GgmlType::iq4_xs) {
       d *= static_cast<float>(
           quant::iq4xs_scale_factor(*reinterpret_cast<const uint16_t*>(st + off + 2), st[off + 4 + unit / 2], unit));

@@ -206,24 +206,30 @@ constexpr uint32_t iq4_code_word(int i) {
   for (int j = 0; j < 4; ++j) w |= static_cast<uint32_t>(k_iq4_levels[i + j] + 128) << (8 * j);
   return w;
 }
-/// The IQ4 codes (k_iq4_levels[n] + 128) of the four 4-bit codes n in the low halves of `nibbles`' bytes (each
-/// byte 0 .. 15): two byte permutations over the 16-entry table, then each byte from the half its bit 3 picks.
-LATTE_HD_INLINE uint32_t iq4_codes4(uint32_t nibbles) {
-  const uint32_t select =
-      (nibbles & 7u) | ((nibbles >> 4) & 0x70u) | ((nibbles >> 8) & 0x700u) | ((nibbles >> 12) & 0x7000u);
-  const uint32_t low = byte_perm(iq4_code_word(0), iq4_code_word(4), select);
-  const uint32_t high = byte_perm(iq4_code_word(8), iq4_code_word(12), select);
-  const uint32_t take_high = ((nibbles >> 3) & 0x01010101u) * 0xFFu;
-  return (high & take_high) | (low & ~take_high);
+/// The IQ4 codes (k_iq4_levels[n] + 128) of the 8 4-bit codes n of one qs word: `low` of the low nibbles of its
+/// bytes 0-3, `high` of the high ones. A byte permutation takes its selector from the low 16 bits, 3 bits per
+/// nibble (bit 3 unread): so 4 nibbles of the word at a time index the table's first 8 levels and its last 8, a
+/// third permutation keeps each byte from the half that the nibble's bit 3 names, and two more sort the 8 codes
+/// into low and high nibbles: about a dozen integer instructions for 8 codes.
+LATTE_HD_INLINE void iq4_word_codes(uint32_t qs, uint32_t& low, uint32_t& high) {
+  // per nibble k: byte k of the first 8 levels' lookup (0-3), or of the last 8's (4-7) when bit 3 is set
+  const uint32_t pick = 0x32103210u | ((qs & 0x88888888u) >> 1);
+  uint32_t half[2];  // half h: the codes of nibbles 4h .. 4h + 3 (bytes 2h, 2h + 1: low, high, low, high)
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const uint32_t nibbles = qs >> (16 * h);
+    const uint32_t first = byte_perm(iq4_code_word(0), iq4_code_word(4), nibbles);
+    const uint32_t last = byte_perm(iq4_code_word(8), iq4_code_word(12), nibbles);
+    half[h] = byte_perm(first, last, pick >> (16 * h));
+  }
+  low = byte_perm(half[0], half[1], 0x6420u);
+  high = byte_perm(half[0], half[1], 0x7531u);
 }
 /// The 32 IQ4 codes of a unit's 16 qs bytes (as 4 words): byte j holds value j (low nibble) and j + 16 (high), so
 /// codes[i] are values 4i .. 4i + 3 and codes[4 + i] values 16 + 4i ...
 LATTE_HD_INLINE void iq4_unit_codes(const uint32_t (&qs)[4], uint32_t (&codes)[8]) {
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    codes[i] = iq4_codes4(qs[i] & 0x0F0F0F0Fu);
-    codes[4 + i] = iq4_codes4((qs[i] >> 4) & 0x0F0F0F0Fu);
-  }
+  for (int i = 0; i < 4; ++i) iq4_word_codes(qs[i], codes[i], codes[4 + i]);
 }
 /// IQ4_XS sub-block `unit`'s factor ls - 32 (-32 .. 31) from the super-block's scales_h and the scales_l byte
 /// unit / 2; its scale is d * factor, rounded to float first as ggml does.

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <random>
 
 #include "cuda/quant_decode.cuh"
 #include "cuda/row_staging.cuh"
@@ -69,15 +70,26 @@ TEST_CASE("GPU block decoders reproduce dequantize_row for every GPU type (host 
   check_type<GgmlType::iq4_xs>(rng);
 }
 
-TEST_CASE("iq4_codes4 maps every 4-bit code to its level + 128, in every byte") {
-  for (uint32_t n = 0; n < 16; ++n) {
-    const uint32_t nibbles = n | (((n + 5) % 16) << 8) | (((n + 9) % 16) << 16) | (((15 - n) % 16) << 24);
-    const uint32_t codes = iq4_codes4(nibbles);
+TEST_CASE("iq4_word_codes maps every 4-bit code in every nibble of a word to its level + 128") {
+  auto check_word = [](uint32_t qs) {
+    uint32_t low = 0, high = 0;
+    iq4_word_codes(qs, low, high);
     for (int j = 0; j < 4; ++j) {
-      const uint32_t code = (nibbles >> (8 * j)) & 0xFu;
-      CHECK(static_cast<int>((codes >> (8 * j)) & 0xFFu) == k_iq4_levels[code] + 128);
+      const uint32_t lo = (qs >> (8 * j)) & 0xFu, hi = (qs >> (8 * j + 4)) & 0xFu;
+      CHECK(static_cast<int>((low >> (8 * j)) & 0xFFu) == k_iq4_levels[lo] + 128);
+      CHECK(static_cast<int>((high >> (8 * j)) & 0xFFu) == k_iq4_levels[hi] + 128);
+    }
+  };
+  // every code in every nibble, beside different codes in the others
+  for (uint32_t n = 0; n < 16; ++n) {
+    for (int at = 0; at < 8; ++at) {
+      uint32_t qs = 0;
+      for (int k = 0; k < 8; ++k) qs |= ((k == at ? n : (n + 3 * k + 5) % 16) << (4 * k));
+      check_word(qs);
     }
   }
+  std::mt19937 rng(7);
+  for (int i = 0; i < 2000; ++i) check_word(static_cast<uint32_t>(rng()));
 }
 
 TEST_CASE("code_value turns every byte into its exact float") {
