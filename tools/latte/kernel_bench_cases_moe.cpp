@@ -56,7 +56,7 @@ KernelBenchCase moe_case(const cuda::MoeShape& m, int tokens) {
   const double flops = 2.0 * tokens * kUsed * 3.0 * kHidden * kFfn;
   // Q4_K / Q5_0 stacks keep the names the earlier rounds' figures carry; other types name the gate's
   std::string kernel = tokens <= 8 ? "moe experts decode" : "moe experts prefill";
-  if (gate_type != GgmlType::q4_k && gate_type != GgmlType::q5_0) kernel += " " + std::string(type_name(gate_type));
+  if (gate_type != GgmlType::q4_k && gate_type != GgmlType::q5_0) kernel.append(" ").append(type_name(gate_type));
   return {.kernel = kernel,
           .shape = moe_shape(kExperts, kFfn, kUsed, tokens),
           .bytes = bytes,
