@@ -41,13 +41,16 @@ latte_cli_test(NAME bench_unknown_option ARGS bench --model ${_bench_model} --fr
 set_tests_properties(cli_bench_table cli_bench_json cli_bench_bad_prompt cli_bench_negative_gen cli_bench_zero_batch
                      cli_bench_zero_reps cli_bench_nothing_to_run cli_bench_context_overflow cli_bench_unknown_backend cli_bench_bad_device
                      cli_bench_kernels_on_cpu cli_bench_unknown_option cli_bench_tp_scaling cli_bench_tp_bad_moe PROPERTIES FIXTURES_REQUIRED cli_model)
-# kernel-bench and quant-bench: bad option values are errors that name the option (not an exception's name)
-latte_cli_test(NAME kernel_bench_bad_batches ARGS kernel-bench --batches q EXPECT_EXIT 1
-               EXPECT_STDERR "--batches: 'q' is not an integer")
-latte_cli_test(NAME kernel_bench_cpu_device ARGS kernel-bench --device cpu EXPECT_EXIT 1
-               EXPECT_STDERR "kernel-bench: --device cpu is not a CUDA device")
-latte_cli_test(NAME kernel_bench_bad_device ARGS kernel-bench --device gpu0 EXPECT_EXIT 1
-               EXPECT_STDERR "invalid device 'gpu0'")
+# kernel-bench (CUDA builds only) and quant-bench: bad option values are errors that name the option (not an
+# exception's name)
+if(LATTE_CUDA)
+  latte_cli_test(NAME kernel_bench_bad_batches ARGS kernel-bench --batches q EXPECT_EXIT 1
+                 EXPECT_STDERR "--batches: 'q' is not an integer")
+  latte_cli_test(NAME kernel_bench_cpu_device ARGS kernel-bench --device cpu EXPECT_EXIT 1
+                 EXPECT_STDERR "kernel-bench: --device cpu is not a CUDA device")
+  latte_cli_test(NAME kernel_bench_bad_device ARGS kernel-bench --device gpu0 EXPECT_EXIT 1
+                 EXPECT_STDERR "invalid device 'gpu0'")
+endif()
 latte_cli_test(NAME quant_bench_bad_seconds ARGS quant-bench --seconds abc EXPECT_EXIT 1
                EXPECT_STDERR "--seconds: 'abc' is not a number")
 latte_cli_test(NAME quant_bench_bad_stream ARGS quant-bench --stream-mb 1e999 EXPECT_EXIT 1
