@@ -534,7 +534,8 @@ class CudaForward final : public CudaRankForward {
   bool norm_computes_router(const DeviceLayer& w, int T) const {
     static const int min_rows = [] {
       const char* v = std::getenv("LATTE_NORM_ROUTER");
-      return v == nullptr ? 2 : std::atoi(v) <= 0 ? kNormRouterRows + 1 : std::min(std::atoi(v), kNormRouterRows);
+      const int n = v == nullptr ? 2 : std::atoi(v);
+      return n <= 0 ? kNormRouterRows + 1 : std::min(n, kNormRouterRows);
     }();
     return T >= min_rows && T <= kNormRouterRows && w.router && w.router.type == GgmlType::f32 &&
            w.router.k == c_.n_embd && w.router.row_bytes == c_.n_embd * 4 && c_.n_embd % 4 == 0 && c_.n_embd <= 12288 &&

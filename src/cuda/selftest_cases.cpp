@@ -183,10 +183,9 @@ std::vector<uint8_t> random_rows(GgmlType type, int rows, int k, Rng& rng, std::
   dense.resize(static_cast<size_t>(rows) * k);
   FastNormal normal(rng);
   for (float& v : dense) v = normal();
-  parallel_rows(rows, [&](int r0, int r1) {
-    for (int r = r0; r < r1; ++r) {
-      quantize_row(type, dense.data() + static_cast<size_t>(r) * k, out.data() + rb * static_cast<size_t>(r), k);
-    }
+  parallel_rows(rows, [&](int r0, int r1) {  // rows r0 .. r1 - 1 as one run of blocks (k is whole blocks)
+    quantize_row(type, dense.data() + static_cast<size_t>(r0) * k, out.data() + rb * static_cast<size_t>(r0),
+                 static_cast<int64_t>(r1 - r0) * k);
   });
   dequantize_rows(type, out.data(), dense.data(), rows, k);
   return out;
