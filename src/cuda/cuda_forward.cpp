@@ -414,8 +414,8 @@ class CudaForward final : public CudaRankForward {
     Activations& a = act_;
     a.x = DeviceBuffer<float>(t * H, "residual stream");
     a.xn = DeviceBuffer<float>(t * H, "normalised activations");
-    // split-int8 records of up to kRecordRows rows (the GEMVs' inputs)
-    const size_t record_rows = static_cast<size_t>(std::min(T, kRecordRows));
+    // split-int8 records of up to kRecordRows rows (the GEMVs' inputs), or of a MoE decode chunk's rows
+    const size_t record_rows = static_cast<size_t>(std::min(T, std::max(kRecordRows, moe_gemv_max_tokens)));
     a.xq = DeviceBuffer<uint8_t>(
         record_rows * static_cast<size_t>(x_int8_record_bytes(std::max(H, N * c_.v_head_dim) / 32 * 32)) + 16,
         "int8 activations");
@@ -549,16 +549,18 @@ class CudaForward final : public CudaRankForward {
   uint8_t* hidden_record(int rows) {
     return rows >= 1 && rows <= kRecordRows && c_.n_embd % 32 == 0 ? act_.xq.data() : nullptr;
   }
-  static constexpr int kRecordRows = moe_gemv_max_tokens;
+  /// (the dense projections take records up to 64 rows, on the tensor-core GEMV; beyond, bf16 GEMMs)
+  static constexpr int kRecordRows = 64;
 
   /// Most tokens whose routed experts run as GEMVs over expert groups (moe_experts_decode) rather than
-  /// the grouped GEMM: LATTE_MOE_GEMV_TOKENS (8-64, default 64). With the tensor-core GEMV for groups of
-  /// 3-8 tokens (gemv_mma_kernel.cuh) a 64-token step's experts take ~0.4 of the grouped GEMM's time
-  /// (BENCHMARKS.md).
+  /// the grouped GEMM: LATTE_MOE_GEMV_TOKENS (8-128, default 128). With the tensor-core GEMV for groups of
+  /// 3-8 tokens (gemv_mma_kernel.cuh) a 64-token step's experts take ~0.4 of the grouped GEMM's time; a
+  /// 128-row step in one pass rather than two of 64 (each reading every expert it routes to) was 8% faster
+  /// at 128 sequences (BENCHMARKS.md).
   static int moe_gemv_tokens() {
     static const int n = [] {
       const char* v = std::getenv("LATTE_MOE_GEMV_TOKENS");
-      const int t = v ? std::atoi(v) : 64;
+      const int t = v ? std::atoi(v) : 128;
       return std::clamp(t, gemv_max_tokens, moe_gemv_max_tokens);
     }();
     return n;
@@ -1032,7 +1034,8 @@ class CudaForward final : public CudaRankForward {
       uint8_t* records = hidden_record(T);
       if (records != nullptr) {
         records += static_cast<size_t>(t0) * static_cast<size_t>(x_int8_record_bytes(H));
-      } else if ((records = hidden_record(n)) != nullptr) {
+      } else if (n <= moe_gemv_max_tokens && H % 32 == 0) {
+        records = a.xq.data();
         quantize_x_int8({.x = a.xn.data() + row0,
                          .x_stride = H,
                          .rows = n,

@@ -21,7 +21,7 @@ constexpr int moe_max_tiles(int n_pairs, int n_experts) {
   return (n_pairs + gemm_tile_rows - 1) / gemm_tile_rows + n_experts;
 }
 /// Most tokens moe_sort builds GEMV groups for (MoE decode through the GEMV, moe_experts_decode).
-inline constexpr int moe_gemv_max_tokens = 64;
+inline constexpr int moe_gemv_max_tokens = 128;
 /// Upper bound on the GEMV groups of n_pairs pairs over n_experts experts: an expert's pairs in groups of
 /// at most `group_tokens`, so at most n_experts + n_pairs / group_tokens of them (and n_pairs).
 constexpr int moe_max_groups(int n_pairs, int n_experts, int group_tokens) {
@@ -44,7 +44,7 @@ struct MoeSortParams {
   int32_t* token_of_slot = nullptr;    ///< [n_tokens * k]
   GemmTile* tiles = nullptr;           ///< optional [moe_max_tiles]: grouped GEMM tiles
   int32_t* n_tiles = nullptr;          ///< with tiles: [1]
-  GemvGroup* groups = nullptr;         ///< optional [moe_max_groups]: GEMV groups (n_tokens <= 64)
+  GemvGroup* groups = nullptr;         ///< optional [moe_max_groups]: GEMV groups (n_tokens <= moe_gemv_max_tokens)
   int group_tokens = gemv_max_tokens;  ///< with groups: most tokens per group (1..8)
   int32_t* n_groups = nullptr;         ///< with groups: [1]
 };

@@ -1,8 +1,8 @@
 // The routed-expert FFN of a MoE layer on the GPU, given the router's choices:
 //   out[t] (+)= sum_j w[t, j] * down_e( silu(gate_e x[t]) * up_e x[t] ),  e = ids[t, j]
-// decode (n_tokens <= 64): moe_sort into per-expert GEMV groups of up to 8 tokens (sized to the step); one
-//   gated GEMV over gate+up (each group's expert rows read once for its tokens), one gathered GEMV over
-//   down, moe_combine. One token: the router's choices as the groups, no sort.
+// decode (n_tokens <= moe_gemv_max_tokens, 128): moe_sort into per-expert GEMV groups of up to 8 tokens
+//   (sized to the step); one gated GEMV over gate+up (each group's expert rows read once for its tokens), one
+//   gathered GEMV over down, moe_combine. One token: the router's choices as the groups, no sort.
 // prefill: moe_sort into GEMM tiles; grouped fused GEMMs for gate and up (A rows gathered by token),
 //   silu_gate to bf16, grouped GEMM for down, moe_combine.
 // Shared experts are a plain dense FFN (gemv_quant / gemm_quant with the *_shexp tensors).

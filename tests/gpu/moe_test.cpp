@@ -370,7 +370,7 @@ TEST_CASE("moe_combine then normalising: the rows as without it, the normalised 
 }
 
 namespace {
-// moe_experts_decode (tokens <= 64, fp32 x and split-int8 records) and moe_experts_prefill against a
+// moe_experts_decode (tokens <= moe_gemv_max_tokens, fp32 x and split-int8 records) and moe_experts_prefill against a
 // float64 expert FFN, E experts of H -> F -> H, k choices per token.
 template <class Rng>
 void check_moe_experts(int E, int H, int F, int k, std::initializer_list<int> token_counts, Rng& rng) {
@@ -456,11 +456,12 @@ void check_moe_experts(int E, int H, int F, int k, std::initializer_list<int> to
 
 TEST_CASE("moe_experts_decode and moe_experts_prefill match a float64 expert FFN") {
   auto rng = make_rng("moe_experts");
-  // 8 experts, 3 choices: 29 and 64 tokens make decode groups of at most 8 of an expert's tokens, several
-  // per expert; 3 tokens groups of 3
-  check_moe_experts(8, 512, 160, 3, {1, 3, 8, 29, 64, 130}, rng);
-  // 64 experts, 6 choices: 2 tokens in groups of 1, 8 in groups of 2, 20 in groups of 4 (moe_group_tokens)
-  check_moe_experts(64, 256, 64, 6, {2, 8, 20}, rng);
+  // 8 experts, 3 choices: 29, 64 and 128 tokens make decode groups of at most 8 of an expert's tokens,
+  // several per expert; 3 tokens groups of 3; 130 tokens take the prefill path
+  check_moe_experts(8, 512, 160, 3, {1, 3, 8, 29, 64, 128, 130}, rng);
+  // 64 experts, 6 choices: 2 tokens in groups of 1, 8 in groups of 2, 20 in groups of 4, 128 in groups of 8
+  // (moe_group_tokens), about two per expert
+  check_moe_experts(64, 256, 64, 6, {2, 8, 20, 128}, rng);
 }
 
 TEST_CASE("moe_route rejects invalid configurations with latte::Error") {
