@@ -723,6 +723,114 @@ TEST_CASE("gemv on split-int8 x: a token's expert choices read straight from the
                   latte::Error);
 }
 
+TEST_CASE("gemv on split-int8 x: a token's down over its choices also finishes the MoE combine (GemvCombine)") {
+  // out = (accumulate ? out : 0) + add + sum_j w_j y_j over the token's choices, summed by the last block of
+  // each column of the launch; y itself as without the combine. Three kernels: the K-quant one (Q4_K), the
+  // staged one (Q8_0 at k = 1408, a short last step; Q6_K) and the short-row one (Q5_0 at k = 128). 300 rows:
+  // a partial last tile. Each launch twice, so that a counter not set back to zero fails the second.
+  Rng rng;
+  struct Case {
+    GgmlType type;
+    int64_t k;
+  };
+  const int64_t rows = 300, experts = 4;
+  const int choices = 6;
+  const std::vector<int32_t> ids = {3, 1, 3, 0, 2, 1};
+  const auto dids = upload(ids);
+  for (const Case c :
+       {Case{GgmlType::q4_k, 512}, Case{GgmlType::q8_0, 1408}, Case{GgmlType::q6_k, 512}, Case{GgmlType::q5_0, 128}}) {
+    CAPTURE(latte::type_name(c.type));
+    const Matrix w = random_matrix(c.type, rows * experts, c.k, rng);
+    const auto dw = upload(w.bytes);
+    const int64_t stride = latte::cuda::x_int8_record_bytes(c.k);
+    const auto x = random_vector(static_cast<size_t>(choices * c.k), rng);
+    const auto dx = upload(x);
+    const auto rec = records_of(dx, choices, static_cast<int>(c.k));
+    latte::cuda::GemvParams p{.type = c.type,
+                              .weight = dw.data(),
+                              .weight_bytes = static_cast<int64_t>(w.bytes.size()),
+                              .matrix_stride_bytes = static_cast<int64_t>(latte::row_bytes(c.type, c.k)) * rows,
+                              .n_rows = static_cast<int>(rows),
+                              .k = static_cast<int>(c.k),
+                              .x = dx.data(),
+                              .x_stride = c.k,
+                              .y_stride = rows,
+                              .max_groups = choices,
+                              .x_row_is_y_row = true,
+                              .x_q = rec.data(),
+                              .x_q_stride = stride,
+                              .choice_ids = dids.data()};
+    latte::cuda::DeviceBuffer<float> y_plain(static_cast<size_t>(choices * rows));
+    poison(y_plain.data(), y_plain.bytes());
+    p.y = y_plain.data();
+    latte::cuda::gemv_quant(p, nullptr);
+    const auto slots = download(y_plain.data(), y_plain.size());
+    latte::cuda::DeviceBuffer<uint32_t> counters(static_cast<size_t>(latte::cuda::gemv_combine_counters(rows)));
+    poison(counters.data(), counters.bytes(), 0);
+    for (const bool accumulate : {true, false}) {
+      for (const bool with_add : {true, false}) {
+        CAPTURE(accumulate);
+        CAPTURE(with_add);
+        for (int round = 0; round < 2; ++round) {
+          const auto weights = random_vector(static_cast<size_t>(choices), rng);
+          const auto before = random_vector(static_cast<size_t>(rows), rng);
+          const auto add = random_vector(static_cast<size_t>(rows), rng);
+          const auto dweights = upload(weights), dadd = upload(add);
+          auto dout = upload(before);
+          if (!accumulate) poison(dout.data(), dout.bytes());
+          latte::cuda::DeviceBuffer<float> y(static_cast<size_t>(choices * rows));
+          poison(y.data(), y.bytes());
+          p.y = y.data();
+          p.combine = {.out = dout.data(),
+                       .accumulate = accumulate,
+                       .add = with_add ? dadd.data() : nullptr,
+                       .weights = dweights.data(),
+                       .counters = counters.data(),
+                       .n_counters = static_cast<int>(counters.size())};
+          latte::cuda::gemv_quant(p, nullptr);
+          p.combine = {};
+          CHECK(download(y.data(), y.size()) == slots);  // the slots as without the combine
+          const auto got = download(dout.data(), dout.size());
+          int bad = 0;
+          for (int64_t r = 0; r < rows; ++r) {
+            const size_t i = static_cast<size_t>(r);
+            double want = (accumulate ? before[i] : 0.0) + (with_add ? add[i] : 0.0);
+            double mag = std::abs(want);
+            for (int j = 0; j < choices; ++j) {
+              const double term =
+                  static_cast<double>(weights[static_cast<size_t>(j)]) * slots[static_cast<size_t>(j * rows + r)];
+              want += term;
+              mag += std::abs(term);
+            }
+            bad += !(std::abs(got[i] - want) <= 1e-6 * mag + 1e-30);
+          }
+          CHECK(bad == 0);
+        }
+      }
+    }
+    const auto left = download(counters.data(), counters.size());
+    CHECK(std::count(left.begin(), left.end(), 0u) == static_cast<std::ptrdiff_t>(left.size()));
+    // refused: too few counters, gated, no choices
+    latte::cuda::DeviceBuffer<float> out(static_cast<size_t>(rows)), y(static_cast<size_t>(choices * rows));
+    const auto dweights = upload(std::vector<float>(static_cast<size_t>(choices), 1.0f));
+    p.y = y.data();
+    p.combine = {.out = out.data(),
+                 .weights = dweights.data(),
+                 .counters = counters.data(),
+                 .n_counters = static_cast<int>(counters.size()) - 1};
+    CHECK_THROWS_AS(latte::cuda::gemv_quant(p, nullptr), latte::Error);
+    p.combine.n_counters = static_cast<int>(counters.size());
+    latte::cuda::GemvParams gated = p;
+    gated.weight_up = dw.data();
+    gated.x_row_is_y_row = false;
+    CHECK_THROWS_AS(latte::cuda::gemv_quant(gated, nullptr), latte::Error);
+    latte::cuda::GemvParams dense = p;
+    dense.choice_ids = nullptr;
+    dense.max_groups = 0;
+    CHECK_THROWS_AS(latte::cuda::gemv_quant(dense, nullptr), latte::Error);
+  }
+}
+
 TEST_CASE("gemv on split-int8 x: per-head short rows (W_UK-like, k = 128) over gathered heads, bf16 output") {
   Rng rng;
   const int64_t rows = 100, k = 128, heads = 4;
