@@ -142,15 +142,6 @@ void gemv_quant(const GemvParams& p, cudaStream_t stream) {
       throw Error(ErrorCode::unsupported, "gemv_quant: choice_ids needs the split-int8 GEMV (type " + type_name + ")");
     }
   }
-  if (p.combine.counters != nullptr) {
-    const GemvCombine& c = p.combine;
-    require_arg(p.choice_ids != nullptr && p.weight_up == nullptr && p.y != nullptr && p.residual == nullptr &&
-                    p.max_groups <= moe_max_k,
-                "combine needs choice_ids (at most " + std::to_string(moe_max_k) +
-                    "), no weight_up, and the fp32 y without a residual");
-    require_arg(c.out != nullptr && c.weights != nullptr && c.n_counters >= gemv_combine_counters(p.n_rows),
-                "combine needs out, weights and gemv_combine_counters(n_rows) counters");
-  }
   require_arg(p.x_q == nullptr || !p.x_quantize, "x_q and x_quantize exclude each other");
   if (p.route.logits != nullptr) {
     require_arg(p.choice_ids != nullptr && p.choice_ids == p.route.ids && p.route.n_tokens == 1 &&

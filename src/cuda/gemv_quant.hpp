@@ -37,23 +37,6 @@ struct GemvGroup {
   int32_t y_row[gemv_max_tokens];  ///< row of y written for token i
 };
 
-/// GemvParams::combine: a one-token MoE down launch that also finishes the token's combine (moe_combine's
-/// sums, in its order): out[r] = (accumulate ? out[r] : 0) + add[r] + sum_j weights[j] y[j][r] over the
-/// choices j = 0 .. max_groups - 1. Pointers are device pointers.
-struct GemvCombine {
-  float* out = nullptr;            ///< fp32 [n_rows]: the token's residual row
-  bool accumulate = false;         ///< add to out (else out is overwritten)
-  const float* add = nullptr;      ///< optional fp32 [n_rows] added first (the shared expert's output)
-  const float* weights = nullptr;  ///< [max_groups] the choices' weights
-  /// gemv_combine_counters(n_rows) zeros (device), one per column of blocks: the last of a column's
-  /// blocks to finish sums the rows the column wrote, and sets its counter back to zero.
-  uint32_t* counters = nullptr;
-  int n_counters = 0;
-};
-
-/// Counters GemvCombine needs for a launch of n_rows rows.
-constexpr int gemv_combine_counters(int n_rows) { return (n_rows + 7) / 8; }
-
 /// Everything one GEMV launch needs. Pointers are device pointers.
 struct GemvParams {
   GgmlType type = GgmlType::f32;
@@ -101,9 +84,6 @@ struct GemvParams {
   /// choice's; block (0, 0) writes route.ids and route.weights for the launches after this one. The
   /// MoE decode step's first expert GEMV without a router launch before it.
   MoeRouterParams route{};
-  /// Optional, with choice_ids (not gated, fp32 y without a residual, at most moe_max_k choices): see
-  /// GemvCombine. One launch less per one-token MoE layer.
-  GemvCombine combine{};
   /// Set by gemv_quant (LATTE_GEMV_X_ASYNC): split-int8 blocks built for at least this many tokens stage their
   /// tokens' records with every copy in flight at once, the others token after token (x8_stage_records).
   int x_async_tokens = gemv_max_tokens;

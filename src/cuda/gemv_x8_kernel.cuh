@@ -436,46 +436,6 @@ __device__ __forceinline__ void x8_finish_tokens(const GemvParams& p, const X8Ro
   }
 }
 
-/// GemvParams::combine, after a choice block's last tile (every thread calls it; the launch's tiles have
-/// `rows_per_tile` consecutive rows each). The last of column blockIdx.x's gridDim.y blocks (one per choice)
-/// to get here sums the token's combine for the rows of the column's tiles (blockIdx.x, + gridDim.x, ...),
-/// the choices' rows read back from L2, as moe_combine does (the same sums in the same order), and sets the
-/// column's counter back to zero for the next launch.
-__device__ __forceinline__ void x8_finish_combine(const GemvParams& p, int tiles, int rows_per_tile) {
-  const GemvCombine& c = p.combine;
-  if (c.counters == nullptr) return;
-  __shared__ bool last;
-  __threadfence();  // this thread's y writes, device-wide, before the block is counted
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const uint32_t before = atomicAdd(c.counters + blockIdx.x, 1u);
-    last = before + 1 == gridDim.y;
-    if (last) {
-      c.counters[blockIdx.x] = 0;  // every block of the column has counted: nothing else touches it now
-      __threadfence();             // the other blocks' writes, ordered before their counts, before the reads
-    }
-  }
-  __syncthreads();
-  if (!last) return;
-  const int k = static_cast<int>(gridDim.y), column = static_cast<int>(blockIdx.x);
-  const int stride = static_cast<int>(gridDim.x);
-  const int column_rows = (tiles - column + stride - 1) / stride * rows_per_tile;
-  for (int i = static_cast<int>(threadIdx.x); i < column_rows; i += static_cast<int>(blockDim.x)) {
-    const int row = (column + i / rows_per_tile * stride) * rows_per_tile + i % rows_per_tile;
-    if (row >= p.n_rows) continue;
-    float v[moe_max_k];
-#pragma unroll
-    for (int j = 0; j < moe_max_k; ++j) v[j] = j < k ? __ldcg(p.y + j * p.y_stride + row) : 0.0f;
-    float acc = c.accumulate ? c.out[row] : 0.0f;
-    if (c.add != nullptr) acc += c.add[row];
-#pragma unroll
-    for (int j = 0; j < moe_max_k; ++j) {
-      if (j < k) acc += c.weights[j] * v[j];
-    }
-    c.out[row] = acc;
-  }
-}
-
 template <GgmlType T, int NT, int MinBlocks = 4>
 __global__ void __launch_bounds__(128, MinBlocks) gemv_x8_kernel(const GemvParams p, const int tiles) {
   static_assert(kGemvX8KQuant<T>);
@@ -561,7 +521,6 @@ __global__ void __launch_bounds__(128, MinBlocks) gemv_x8_kernel(const GemvParam
 #pragma unroll
     for (int j = 0; j < R; ++j) cur[j] = next[j];
   }
-  x8_finish_combine(p, tiles, kWarps * R);
 }
 
 /// `N` 32-bit words starting at the even byte offset `off` of shared memory `s` (N + 1 aligned loads and a
@@ -822,7 +781,6 @@ __global__ void __launch_bounds__(128, MinBlocks) gemv_x8_legacy_kernel(const Ge
 #pragma unroll
     for (int j = 0; j < R; ++j) mis[j] = next_mis[j];
   }
-  x8_finish_combine(p, tiles, kWarps * R);
 }
 
 /// gemv_x8_legacy_kernel for short rows of G = 1, 2, 4, 8 or 16 blocks (not gated), e.g. the per-head
@@ -923,7 +881,6 @@ __global__ void __launch_bounds__(128, 4) gemv_x8_short_rows_kernel(const GemvPa
 #pragma unroll
     for (int j = 0; j < R; ++j) mis[j] = next_mis[j];
   }
-  x8_finish_combine(p, tiles, kWarps * R * rows_per_step);
 }
 
 int gemv_resident_blocks(const void* kernel, int smem);

@@ -10,7 +10,6 @@
 
 #include "cuda/activations.hpp"
 #include "cuda/check.hpp"
-#include "cuda/env_switch.hpp"
 #include "cuda/moe_dispatch.hpp"
 #include "cuda/x_int8.hpp"
 
@@ -56,14 +55,6 @@ Params on_stack(Params p, const ExpertStack& stack) {
 
 // out[t] (+)= sum_j weights[t, j] * down_out[slot of pair (t, j)].
 /// The combine waits for the call's addend (a shared expert on another stream) where it has one.
-/// Whether the one-token down GEMV finishes the combine itself (GemvParams::combine) where the combine does
-/// not also normalise (LATTE_MOE_DOWN_COMBINE=1). Off by default: the down then waits for the shared expert
-/// (the combine's addend), and tg128 on an H100 went 479-482 -> 461-465 t/s (BENCHMARKS.md).
-bool down_combines() {
-  static const bool on = env_switch("LATTE_MOE_DOWN_COMBINE", false);
-  return on;
-}
-
 void wait_for_add(const MoeExpertsCall& c, cudaStream_t stream) {
   if (c.add_ready != nullptr) LATTE_CUDA_CHECK(cudaStreamWaitEvent(stream, c.add_ready, 0));
 }
@@ -142,18 +133,6 @@ void decode_one_token(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeExpe
                                      .choice_ids = c.ids,
                                      .x_quantize = !records},
                           w.down);
-  if (down_combines() && c.then_norm.weight == nullptr) {
-    // the down's blocks finish the combine (GemvCombine): the addend must be ready before it starts
-    d.combine = {.out = c.out,
-                 .accumulate = c.accumulate,
-                 .add = c.add,
-                 .weights = c.weights,
-                 .counters = ws.combine_counters.data(),
-                 .n_counters = static_cast<int>(ws.combine_counters.size())};
-    wait_for_add(c, stream);
-    gemv_quant(d, stream);
-    return;
-  }
   gemv_quant(d, stream);
   wait_for_add(c, stream);
   moe_combine({.expert_out = ws.down_out.data(),
@@ -197,9 +176,6 @@ MoeWorkspace::MoeWorkspace(const MoeWorkspaceShape& shape) : shape_(shape) {
   choice_slots = DeviceBuffer<int32_t>(identity.size(), "MoE choice slots");
   LATTE_CUDA_CHECK(
       cudaMemcpy(choice_slots.data(), identity.data(), identity.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
-  combine_counters =
-      DeviceBuffer<uint32_t>(static_cast<size_t>(gemv_combine_counters(shape.hidden)), "MoE combine counters");
-  LATTE_CUDA_CHECK(cudaMemset(combine_counters.data(), 0, combine_counters.bytes()));
   if (shape.ffn % 32 == 0) {
     act_q = DeviceBuffer<uint8_t>(
         static_cast<size_t>(decode_tokens * shape.k) * static_cast<size_t>(x_int8_record_bytes(shape.ffn)),

@@ -68,7 +68,6 @@ class MoeWorkspace {
   DeviceBuffer<float> down_out;          ///< fp32 [T k, H]
   DeviceBuffer<uint8_t> act_q;  ///< decode: down's input as split-int8 records [min(max_tokens, moe_gemv_max_tokens) k]
   DeviceBuffer<int32_t> choice_slots;  ///< [k]: 0 .. k-1, the slots of one token's choices
-  DeviceBuffer<uint32_t> combine_counters;  ///< [gemv_combine_counters(H)] zeros: the one-token down's combine
 
  private:
   MoeWorkspaceShape shape_;

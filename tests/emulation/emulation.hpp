@@ -171,7 +171,6 @@ cudaError_t max_active_clusters(int* clusters, const cudaLaunchConfig_t* config)
 #define __threadfence() ((void)0)
 #define __syncwarp(...) ::emu::warp_barrier()
 #define __ldg(ptr) (*(ptr))
-#define __ldcg(ptr) (*(ptr))
 
 inline int max(int a, int b) { return a > b ? a : b; }
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
@@ -206,11 +205,6 @@ inline float __int_as_float(int i) {
 }
 inline int atomicAdd(int* address, int value) {
   const int old = *address;
-  *address += value;
-  return old;
-}
-inline unsigned atomicAdd(unsigned* address, unsigned value) {
-  const unsigned old = *address;
   *address += value;
   return old;
 }
