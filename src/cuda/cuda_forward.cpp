@@ -431,7 +431,7 @@ class CudaForward final : public CudaRankForward {
     a.gate_up = DeviceBuffer<float>(t * 2 * F, "FFN gate|up");
     if (c_.n_expert > 0) {
       a.router = DeviceBuffer<float>(t * c_.n_expert, "router logits");
-      a.shared_out = DeviceBuffer<float>(std::min<size_t>(t, moe_gemv_max_tokens) * H, "shared expert output");
+      a.shared_out = DeviceBuffer<float>(std::min<size_t>(t, kConcurrentSharedRows) * H, "shared expert output");
       a.ids = DeviceBuffer<int32_t>(t * c_.n_expert_used, "expert ids");
       a.weights = DeviceBuffer<float>(t * c_.n_expert_used, "expert weights");
       a.xn_bf16 = DeviceBuffer<__nv_bfloat16>(t * H, "bf16 activations");
@@ -902,12 +902,16 @@ class CudaForward final : public CudaRankForward {
   }
 
   /// Whether a decode step of T rows runs the shared expert alongside the routed ones (T up to the MoE
-  /// decode path's; side_linear_ and buffers of its own, nothing shared with the main stream but read-only
-  /// inputs; LATTE_MOE_CONCURRENT_SHARED=0: no).
+  /// decode path's and at most kConcurrentSharedRows; side_linear_ and buffers of its own, nothing shared with
+  /// the main stream but read-only inputs; LATTE_MOE_CONCURRENT_SHARED=0: no).
   bool concurrent_shared(int T) const {
     static const bool on = env_switch("LATTE_MOE_CONCURRENT_SHARED", true);
-    return on && T <= moe_gemv_tokens() && act_.shared_out.size() >= static_cast<size_t>(T) * c_.n_embd;
+    return on && T <= std::min(moe_gemv_tokens(), kConcurrentSharedRows) &&
+           act_.shared_out.size() >= static_cast<size_t>(T) * c_.n_embd;
   }
+  /// At 128 rows the shared expert after the routed ones was 5% faster than beside them (H100, pp512+tg64
+  /// x128: 6,243 against 5,920 t/s; BENCHMARKS.md): the routed experts' launches fill the GPU by themselves.
+  static constexpr int kConcurrentSharedRows = 64;
 
   /// out = down(silu(gate xn) * up xn) + residual, on `on` (default: the step's stream, out = residual = x;
   /// else the side stream with side_linear_).
