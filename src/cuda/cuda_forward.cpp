@@ -549,8 +549,9 @@ class CudaForward final : public CudaRankForward {
   uint8_t* hidden_record(int rows) {
     return rows >= 1 && rows <= kRecordRows && c_.n_embd % 32 == 0 ? act_.xq.data() : nullptr;
   }
-  /// (the dense projections take records up to 64 rows, on the tensor-core GEMV; beyond, bf16 GEMMs)
-  static constexpr int kRecordRows = 64;
+  /// (the dense projections read records up to gemv_max_dense_rows rows, on the tensor-core GEMV; beyond, the
+  /// bf16 GEMMs take fp32 rows)
+  static constexpr int kRecordRows = gemv_max_dense_rows;
 
   /// Most tokens whose routed experts run as GEMVs over expert groups (moe_experts_decode) rather than
   /// the grouped GEMM: LATTE_MOE_GEMV_TOKENS (8-128, default 128). With the tensor-core GEMV for groups of
