@@ -398,7 +398,9 @@ void ModelConfig::validate() const {
           "expert_group_used_count (" + std::to_string(n_expert_group_used) + ") must be in 1..expert_group_count (" +
               std::to_string(n_expert_group) + ")");
     if (n_expert_group >= 1 && n_expert % n_expert_group == 0 && n_expert > 0) {
-      const int kept = n_expert_group_used * (n_expert / n_expert_group);
+      // 64-bit: the group counts are only range-checked above (each check reports, none stops), and a hostile
+      // file's expert_group_used_count may be far above expert_group_count
+      const int64_t kept = int64_t{n_expert_group_used} * (n_expert / n_expert_group);
       check(n_expert_used <= kept, "expert_used_count (" + std::to_string(n_expert_used) + ") exceeds the " +
                                        std::to_string(kept) + " experts of the kept groups");
     }
