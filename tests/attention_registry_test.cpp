@@ -1,5 +1,6 @@
 // The attention backend registry: built-in backends, host-registered backends, selection rules.
 #include "model/presets.hpp"
+#include "support/env_scope.hpp"
 #include "support/random_models.hpp"
 
 #include <latte/attention.hpp>
@@ -14,29 +15,7 @@
 
 namespace {
 
-/// Sets (or unsets) an environment variable for the scope, restoring the old value after.
-class EnvScope {
- public:
-  EnvScope(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value) {
-      ::setenv(name, value, 1);
-    } else {
-      ::unsetenv(name);
-    }
-  }
-  ~EnvScope() {
-    if (old_) {
-      ::setenv(name_, old_->c_str(), 1);
-    } else {
-      ::unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using latte::test::EnvScope;
 
 /// A host backend: delegates to the built-in mla backend and counts forward calls.
 class CountingBackend final : public latte::AttentionBackend {

@@ -1,6 +1,10 @@
 // TaskPool: every task of a batch runs exactly once, batches from several threads at once finish
 // independently, and a task's exception reaches the submitter.
 #include "core/task_pool.hpp"
+#include "cpu/thread_pool.hpp"
+
+#include <latte/error.hpp>
+#include <latte/session.hpp>
 
 #include <doctest/doctest.h>
 
@@ -42,4 +46,13 @@ TEST_CASE("task pool rethrows a task's exception to the submitter") {
   std::atomic<int> after{0};
   pool.run(10, [&](size_t) { ++after; });
   CHECK(after.load() == 10);
+}
+
+TEST_CASE("task pool and thread pool refuse more threads than latte::max_threads, before starting any") {
+  CHECK_THROWS_AS(latte::TaskPool(static_cast<unsigned>(latte::max_threads) + 1), latte::Error);
+  CHECK_THROWS_AS(latte::TaskPool(4000000000u), latte::Error);
+  CHECK_THROWS_AS(latte::cpu::ThreadPool(latte::max_threads + 1), latte::Error);
+  CHECK_THROWS_AS(latte::cpu::ThreadPool(-1), latte::Error);
+  const latte::TaskPool small(2);
+  CHECK(small.n_threads() == 2);
 }

@@ -212,6 +212,11 @@ TEST_CASE("sessions reject out-of-range token ids and context overflow before ru
   }
   check_error(error_of([&] { latte::Session(model, {.attention = "no-such-backend"}); }), ErrorCode::not_found,
               {"no-such-backend"});
+  // a thread count no machine has fails at once (it would start that many spinning threads)
+  for (int n_threads : {-1, latte::max_threads + 1, 100000, INT_MAX}) {
+    check_error(error_of([&] { latte::Session(model, {.n_threads = n_threads}); }), ErrorCode::invalid_argument,
+                {"n_threads must be in 0..1024", "(got " + std::to_string(n_threads) + ")"});
+  }
 }
 
 TEST_CASE("a session with the largest n_ctx allocates only what its tokens use") {

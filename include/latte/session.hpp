@@ -24,12 +24,15 @@ class Session;
 /// Runs several sessions' new tokens in one forward pass per step; documented in latte/batch.hpp.
 void eval_batch(std::span<Session* const> sessions, std::span<const std::span<const Token>> tokens);
 
+/// Most CPU threads a session (SessionParams::n_threads) or any other latte thread pool may start.
+inline constexpr int max_threads = 1024;
+
 /// How to run a session.
 struct SessionParams {
   int n_ctx = 4096;                ///< most tokens the session can hold (cache grows up to this, tokens)
   std::string attention = "auto";  ///< "mla", "standard", "auto" or a host-registered backend name
   bool logits_all = false;         ///< keep the logits of every token of the last eval, not only the last
-  int n_threads = 0;               ///< CPU threads (0 = std::thread::hardware_concurrency())
+  int n_threads = 0;               ///< CPU threads, 0..max_threads (0 = std::thread::hardware_concurrency())
 };
 
 /// The state of one sequence over a Model: the KV cache of every layer (and, for glm-dsa, the
@@ -45,7 +48,7 @@ struct SessionParams {
 /// need every rank); every process then gets the same logits bit for bit.
 class Session {
  public:
-  /// Creates an empty session. Throws Error(invalid_argument) for n_ctx < 1 or n_threads < 0,
+  /// Creates an empty session. Throws Error(invalid_argument) for n_ctx < 1 or n_threads outside [0, max_threads],
   /// Error(not_found) for an unknown backend name (listing the available ones).
   explicit Session(Model model, SessionParams params = {});
   ~Session();

@@ -1,5 +1,6 @@
 // The process-wide attention backend registry and the backend selection rules.
 #include "attention/cpu_backends.hpp"
+#include "core/environment.hpp"
 
 #ifdef LATTE_WITH_CUDA
 #include "cuda/cuda_attention.hpp"
@@ -112,8 +113,7 @@ std::string resolve_attention_backend(std::string_view requested, const ModelCon
     name = env ? env : "";
   }
   if (unset(name)) {
-    const char* disable = std::getenv("LATTE_MLA_DISABLE");
-    if (disable && *disable && std::string_view(disable) != "0") name = "standard";
+    if (latte::detail::env_flag("LATTE_MLA_DISABLE", false)) name = "standard";
   }
   if (unset(name)) {
     // auto: the absorbed backend wherever one supports the model (on the CPU both are exact in

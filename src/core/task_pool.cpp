@@ -1,13 +1,34 @@
 #include "core/task_pool.hpp"
 
+#include <latte/error.hpp>
+#include <latte/session.hpp>
+
 #include <algorithm>
+#include <string>
+#include <system_error>
 
 namespace latte {
 
 TaskPool::TaskPool(unsigned n_threads) {
+  if (n_threads > static_cast<unsigned>(max_threads)) {
+    throw Error(ErrorCode::invalid_argument, "thread count must be at most " + std::to_string(max_threads) + " (got " +
+                                                 std::to_string(n_threads) + ")");
+  }
   const unsigned n_workers = std::max(1u, n_threads) - 1;
   workers_.reserve(n_workers);
-  for (unsigned i = 0; i < n_workers; ++i) workers_.emplace_back([this] { worker_loop(); });
+  try {
+    for (unsigned i = 0; i < n_workers; ++i) workers_.emplace_back([this] { worker_loop(); });
+  } catch (const std::system_error& e) {  // the system refused a thread: stop the ones started
+    const size_t started = workers_.size();
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    work_available_.notify_all();
+    workers_.clear();  // joins
+    throw Error(ErrorCode::out_of_memory, "could not start CPU thread " + std::to_string(started + 1) + " of " +
+                                              std::to_string(n_threads) + ": " + e.what());
+  }
 }
 
 TaskPool::~TaskPool() {

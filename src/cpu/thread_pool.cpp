@@ -1,9 +1,13 @@
 #include "cpu/thread_pool.hpp"
 
 #include <latte/error.hpp>
+#include <latte/session.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <string>
+#include <system_error>
 
 namespace latte::cpu {
 
@@ -43,10 +47,29 @@ bool spin_until(Done done) {
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) {
-  if (n_threads < 0) throw Error(ErrorCode::invalid_argument, "thread count must not be negative");
-  if (n_threads == 0) n_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (n_threads < 0 || n_threads > max_threads) {
+    throw Error(ErrorCode::invalid_argument, "thread count must be in 0.." + std::to_string(max_threads) + " (got " +
+                                                 std::to_string(n_threads) + ")");
+  }
+  if (n_threads == 0) {
+    n_threads =
+        static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, static_cast<unsigned>(max_threads)));
+  }
   workers_.reserve(static_cast<size_t>(n_threads - 1));
-  for (int w = 1; w < n_threads; ++w) workers_.emplace_back([this, w] { worker_loop(w); });
+  try {
+    for (int w = 1; w < n_threads; ++w) workers_.emplace_back([this, w] { worker_loop(w); });
+  } catch (const std::system_error& e) {  // the system refused a thread: stop the ones started
+    const size_t started = workers_.size();
+    {
+      std::lock_guard lock(mutex_);
+      stopping_.store(true);
+    }
+    start_cv_.notify_all();
+    for (auto& t : workers_) t.join();
+    workers_.clear();
+    throw Error(ErrorCode::out_of_memory, "could not start CPU thread " + std::to_string(started + 1) + " of " +
+                                              std::to_string(n_threads) + ": " + e.what());
+  }
 }
 
 ThreadPool::~ThreadPool() {

@@ -1,10 +1,10 @@
 // The CUDA `mla` and `standard` attention backends (see cuda_attention.hpp).
 #include "cuda/cuda_attention.hpp"
 
+#include "core/environment.hpp"
 #include "cuda/activations.hpp"
 #include "cuda/check.hpp"
 #include "cuda/device_kv_storage.hpp"
-#include "cuda/env_switch.hpp"
 #include "cuda/flash_prefill.hpp"
 #include "cuda/gemm_bf16.hpp"
 #include "cuda/gemm_quant.hpp"
@@ -251,10 +251,7 @@ class CudaMlaBackend final : public CudaAttentionBackend {
   /// so the same q_lat), instead of after the rope launch on its records. Several rows need q's token stride
   /// to be whole heads (q_token_stride % (P + R) == 0: the DeepSeek projection row of q | latent | k_pe is).
   bool start_query(int il, int n_rows, const float* q, int64_t q_token_stride, cudaStream_t stream) override {
-    static const int max_rows = [] {
-      const char* v = std::getenv("LATTE_MLA_UK_BESIDE_ROPE");
-      return v == nullptr ? 1 : std::clamp(std::atoi(v), 0, gemv_max_tokens);
-    }();
+    static const int max_rows = latte::detail::env_int("LATTE_MLA_UK_BESIDE_ROPE", 1);
     const DeviceLayer& w = layer(il);
     const int N = c_.n_head, L = c_.kv_lora_rank, qk = c_.qk_nope_head_dim + c_.qk_rope_head_dim;
     if (n_rows < 1 || n_rows > max_rows || !reads_q_nope_records(w, n_rows) || q_token_stride % qk != 0) return false;
@@ -416,7 +413,7 @@ class CudaMlaBackend final : public CudaAttentionBackend {
   /// (LATTE_MLA_UV_INT8=0: always fp32). Measured on an H200 (BENCHMARKS.md, eleventh round): tg64 +1-3%; at
   /// 8 rows the 16 head groups' blocks each quantizing 8 rows took 27 us against the fp32 GEMV's 12.
   [[nodiscard]] bool uv_quantizes(const DeviceLayer& w, int T) const {
-    static const bool on = env_switch("LATTE_MLA_UV_INT8", true);
+    static const bool on = latte::detail::env_flag("LATTE_MLA_UV_INT8", true);
     return on && T == 1 && gemv_reads_x_int8(w.v_b.type, c_.kv_lora_rank, 1);
   }
 
@@ -429,7 +426,7 @@ class CudaMlaBackend final : public CudaAttentionBackend {
   /// went from passing to a 0.023 median logits error, and the glm-5-sparse oracle to 2 of 24 positions
   /// just over its 0.02 bound; every dense model's oracle and session tests stayed within theirs).
   [[nodiscard]] bool heads_through_blas(int T) const {
-    static const bool on = env_switch("LATTE_MLA_HEADS_BLAS", true);
+    static const bool on = latte::detail::env_flag("LATTE_MLA_HEADS_BLAS", true);
     return on && !c_.has_indexer() && T >= Linear::blas_min_rows();
   }
 
@@ -593,10 +590,7 @@ class CudaMlaBackend final : public CudaAttentionBackend {
   }
 
   ModelConfig c_;
-  bool absorbed_only_ = [] {
-    const char* env = std::getenv("LATTE_MLA_PREFILL");
-    return env && std::string_view(env) == "absorbed";
-  }();
+  bool absorbed_only_ = latte::detail::env_choice("LATTE_MLA_PREFILL", "auto") == "absorbed";
   std::unique_ptr<BlasHandle> blas_;
   DeviceBuffer<float> kv_;
   DeviceBuffer<__nv_bfloat16> k_, v_, q_bf16_, weight_bf16_;
@@ -616,7 +610,7 @@ class CudaMlaBackend final : public CudaAttentionBackend {
   }
   /// Whether query_targets hands out the cache rows (LATTE_ROPE_WRITES_CACHE=0: the forward appends).
   static bool cache_from_rope() {
-    static const bool on = env_switch("LATTE_ROPE_WRITES_CACHE", true);
+    static const bool on = latte::detail::env_flag("LATTE_ROPE_WRITES_CACHE", true);
     return on;
   }
 

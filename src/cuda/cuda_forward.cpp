@@ -13,6 +13,7 @@
 // observer runs eagerly (never as a captured graph). Without an observer nothing changes.
 #include "cuda/cuda_forward.hpp"
 
+#include "core/environment.hpp"
 #include "core/row_scatter.hpp"
 #include "core/task_pool.hpp"
 #include "cuda/activations.hpp"
@@ -24,7 +25,6 @@
 #include "cuda/device_weights.hpp"
 #include "cuda/dsa_indexer.hpp"
 #include "cuda/embedding.hpp"
-#include "cuda/env_switch.hpp"
 #include "cuda/gemm_quant.hpp"
 #include "cuda/kv_cache_append.hpp"
 #include "cuda/linear.hpp"
@@ -263,8 +263,7 @@ class CudaForward final : public CudaRankForward {
   /// tensor-parallel rank or the model has something the fused kernel does not handle (then
   /// fused_reason_ says what, and every step takes the layered path).
   void make_fused_step(const CudaRankSetup* rank) {
-    const char* env = std::getenv("LATTE_FUSED_DECODE");
-    if (!env || std::string_view(env) != "1") {
+    if (!latte::detail::env_flag("LATTE_FUSED_DECODE", false)) {
       fused_reason_ = "off (LATTE_FUSED_DECODE=1 turns it on)";
     } else if (rank) {
       fused_reason_ = "tensor-parallel ranks take the layered path";
@@ -414,8 +413,8 @@ class CudaForward final : public CudaRankForward {
     Activations& a = act_;
     a.x = DeviceBuffer<float>(t * H, "residual stream");
     a.xn = DeviceBuffer<float>(t * H, "normalised activations");
-    // split-int8 records of up to kRecordRows rows (the GEMVs' inputs), or of a MoE decode chunk's rows
-    const size_t record_rows = static_cast<size_t>(std::min(T, std::max(kRecordRows, moe_gemv_max_tokens)));
+    // split-int8 records of up to record_rows() rows (the GEMVs' inputs), or of a MoE decode chunk's rows
+    const size_t record_rows = static_cast<size_t>(std::min(T, std::max(gemv_max_dense_rows, moe_gemv_max_tokens)));
     a.xq = DeviceBuffer<uint8_t>(
         record_rows * static_cast<size_t>(x_int8_record_bytes(std::max(H, N * c_.v_head_dim) / 32 * 32)) + 16,
         "int8 activations");
@@ -533,9 +532,8 @@ class CudaForward final : public CudaRankForward {
   /// 4% slower on an H200 and even on an H100, BENCHMARKS.md; 1: from one row; 0: never), an fp32 router.
   bool norm_computes_router(const DeviceLayer& w, int T) const {
     static const int min_rows = [] {
-      const char* v = std::getenv("LATTE_NORM_ROUTER");
-      const int n = v == nullptr ? 2 : std::atoi(v);
-      return n <= 0 ? kNormRouterRows + 1 : std::min(n, kNormRouterRows);
+      const int n = latte::detail::env_int("LATTE_NORM_ROUTER", 2);
+      return n == 0 ? kNormRouterRows + 1 : n;
     }();
     return T >= min_rows && T <= kNormRouterRows && w.router && w.router.type == GgmlType::f32 &&
            w.router.k == c_.n_embd && w.router.row_bytes == c_.n_embd * 4 && c_.n_embd % 4 == 0 && c_.n_embd <= 12288 &&
@@ -545,13 +543,13 @@ class CudaForward final : public CudaRankForward {
   bool prenormed_ = false;  ///< the next attention block's input norm is done (next_attention_norm)
 
   /// Where a normalisation of `rows` rows of the hidden width also writes its split-int8 records (the
-  /// GEMVs of the projections and the MoE decode path read them): up to kRecordRows rows, else nowhere.
+  /// GEMVs of the projections and the MoE decode path read them): up to record_rows() rows, else nowhere.
   uint8_t* hidden_record(int rows) {
-    return rows >= 1 && rows <= kRecordRows && c_.n_embd % 32 == 0 ? act_.xq.data() : nullptr;
+    return rows >= 1 && rows <= record_rows() && c_.n_embd % 32 == 0 ? act_.xq.data() : nullptr;
   }
-  /// (the dense projections read records up to gemv_max_dense_rows rows, on the tensor-core GEMV; beyond, the
+  /// (the dense projections read records up to gemv_dense_rows() rows, on the tensor-core GEMV; beyond, the
   /// bf16 GEMMs take fp32 rows)
-  static constexpr int kRecordRows = gemv_max_dense_rows;
+  static int record_rows() { return gemv_dense_rows(); }
 
   /// Most tokens whose routed experts run as GEMVs over expert groups (moe_experts_decode) rather than
   /// the grouped GEMM: LATTE_MOE_GEMV_TOKENS (8-128, default 128). With the tensor-core GEMV for groups of
@@ -559,11 +557,9 @@ class CudaForward final : public CudaRankForward {
   /// 128-row step in one pass rather than two of 64 (each reading every expert it routes to) was 8% faster
   /// at 128 sequences (BENCHMARKS.md).
   static int moe_gemv_tokens() {
-    static const int n = [] {
-      const char* v = std::getenv("LATTE_MOE_GEMV_TOKENS");
-      const int t = v ? std::atoi(v) : 128;
-      return std::clamp(t, gemv_max_tokens, moe_gemv_max_tokens);
-    }();
+    static_assert(gemv_max_tokens == 8 && moe_gemv_max_tokens == 128,
+                  "LATTE_MOE_GEMV_TOKENS's range in core/environment.cpp");
+    static const int n = latte::detail::env_int("LATTE_MOE_GEMV_TOKENS", moe_gemv_max_tokens);
     return n;
   }
 
@@ -571,11 +567,7 @@ class CudaForward final : public CudaRankForward {
   /// reads the experts it routes to again) rather than the grouped GEMM: LATTE_MOE_GEMV_ROWS (default 128;
   /// below moe_gemv_tokens() it is moe_gemv_tokens()).
   static int moe_gemv_rows() {
-    static const int n = [] {
-      const char* v = std::getenv("LATTE_MOE_GEMV_ROWS");
-      const int r = v ? std::atoi(v) : 128;
-      return std::max(r, moe_gemv_tokens());
-    }();
+    static const int n = std::max(latte::detail::env_int("LATTE_MOE_GEMV_ROWS", 128), moe_gemv_tokens());
     return n;
   }
 
@@ -898,7 +890,7 @@ class CudaForward final : public CudaRankForward {
   /// Whether one-token MoE steps route inside the first expert GEMV (GemvParams::route) instead of a
   /// moe_route launch before it (LATTE_MOE_ROUTE_IN_GEMV=0: never).
   static bool route_in_gemv() {
-    static const bool on = env_switch("LATTE_MOE_ROUTE_IN_GEMV", true);
+    static const bool on = latte::detail::env_flag("LATTE_MOE_ROUTE_IN_GEMV", true);
     return on;
   }
 
@@ -906,7 +898,7 @@ class CudaForward final : public CudaRankForward {
   /// decode path's and at most kConcurrentSharedRows; side_linear_ and buffers of its own, nothing shared with
   /// the main stream but read-only inputs; LATTE_MOE_CONCURRENT_SHARED=0: no).
   bool concurrent_shared(int T) const {
-    static const bool on = env_switch("LATTE_MOE_CONCURRENT_SHARED", true);
+    static const bool on = latte::detail::env_flag("LATTE_MOE_CONCURRENT_SHARED", true);
     return on && T <= std::min(moe_gemv_tokens(), kConcurrentSharedRows) &&
            act_.shared_out.size() >= static_cast<size_t>(T) * c_.n_embd;
   }
@@ -959,7 +951,7 @@ class CudaForward final : public CudaRankForward {
   /// per row combining and normalising takes about what the combine's four blocks and the norm launch
   /// overlapped by PDL take). Sets prenormed_ when used.
   RowNormTarget next_attention_norm(int il, int T) {
-    static const bool on = env_switch("LATTE_COMBINE_NORM", false);
+    static const bool on = latte::detail::env_flag("LATTE_COMBINE_NORM", false);
     if (!on || communicator_ || il + 1 >= c_.n_layer_main() || c_.n_embd % 32 != 0) return {};
     prenormed_ = true;
     uint8_t* records = hidden_record(T);
@@ -1035,7 +1027,7 @@ class CudaForward final : public CudaRankForward {
     for (int t0 = 0; t0 < T; t0 += chunk) {
       const int n = std::min(chunk, T - t0);
       const size_t pair0 = static_cast<size_t>(t0) * K, row0 = static_cast<size_t>(t0) * H;
-      // the chunk's rows of the normalisation's records; beyond kRecordRows rows, the chunk's own
+      // the chunk's rows of the normalisation's records; beyond record_rows() rows, the chunk's own
       uint8_t* records = hidden_record(T);
       if (records != nullptr) {
         records += static_cast<size_t>(t0) * static_cast<size_t>(x_int8_record_bytes(H));
@@ -1164,10 +1156,8 @@ class CudaForward final : public CudaRankForward {
 
   static unsigned logits_copy_threads() {
     static const unsigned n = [] {
-      if (const char* v = std::getenv("LATTE_LOGITS_COPY_THREADS")) {
-        return static_cast<unsigned>(std::max(1, std::atoi(v)));
-      }
-      return std::clamp(std::thread::hardware_concurrency() / 2, 1u, 8u);
+      const int fallback = static_cast<int>(std::clamp(std::thread::hardware_concurrency() / 2, 1u, 8u));
+      return static_cast<unsigned>(latte::detail::env_int("LATTE_LOGITS_COPY_THREADS", fallback));
     }();
     return n;
   }
@@ -1208,10 +1198,7 @@ class CudaForward final : public CudaRankForward {
   std::vector<int32_t> tap_ids_;
 };
 
-DecodeGraphs::DecodeGraphs() {
-  const char* env = std::getenv("LATTE_CUDA_GRAPHS");
-  enabled_ = !(env && std::string_view(env) == "0");
-}
+DecodeGraphs::DecodeGraphs() { enabled_ = latte::detail::env_flag("LATTE_CUDA_GRAPHS", true); }
 
 DecodeGraphs::~DecodeGraphs() { clear(); }
 

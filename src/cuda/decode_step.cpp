@@ -2,6 +2,8 @@
 // shared-memory layout and the scratch, and the per-step upload and launch.
 #include "cuda/decode_step.hpp"
 
+#include "core/environment.hpp"
+
 #include "cuda/check.hpp"
 #include "cuda/device_caps.hpp"
 #include "cuda/moe_router.hpp"
@@ -232,9 +234,8 @@ Plan make_plan(const ModelConfig& c, const DeviceWeights& w, int grid, int smem_
 
   // shared memory: [stages][x area][misc]; LATTE_STEP_STAGE_KB asks for larger stages (more rows per
   // chunk, fewer chunks in the ring), to compare
-  if (const char* kb = std::getenv("LATTE_STEP_STAGE_KB")) {
-    const int64_t want = int64_t{std::max(16, std::min(64, std::atoi(kb)))} / 16 * 16 * 1024;
-    p.stage_bytes = std::max(p.stage_bytes, want);
+  if (const int kb = latte::detail::env_int("LATTE_STEP_STAGE_KB", 0); kb > 0) {
+    p.stage_bytes = std::max(p.stage_bytes, int64_t{kb} / 16 * 16 * 1024);
   }
   p.xq_cap = (p.xq_cap + 7) / 8 * 8;
   p.xf_cap = (p.xf_cap + 31) / 32 * 32;
@@ -249,8 +250,7 @@ Plan make_plan(const ModelConfig& c, const DeviceWeights& w, int grid, int smem_
   p.n_stages = std::min<int>(32, static_cast<int>(room / p.stage_bytes));
   // LATTE_STEP_STAGES caps the ring (fewer bytes in flight per SM: the prefetch queues less in front of
   // the phases' own L2 loads), to compare
-  if (const char* cap = std::getenv("LATTE_STEP_STAGES"))
-    p.n_stages = std::min(p.n_stages, std::max(3, std::atoi(cap)));
+  p.n_stages = std::min(p.n_stages, latte::detail::env_int("LATTE_STEP_STAGES", 32));
   if (p.n_stages < 3) {
     p.fail("the x area (" + std::to_string(p.x_area) + " bytes) and stages of " + std::to_string(p.stage_bytes) +
            " bytes leave fewer than 3 stages of shared memory");
@@ -352,8 +352,7 @@ DecodeStep::DecodeStep(const ModelConfig& config, std::shared_ptr<const DeviceWe
   p.x_area_bytes = plan.x_area;
   p.own_cap = plan.own_cap;
   p.smem_bytes = plan.smem;
-  const char* timing = std::getenv("LATTE_STEP_TIMING");
-  if (timing && std::string_view(timing) == "1") set_timing(true);
+  if (latte::detail::env_flag("LATTE_STEP_TIMING", false)) set_timing(true);
 }
 
 void DecodeStep::set_timing(bool on) {

@@ -1,5 +1,7 @@
 #include "cuda/device_caps.hpp"
 
+#include "core/environment.hpp"
+
 #include <latte/error.hpp>
 
 #include <atomic>
@@ -48,8 +50,7 @@ void set_force_portable(bool force) noexcept { g_force_portable.store(force); }
 
 bool portable_forced() noexcept {
   if (g_force_portable.load()) return true;
-  const char* env = std::getenv("LATTE_CUDA_PORTABLE");
-  return env != nullptr && std::strcmp(env, "") != 0 && std::strcmp(env, "0") != 0;
+  return latte::detail::env_flag("LATTE_CUDA_PORTABLE", false);
 }
 
 KernelPath select_kernel_path(int ordinal) {

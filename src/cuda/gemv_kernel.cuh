@@ -28,14 +28,15 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "core/environment.hpp"
 #include "cuda/check.hpp"
 #include "cuda/device_caps.hpp"
+#include "cuda/gemv_mma_kernel.cuh"
 #include "cuda/gemv_quant.hpp"
+#include "cuda/gemv_x8_kernel.cuh"
 #include "cuda/launch.cuh"
 #include "cuda/quant_decode.cuh"
 #include "cuda/row_staging.cuh"
-#include "cuda/gemv_mma_kernel.cuh"
-#include "cuda/gemv_x8_kernel.cuh"
 
 namespace latte::cuda {
 
@@ -393,10 +394,8 @@ inline int gemv_split(int64_t row_groups, int k, int step_values, int warps_per_
 /// LATTE_GEMV_STAGE_X=0 is the same as direct.
 inline GemvXMode gemv_x_mode() {
   static const GemvXMode mode = [] {
-    const char* legacy = std::getenv("LATTE_GEMV_STAGE_X");
-    if (legacy != nullptr && std::string_view(legacy) == "0") return kXDirect;
-    const char* v = std::getenv("LATTE_GEMV_X");
-    const std::string_view s = v ? v : "rows";
+    if (!latte::detail::env_flag("LATTE_GEMV_STAGE_X", true)) return kXDirect;
+    const std::string s = latte::detail::env_choice("LATTE_GEMV_X", "rows");
     return s == "direct" ? kXDirect : s == "warp" ? kXWarp : kXRows;
   }();
   return mode;
@@ -405,11 +404,7 @@ inline GemvXMode gemv_x_mode() {
 /// Resident blocks of the GEMV per SM wave cap for kXRows (LATTE_GEMV_WAVES, default 1): the grid has at
 /// most waves x SMs x resident blocks per SM, and each block walks tiles/grid tiles.
 inline double gemv_waves() {
-  static const double waves = [] {
-    const char* v = std::getenv("LATTE_GEMV_WAVES");
-    const double w = v ? std::atof(v) : 1.0;
-    return w > 0.0 ? w : 1.0;
-  }();
+  static const double waves = latte::detail::env_real("LATTE_GEMV_WAVES", 1.0);
   return waves;
 }
 
@@ -420,10 +415,7 @@ template <GgmlType T>
 inline constexpr bool kGemvSixBlocks = T == GgmlType::q4_k || T == GgmlType::q5_k || T == GgmlType::q6_k;
 
 inline bool gemv_six_blocks() {
-  static const bool on = [] {
-    const char* v = std::getenv("LATTE_GEMV_OCC");
-    return v == nullptr || std::string_view(v) != "4";
-  }();
+  static const bool on = latte::detail::env_choice("LATTE_GEMV_OCC", "6") == "6";
   return on;
 }
 

@@ -30,6 +30,7 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "core/environment.hpp"
 #include "cuda/bf16_mma.cuh"
 #include "cuda/gemv_x8_kernel.cuh"
 
@@ -37,10 +38,7 @@ namespace latte::cuda {
 
 /// Whether the tensor-core GEMV may take gathered launches of several tokens (LATTE_GEMV_MMA=0: never).
 inline bool gemv_mma_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("LATTE_GEMV_MMA");
-    return v == nullptr || std::string_view(v) != "0";
-  }();
+  static const bool on = latte::detail::env_flag("LATTE_GEMV_MMA", true);
   return on;
 }
 
@@ -48,10 +46,7 @@ inline bool gemv_mma_enabled() {
 /// the 4- and 8-token builds). Measured on an H200 (BENCHMARKS.md): with groups of 2 (8 sequences x 6 of 64
 /// experts) the dp4a kernel is faster (x8 1,148 against 1,060 t/s); with groups of 8, 2x faster per launch.
 inline int gemv_mma_min_tokens() {
-  static const int n = [] {
-    const char* v = std::getenv("LATTE_GEMV_MMA_MIN_TOKENS");
-    return v ? std::clamp(std::atoi(v), 1, gemv_max_tokens) : 3;
-  }();
+  static const int n = latte::detail::env_int("LATTE_GEMV_MMA_MIN_TOKENS", 3);
   return n;
 }
 
@@ -361,7 +356,7 @@ inline constexpr bool kGemvMmaLegacy = T == GgmlType::q8_0 || T == GgmlType::q4_
 
 /// Whether Q6_K launches take the tensor-core GEMV (LATTE_GEMV_MMA_Q6K=0: never, the dp4a kernel as before).
 inline bool gemv_mma_q6k_enabled() {
-  static const bool on = env_switch("LATTE_GEMV_MMA_Q6K", true);
+  static const bool on = latte::detail::env_flag("LATTE_GEMV_MMA_Q6K", true);
   return on;
 }
 
@@ -682,10 +677,7 @@ __global__ void __launch_bounds__(128, MmaStaging<T>::min_blocks)
 /// Whether dense launches with records take the tensor-core GEMV, in rows of up to 8 per blockIdx.y
 /// (LATTE_GEMV_MMA_ROWS=0: never; beyond 8 rows they then take GEMV passes or a GEMM, Linear).
 inline bool gemv_mma_rows_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("LATTE_GEMV_MMA_ROWS");
-    return v == nullptr || std::string_view(v) != "0";
-  }();
+  static const bool on = latte::detail::env_flag("LATTE_GEMV_MMA_ROWS", true);
   return on;
 }
 
@@ -693,10 +685,7 @@ inline bool gemv_mma_rows_enabled() {
 /// Measured on an H200 (BENCHMARKS.md, tenth round), with K split over a block's warps where the launch has
 /// few tiles: x8 1,168 -> 1,233 t/s (an 8-sequence step's projections), x4 unchanged (943-947 either way).
 inline int gemv_mma_dense_min_rows() {
-  static const int n = [] {
-    const char* v = std::getenv("LATTE_GEMV_MMA_DENSE_MIN");
-    return v ? std::clamp(std::atoi(v), 3, gemv_max_dense_rows + 1) : 5;
-  }();
+  static const int n = latte::detail::env_int("LATTE_GEMV_MMA_DENSE_MIN", 5);
   return n;
 }
 
@@ -759,10 +748,7 @@ inline bool gemv_mma_applies(const GemvParams& p) {
 /// Whether a dense K-quant launch whose blocks would not fill the GPU once splits K over each block's four
 /// warps (gemv_mma_kernel's Split; LATTE_GEMV_MMA_SPLIT=0: never).
 inline bool gemv_mma_split_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("LATTE_GEMV_MMA_SPLIT");
-    return v == nullptr || std::string_view(v) != "0";
-  }();
+  static const bool on = latte::detail::env_flag("LATTE_GEMV_MMA_SPLIT", true);
   return on;
 }
 
@@ -772,11 +758,7 @@ inline bool gemv_mma_split_enabled() {
 /// steps of half a super-block (the loads in flight in fewer registers). Q5_K spills ~300 bytes at 128
 /// registers and stays at 3.
 inline int gemv_mma_wide() {
-  static const int build = [] {
-    const char* v = std::getenv("LATTE_GEMV_MMA_WIDE");
-    const int n = v ? std::atoi(v) : 0;
-    return n == 1 || n == 2 ? n : 0;
-  }();
+  static const int build = latte::detail::env_int("LATTE_GEMV_MMA_WIDE", 0);
   return build;
 }
 

@@ -2,6 +2,8 @@
 // are instantiated per type family in gemv_quant_{float,legacy,kquants}.cu (parallel compilation).
 #include "cuda/gemv_quant.hpp"
 
+#include "core/environment.hpp"
+
 #include "cuda/check.hpp"
 #include "cuda/gemv_kernel.cuh"
 
@@ -58,13 +60,20 @@ bool gemv_reads_x_int8(GgmlType type, int64_t k, int tokens) noexcept {
   return reads;
 }
 
+int gemv_dense_rows() {
+  static_assert(gemv_max_tokens + 1 == 9 && gemv_max_dense_rows == 128,
+                "LATTE_GEMV_DENSE_ROWS's range (environment.cpp)");
+  static const int rows = latte::detail::env_int("LATTE_GEMV_DENSE_ROWS", 64);
+  return rows;
+}
+
 bool gemv_takes_dense_rows(const GemvParams& p) noexcept {
-  if (p.groups != nullptr || p.choice_ids != nullptr || p.n_tokens <= gemv_max_tokens ||
-      p.n_tokens > gemv_max_dense_rows || p.x_q == nullptr) {
-    return false;
-  }
   bool takes = false;
   try {
+    if (p.groups != nullptr || p.choice_ids != nullptr || p.n_tokens <= gemv_max_tokens ||
+        p.n_tokens > gemv_max_dense_rows || p.x_q == nullptr) {
+      return false;
+    }
     GemvTypes::dispatch(p.type, [&]<GgmlType T>() { takes = gemv_mma_applies<T>(p); });
   } catch (...) {
     return false;  // no device to ask about its shared memory
@@ -74,19 +83,14 @@ bool gemv_takes_dense_rows(const GemvParams& p) noexcept {
 
 int gemv_x_async_tokens() noexcept {
   static const int n = [] {
-    const char* v = std::getenv("LATTE_GEMV_X_ASYNC");
-    if (v == nullptr) return gemv_max_tokens;
-    const int t = std::atoi(v);
-    return t <= 0 ? gemv_max_tokens + 1 : std::min(t, gemv_max_tokens);
+    const int t = latte::detail::env_int("LATTE_GEMV_X_ASYNC", gemv_max_tokens);
+    return t == 0 ? gemv_max_tokens + 1 : t;
   }();
   return n;
 }
 
 bool gemv_self_quantize() noexcept {
-  static const bool on = [] {
-    const char* v = std::getenv("LATTE_GEMV_SELF_QUANTIZE");
-    return v == nullptr || std::string_view(v) != "0";
-  }();
+  static const bool on = latte::detail::env_flag("LATTE_GEMV_SELF_QUANTIZE", true);
   return on;
 }
 

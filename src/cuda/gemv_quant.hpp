@@ -27,7 +27,12 @@ namespace latte::cuda {
 /// Most tokens one GEMV pass multiplies (more: use the GEMM).
 inline constexpr int gemv_max_tokens = 8;
 /// Most rows of a dense launch: more than gemv_max_tokens only where gemv_takes_dense_rows says so.
-inline constexpr int gemv_max_dense_rows = 64;
+inline constexpr int gemv_max_dense_rows = 128;
+
+/// Most rows of a product that Linear runs as one dense launch over records (the tensor-core GEMV, 8 rows per row
+/// of blocks): LATTE_GEMV_DENSE_ROWS (9-128), default 64; longer products dequantize the matrix for cuBLAS. The
+/// forward pass makes records for that many rows.
+int gemv_dense_rows();
 
 /// One gathered group (device memory): `count` tokens multiplied by matrix `matrix` of the stack.
 struct GemvGroup {

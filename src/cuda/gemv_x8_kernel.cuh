@@ -30,10 +30,10 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "core/environment.hpp"
 #include "cuda/bf16_mma.cuh"
 #include "cuda/check.hpp"
 #include "cuda/device_caps.hpp"
-#include "cuda/env_switch.hpp"
 #include "cuda/gemv_quant.hpp"
 #include "cuda/launch.cuh"
 #include "cuda/moe_route.cuh"
@@ -66,10 +66,7 @@ inline constexpr int kGemvX8BlockValues = quant::BlockTraits<T>::values;
 
 /// Whether gemv_quant may take the split-int8 path (LATTE_GEMV_INT8=0: never, to compare).
 inline bool gemv_int8_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("LATTE_GEMV_INT8");
-    return v == nullptr || std::string_view(v) != "0";
-  }();
+  static const bool on = latte::detail::env_flag("LATTE_GEMV_INT8", true);
   return on;
 }
 
@@ -919,7 +916,7 @@ inline bool gemv_x8_applies(const GemvParams& p, int64_t max_record_bytes = kGem
 /// (kGemvX8WideBlocks; LATTE_GEMV_X8_WIDE=1). Off by default: 4 blocks per SM, as the 4- and 8-token builds
 /// (the wide builds measured tg32 -6% and x8 unchanged on an H200, BENCHMARKS.md thirteenth round).
 inline bool gemv_x8_wide_enabled() {
-  static const bool on = env_switch("LATTE_GEMV_X8_WIDE", false);
+  static const bool on = latte::detail::env_flag("LATTE_GEMV_X8_WIDE", false);
   return on;
 }
 

@@ -22,6 +22,7 @@
 #include <string_view>
 #include <utility>
 
+#include "core/environment.hpp"
 #include "cuda/check.hpp"
 
 namespace latte::cuda {
@@ -42,10 +43,7 @@ __device__ __forceinline__ void allow_dependents() {
 
 /// Whether launch_kernel() lets kernels overlap their predecessor (default; LATTE_PDL=0: never).
 inline bool overlapped_launches() {
-  static const bool on = [] {
-    const char* v = std::getenv("LATTE_PDL");
-    return v == nullptr || std::string_view(v) != "0";
-  }();
+  static const bool on = latte::detail::env_flag("LATTE_PDL", true);
   return on;
 }
 

@@ -1,8 +1,8 @@
 #include "cuda/linear.hpp"
 
+#include "core/environment.hpp"
 #include "cuda/activations.hpp"
 #include "cuda/check.hpp"
-#include "cuda/env_switch.hpp"
 #include "cuda/gemm_bf16.hpp"
 #include "cuda/gemm_quant.hpp"
 #include "cuda/gemv_quant.hpp"
@@ -64,27 +64,24 @@ void Linear::residual_into_y(const DeviceMatrix& w, const LinearCall& c, cudaStr
 }
 
 bool linear_normalises(const DeviceMatrix& w) {
-  static const bool on = env_switch("LATTE_GEMV_NORM", false);
+  static const bool on = latte::detail::env_flag("LATTE_GEMV_NORM", false);
   return on && w && gemv_self_quantize() && gemv_reads_x_int8(w.type, w.k, 1);
 }
 
 int Linear::blas_min_rows() {
-  static const int rows = [] {
-    const char* v = std::getenv("LATTE_BLAS_MIN_ROWS");
-    const int n = v ? std::atoi(v) : 0;
-    return n >= gemv_max_tokens + 1 && n <= 4096 ? n : kBlasMinRows;
-  }();
+  static_assert(gemv_max_tokens + 1 == 9, "LATTE_BLAS_MIN_ROWS's range in core/environment.cpp");
+  static const int rows = latte::detail::env_int("LATTE_BLAS_MIN_ROWS", kBlasMinRows);
   return rows;
 }
 
 bool Linear::gemv_passes(const DeviceMatrix& w, int rows) {
-  static const bool on = env_switch("LATTE_GEMV_PASSES", true);
+  static const bool on = latte::detail::env_flag("LATTE_GEMV_PASSES", true);
   return on && w && rows > gemv_max_tokens && rows <= kPassRows && w.bytes() <= kPassMaxBytes &&
          gemv_reads_x_int8(w.type, w.k, gemv_max_tokens);
 }
 
 bool Linear::gemv_rows(const DeviceMatrix& w, int rows) {
-  if (!w || rows <= gemv_max_tokens || rows > gemv_max_dense_rows) return false;
+  if (!w || rows <= gemv_max_tokens || rows > gemv_dense_rows()) return false;
   // a probe of the launch: the records' address only has to be set
   GemvParams p = gemv_params(w, nullptr, w.k, nullptr, w.rows, nullptr, rows, reinterpret_cast<const uint8_t*>(w.data),
                              x_int8_record_bytes(w.k));

@@ -81,8 +81,8 @@ class Linear {
   static constexpr int64_t kPassMaxBytes = int64_t{24} << 20;
   /// Whether a product of `rows` rows of w with records runs as GEMV passes (see kPassRows).
   static bool gemv_passes(const DeviceMatrix& w, int rows);
-  /// Whether a product of 9 to gemv_max_dense_rows rows of w with records runs as one tensor-core GEMV
-  /// launch (gemv_takes_dense_rows: Q4_K, Q5_K and the legacy types), ahead of GEMV passes and the GEMM.
+  /// Whether a product of 9 to gemv_dense_rows() (LATTE_GEMV_DENSE_ROWS) rows of w with records runs as one tensor-core
+  /// GEMV launch (gemv_takes_dense_rows: Q4_K, Q5_K and the legacy types), ahead of GEMV passes and the GEMM.
   static bool gemv_rows(const DeviceMatrix& w, int rows);
   /// Whether a product of `rows` rows of w with records reads them (one GEMV, GEMV passes or gemv_rows).
   static bool reads_records(const DeviceMatrix& w, int rows);

@@ -22,8 +22,8 @@
 //   so 3.6 TB/s of effective cache bandwidth is out of reach there for any kernel on this chip.
 #include "cuda/mla_decode.hpp"
 
+#include "core/environment.hpp"
 #include "cuda/check.hpp"
-#include "cuda/env_switch.hpp"
 #include "cuda/launch.cuh"
 #include "cuda/mla_decode_tiles.cuh"
 #include "cuda/split_kv_combine.hpp"
@@ -408,7 +408,7 @@ MlaDecodePlan plan_mla_decode(const MlaDecodeParams& p, int force_splits, MlaSpl
   const double partial_bytes_per_split = static_cast<double>(p.batch) * rows_total * kMlaLatentDim * 4 * 2;
   auto combine_cost = [&](int s) { return 5.0 + s * partial_bytes_per_split / (tile_bytes * ctas_per_wave); };
   constexpr double kClusterMergeCost = 1.0;
-  static const bool clusters_allowed = env_switch("LATTE_MLA_CLUSTER", true);
+  static const bool clusters_allowed = latte::detail::env_flag("LATTE_MLA_CLUSTER", true);
   const bool may_cluster = merge == MlaSplitMerge::cluster ||
                            (merge == MlaSplitMerge::automatic && clusters_allowed && device.major >= 9 &&
                             cluster_config(config) && force_splits <= 0 && base_ctas <= kClusterMaxBaseCtas);

@@ -1,5 +1,7 @@
 #include "cuda/moe_experts.hpp"
 
+#include "core/environment.hpp"
+
 #include <latte/error.hpp>
 
 #include <algorithm>
@@ -80,10 +82,7 @@ void combine_slots(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeExperts
 // Most tokens per GEMV group for `pairs` (token, choice) pairs over n_experts: the power of two at or above
 // twice the mean pairs per expert, within 1..min(8, n_tokens). LATTE_MOE_GROUP_TOKENS (1-8) fixes it.
 int moe_group_tokens(int pairs, int n_experts, int n_tokens) {
-  static const int fixed = [] {
-    const char* v = std::getenv("LATTE_MOE_GROUP_TOKENS");
-    return v ? std::clamp(std::atoi(v), 1, gemv_max_tokens) : 0;
-  }();
+  static const int fixed = latte::detail::env_int("LATTE_MOE_GROUP_TOKENS", 0);
   const int cap = std::min(gemv_max_tokens, std::max(1, n_tokens));
   if (fixed > 0) return std::min(fixed, cap);
   int g = 1;

@@ -1,6 +1,8 @@
 // Tensor parallelism on CUDA (see tensor_parallel_cuda.hpp).
 #include "cuda/tensor_parallel_cuda.hpp"
 
+#include "core/environment.hpp"
+
 #include "cuda/check.hpp"
 #include "cuda/cuda_forward.hpp"
 #include "cuda/device_weights.hpp"
@@ -316,11 +318,7 @@ std::shared_ptr<TensorParallelDevices> load_tensor_parallel_devices(const detail
 #else
   auto out = std::make_shared<TensorParallelDevices>();
   out->first_device = first;
-  const char* output_env = std::getenv("LATTE_TP_OUTPUT");
-  const std::string output_mode = output_env ? output_env : "replicated";
-  if (output_mode != "replicated" && output_mode != "split") {
-    throw Error(ErrorCode::invalid_argument, "LATTE_TP_OUTPUT is replicated or split, got '" + output_mode + "'");
-  }
+  const std::string output_mode = latte::detail::env_choice("LATTE_TP_OUTPUT", "replicated");
   out->split_output = output_mode == "split" && state.config.n_vocab % w == 0;
   const int64_t slice = state.config.n_vocab / w;
   auto options = [&](int r) {

@@ -1,5 +1,6 @@
 // One rank of a tensor-parallel model per process (see tensor_parallel_cuda.hpp): the shard upload,
 // the NCCL group joined through the launch's id file, and the SPMD forward pass of one rank.
+#include "core/environment.hpp"
 #include "cuda/check.hpp"
 #include "cuda/cuda_forward.hpp"
 #include "cuda/device_buffer.hpp"
@@ -45,16 +46,7 @@ std::string who(const detail::LaunchEnvironment& env) {
 
 /// LATTE_TP_TIMEOUT_S: how long a rank waits for its peers (rank 0's id at load, a step's end).
 [[maybe_unused]] std::chrono::seconds peer_timeout() {
-  const char* text = std::getenv("LATTE_TP_TIMEOUT_S");
-  if (!text || !*text) return std::chrono::seconds(600);
-  try {
-    size_t used = 0;
-    const long long v = std::stoll(text, &used);
-    if (used == std::string(text).size() && v >= 0) return std::chrono::seconds(v);
-  } catch (const std::exception&) {
-  }
-  throw Error(ErrorCode::invalid_argument,
-              std::string("LATTE_TP_TIMEOUT_S='") + text + "' is not a number of seconds (0: wait forever)");
+  return std::chrono::seconds(latte::detail::env_int("LATTE_TP_TIMEOUT_S", 600));
 }
 
 #ifdef LATTE_WITH_NCCL
@@ -338,11 +330,7 @@ std::shared_ptr<TensorParallelDevices> load_launch_rank_devices(const detail::Mo
   auto out = std::make_shared<TensorParallelDevices>();
   out->first_device = env.local_rank;
   out->launch_rank = env.rank;
-  const char* output_env = std::getenv("LATTE_TP_OUTPUT");
-  const std::string output_mode = output_env && *output_env ? output_env : "split";
-  if (output_mode != "replicated" && output_mode != "split") {
-    throw Error(ErrorCode::invalid_argument, "LATTE_TP_OUTPUT is replicated or split, got '" + output_mode + "'");
-  }
+  const std::string output_mode = latte::detail::env_choice("LATTE_TP_OUTPUT", "split");
   out->split_output = output_mode == "split" && state.config.n_vocab % w == 0;
   const int64_t slice = state.config.n_vocab / w;
   const UploadOptions options =

@@ -6,6 +6,8 @@
 // device that passed is not checked again (Model::load calls ensure_selftest for every CUDA load).
 #include "diagnostics/selftest_cases.hpp"
 
+#include "core/environment.hpp"
+
 #include <latte/diagnostics.hpp>
 #include <latte/error.hpp>
 
@@ -33,10 +35,7 @@ std::filesystem::path cache_dir() {
   return {};
 }
 
-bool selftest_disabled() {
-  const char* v = std::getenv("LATTE_NO_SELFTEST");
-  return v && *v && std::string(v) != "0";
-}
+bool selftest_disabled() { return latte::detail::env_flag("LATTE_NO_SELFTEST", false); }
 
 /// The kernels of the MISMATCH lines of a self-test table ("mla_decode bf16, rms_norm f32").
 std::string failing_cases(const std::string& table) {

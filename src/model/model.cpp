@@ -1,4 +1,5 @@
 // Model: load a GGUF file, read its config, audit and map its tensors.
+#include "core/environment.hpp"
 #include "model/fingerprint.hpp"
 #include "model/model_state.hpp"
 #include "model/weights.hpp"
@@ -37,6 +38,7 @@ Model Model::load(const std::string& path, ModelParams params) {
 
 Model Model::from_file(gguf::File file, ModelParams params) {
   report_progress(params, 0.0f);
+  latte::detail::check_environment();  // a bad LATTE_* value fails here, not inside a step
   if (params.tensor_parallel < 1) {
     throw Error(ErrorCode::invalid_argument,
                 "tensor_parallel must be at least 1 (got " + std::to_string(params.tensor_parallel) + ")");

@@ -33,9 +33,9 @@ namespace {
 SessionParams checked(SessionParams p) {
   if (p.n_ctx < 1)
     throw Error(ErrorCode::invalid_argument, "n_ctx must be at least 1 (got " + std::to_string(p.n_ctx) + ")");
-  if (p.n_threads < 0) {
-    throw Error(ErrorCode::invalid_argument,
-                "n_threads must not be negative (got " + std::to_string(p.n_threads) + ")");
+  if (p.n_threads < 0 || p.n_threads > max_threads) {
+    throw Error(ErrorCode::invalid_argument, "n_threads must be in 0.." + std::to_string(max_threads) + " (got " +
+                                                 std::to_string(p.n_threads) + ")");
   }
   return p;
 }

@@ -89,9 +89,10 @@ for src in "${sources[@]}"; do
   compile "$src" "$out/obj/$(basename "$src").o" flags "${headers[@]}"
 done
 # latte's CPU quantizer and decoder, without the emulation header: the GEMV test's reference; the model's
-# attention scale (the fused decode step's plan).
-for src in "$root"/src/quant/*.cpp "$root"/src/model/attention_scale.cpp; do
-  compile "$src" "$out/obj/plain-$(basename "$src").o" common "$root"/src/quant/*.hpp "$root"/include/latte/quant.hpp
+# attention scale (the fused decode step's plan); the LATTE_* variables' readers (the kernels' switches).
+for src in "$root"/src/quant/*.cpp "$root"/src/model/attention_scale.cpp "$root"/src/core/environment.cpp; do
+  compile "$src" "$out/obj/plain-$(basename "$src").o" common "$root"/src/quant/*.hpp "$root"/include/latte/quant.hpp \
+          "$root"/src/core/environment.hpp
 done
 g++ "${flags[@]}" -o "$out/latte_emulated_gpu_tests" "${objects[@]}" -L"$cuda/lib64" -lcudart -Wl,-rpath,"$cuda/lib64"
 echo "$out/latte_emulated_gpu_tests"

@@ -779,7 +779,7 @@ TEST_CASE("gemv on split-int8 x: per-head short rows (W_UK-like, k = 128) over g
   }
 }
 
-TEST_CASE("gemv on split-int8 x: 9-64 dense rows in one tensor-core launch, plain and gated, within the bound") {
+TEST_CASE("gemv on split-int8 x: 9-128 dense rows in one tensor-core launch, plain and gated, within the bound") {
   Rng rng;
   struct Shape {
     int64_t rows, k;
@@ -797,7 +797,7 @@ TEST_CASE("gemv on split-int8 x: 9-64 dense rows in one tensor-core launch, plai
                                       : is_k   ? std::vector<Shape>{{300, 2048}, {100, 2048}, {37, 256}}
                                                : std::vector<Shape>{{37, 1408}, {20, 3200}};
     for (const Shape s : shapes) {
-      for (const int n : {9, 17, 30, 64}) {
+      for (const int n : {9, 17, 30, 64, 100, 128}) {  // beyond 64: LATTE_GEMV_DENSE_ROWS
         CAPTURE(latte::type_name(type));
         CAPTURE(s.rows);
         CAPTURE(s.k);
@@ -810,17 +810,17 @@ TEST_CASE("gemv on split-int8 x: 9-64 dense rows in one tensor-core launch, plai
       }
     }
   }
-  // refused: more than 64 rows, no records, a type without the tensor-core kernel
+  // refused: more than 128 rows, no records, a type without the tensor-core kernel
   latte::cuda::GemvParams probe{.type = GgmlType::q4_k,
                                 .weight = reinterpret_cast<const void*>(uintptr_t{256}),
                                 .weight_bytes = 256 * 144,
                                 .n_rows = 256,
                                 .k = 256,
-                                .n_tokens = 65,
+                                .n_tokens = latte::cuda::gemv_max_dense_rows + 1,
                                 .x_q = reinterpret_cast<const uint8_t*>(uintptr_t{256}),
                                 .x_q_stride = latte::cuda::x_int8_record_bytes(256)};
   CHECK_FALSE(latte::cuda::gemv_takes_dense_rows(probe));
-  probe.n_tokens = 64;
+  probe.n_tokens = latte::cuda::gemv_max_dense_rows;
   CHECK(latte::cuda::gemv_takes_dense_rows(probe));
   probe.x_q = nullptr;
   CHECK_FALSE(latte::cuda::gemv_takes_dense_rows(probe));

@@ -15,6 +15,7 @@
 // bandwidth (every rank reads its share of the weights from its own memory).
 #include "bench_floor.hpp"
 #include "command.hpp"
+#include "core/environment.hpp"
 #include "token_list.hpp"
 
 #include <latte/attention.hpp>
@@ -409,12 +410,14 @@ int run_bench(std::span<const std::string> argv) {
   Bench bench(o, model, bandwidth);
   const WeightBytes& w = bench.weights();
   const std::string size = human_size(w.all), params = human_count(static_cast<double>(w.n_params));
+  const std::string environment = latte::detail::environment_summary();  // the LATTE_* settings besides the defaults
   if (!o.json) {
     std::printf("copy bandwidth: %.1f GB/s (read + write; %s)\n", bandwidth / 1e9, bandwidth_source.c_str());
     std::printf(
         "active weights per decoded token: %.1f MiB (%d of %d routed experts, shared, dense, attention, "
         "head, one embedding row)\n\n",
         w.per_step(1) / (1 << 20), w.n_expert_used, w.n_expert);
+    if (!environment.empty()) std::printf("environment: %s\n\n", environment.c_str());
     std::printf("| %-28s | %10s | %9s | %-7s | %-9s | %-22s | %18s | %10s | %7s |\n", "model", "size", "params",
                 "device", "attention", "test", "t/s", "floor t/s", "floor %");
     std::printf("| %s | %s: | %s: | %s | %s | %s | %s: | %s: | %s: |\n", std::string(28, '-').c_str(),
@@ -494,6 +497,7 @@ int run_bench(std::span<const std::string> argv) {
                      {"active_weight_bytes_per_token", w.per_step(1)},
                      {"repetitions", o.reps},
                      {"seed", o.seed},
+                     {"environment", environment},
                      {"tests", nlohmann::json::array()}};
     for (const TestResult& r : results) {
       const double floor = floor_tps(r, bandwidth * r.tp);
