@@ -23,12 +23,15 @@ latte_cli_test(NAME model_generate_sampled ARGS generate --model ${_model} --tok
                EXPECT_STDOUT "^[0-9]+ [0-9]+ [0-9]+ [0-9]+ [0-9]+\n$")
 latte_cli_test(NAME model_generate_bad_temperature ARGS generate --model ${_model} --tokens "1" -n 2 --temp -1
                EXPECT_EXIT 1 EXPECT_STDERR "temperature")
+latte_cli_test(NAME model_generate_nan_temperature ARGS generate --model ${_model} --tokens "1" -n 2 --temp nan
+               EXPECT_EXIT 1 EXPECT_STDERR "--temp: 'nan' is not a number")
 latte_cli_test(NAME model_missing_file ARGS logits --model ${CMAKE_CURRENT_BINARY_DIR}/no-such.gguf --tokens "1"
                EXPECT_EXIT 1 EXPECT_STDERR "no-such.gguf")
 latte_cli_test(NAME model_generate_context_overflow ARGS generate --model ${_model} --tokens "1 2" -n 2147483647
                EXPECT_EXIT 1 EXPECT_STDERR "needs a context of 2147483649 positions, more than a session can hold")
 set_tests_properties(cli_model_token_out_of_range cli_model_bad_token_text cli_model_unknown_backend
-                     cli_model_generate_sampled cli_model_generate_bad_temperature cli_model_generate_context_overflow
+                     cli_model_generate_sampled cli_model_generate_bad_temperature cli_model_generate_nan_temperature
+                     cli_model_generate_context_overflow
                      PROPERTIES FIXTURES_REQUIRED cli_model)
 
 # `latte inspect` shows a supported model's config and weight audit; --audit lists every tensor.

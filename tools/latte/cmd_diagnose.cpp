@@ -274,9 +274,8 @@ int run_diagnose(std::span<const std::string> argv) {
   if (std::any_of(sides.begin(), sides.end(), involves_cuda)) bound = diag::kBf16Bound;
   int status = kExitAgree;
   if (bound_text) {
-    char* end = nullptr;
-    bound = std::strtod(bound_text->c_str(), &end);
-    if (end == bound_text->c_str() || *end != '\0' || !(bound > 0)) {
+    bound = latte::cli::parse_double_option("--bound", *bound_text);
+    if (!(bound > 0)) {
       throw latte::Error(latte::ErrorCode::invalid_argument, "--bound: '" + *bound_text + "' is not a positive number");
     }
   }

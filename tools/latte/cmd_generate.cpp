@@ -47,13 +47,9 @@ void print_usage() {
       stdout);
 }
 
+/// A sampling setting's value (latte::Sampler checks its range).
 float parse_float_option(const std::string& option, const std::string& text) {
-  char* end = nullptr;
-  const float v = std::strtof(text.c_str(), &end);
-  if (text.empty() || end != text.c_str() + text.size()) {
-    throw latte::Error(latte::ErrorCode::invalid_argument, option + ": '" + text + "' is not a number");
-  }
-  return v;
+  return static_cast<float>(latte::cli::parse_double_option(option, text));
 }
 
 int run_generate(std::span<const std::string> argv) {
