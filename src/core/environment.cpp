@@ -64,6 +64,8 @@ constexpr std::array kVariables = {
     integer("LATTE_LOGITS_COPY_THREADS", 1, 256,
             "CUDA: threads copying a batch's logits to its sessions (cores/2, 1-8)"),
     flag("LATTE_MLA_CLUSTER", "CUDA: MLA decode splits may merge inside a thread-block cluster (1)"),
+    choice("LATTE_MLA_DECODE_TILE", "64|32",
+           "CUDA: positions per tile of the 16-row MLA decode kernel: 64 (2 stages) or 32 (4 stages) (64)"),
     flag("LATTE_MLA_DISABLE", "attention backend of sessions that ask for auto is standard (0)"),
     flag("LATTE_MLA_HEADS_BLAS", "CUDA: per-head W_UK / W_UV of many rows as one batched cuBLAS product (1)"),
     choice("LATTE_MLA_PREFILL", "auto|absorbed", "CUDA: long mla prefill chunks decompress K and V (auto)"),

@@ -6,10 +6,11 @@
 // takes 16 (or 64) of them and reads each cache tile once for all of them. Row groups of one
 // (sequence, split) are adjacent in the grid, so they run side by side and share the tiles in L2.
 // Per tile of kTileTokens positions (kStages-deep cp.async ring in shared memory), 16-row kernel:
-//   1. S = Q K^T with mma.m16n8k16 (bf16 -> fp32): warp `slice` computes 16 rows x 16 positions over
-//      the 576 dims; scaled by scale*log2(e), masked, stored to shared memory.
+//   1. S = Q K^T with mma.m16n8k16 (bf16 -> fp32): warp `qk_slice` computes 16 rows x 16 positions over
+//      the 576 dims (over half of them with kDimSplit 2: two score tiles, summed in step 2); scaled by
+//      scale*log2(e), masked, stored to shared memory.
 //   2. Online softmax + O += P V: every warp reads all kTileTokens scores of the 16 rows, updates the
-//      running max/sum, and accumulates its 512/kSlices columns of O in registers (V = the first 512
+//      running max/sum, and accumulates its 512/kWarpsPerBlock columns of O in registers (V = the first 512
 //      values of the same cache rows: ldmatrix.trans).
 // Partial results of a split (normalised O and LSE) go to the workspace; split_kv_combine merges them.
 // With one split the kernel writes the final output directly.
@@ -40,25 +41,29 @@ namespace {
 
 using namespace mla_decode_detail;
 
-template <int kHeadBlocks_, int kTileTokens_, int kStages_>
+template <int kHeadBlocks_, int kTileTokens_, int kStages_, int kDimSplit_ = 1>
 struct MlaDecodeTraits {
   static constexpr int kHeadBlocks = kHeadBlocks_;  // 16-row tensor-core blocks per CTA
   static constexpr int kTileTokens = kTileTokens_;  // cache positions per pipeline stage
   static constexpr int kStages = kStages_;          // shared-memory stages; kStages - 1 tiles in flight
+  static constexpr int kDimSplit = kDimSplit_;      // warps sharing one 16-position slice of Q K^T (by dims)
   static constexpr int kRows = 16 * kHeadBlocks;
-  static constexpr int kSlices = kTileTokens / 16;  // warps per row block = 16-position k-steps of P V
-  static constexpr int kWarps = kHeadBlocks * kSlices;
+  static constexpr int kSlices = kTileTokens / 16;            // 16-position slices of Q K^T = k-steps of P V
+  static constexpr int kWarpsPerBlock = kSlices * kDimSplit;  // warps per row block
+  static constexpr int kWarps = kHeadBlocks * kWarpsPerBlock;
   static constexpr int kThreads = 32 * kWarps;
-  static constexpr int kColsPerWarp = kMlaLatentDim / kSlices;  // O columns per warp
-  static constexpr int kOutTiles = kColsPerWarp / 8;            // n8 accumulator tiles per warp
-  static constexpr int kQkSteps = kMlaCacheRow / 16;            // 36 k-steps of Q K^T
-  static constexpr int kScoreStride = kTileTokens + 8;          // floats; = 8 mod 32: conflict-free float2
+  static constexpr int kColsPerWarp = kMlaLatentDim / kWarpsPerBlock;  // O columns per warp
+  static constexpr int kOutTiles = kColsPerWarp / 8;                   // n8 accumulator tiles per warp
+  static constexpr int kQkSteps = kMlaCacheRow / 16 / kDimSplit;       // k-steps of Q K^T per warp (36 in all)
+  static constexpr int kScoreStride = kTileTokens + 8;                 // floats; = 8 mod 32: conflict-free float2
   static constexpr size_t kQBytes = size_t{kRows} * kSmemRowElems * sizeof(bf16);
   static constexpr size_t kKvBytes = size_t{kStages} * kTileTokens * kSmemRowElems * sizeof(bf16);
-  static constexpr size_t kScoreBytes = size_t{kRows} * kScoreStride * sizeof(float);
+  // one score tile per dim part: the parts' partial dot products, summed by the softmax
+  static constexpr size_t kScoreBytes = size_t{kDimSplit} * kRows * kScoreStride * sizeof(float);
   using Ring = TileRowRing<kTileTokens, kStages>;
   static constexpr size_t kSmemBytes = kQBytes + kKvBytes + kScoreBytes + Ring::kBytes;
-  static_assert(kTileTokens % 16 == 0 && kMlaLatentDim % kSlices == 0 && kColsPerWarp % 16 == 0);
+  static_assert(kTileTokens % 16 == 0 && kMlaLatentDim % kWarpsPerBlock == 0 && kColsPerWarp % 16 == 0);
+  static_assert(kMlaCacheRow / 16 % kDimSplit == 0 && (kDimSplit == 1 || kDimSplit == 2));
   static_assert(kThreads >= kTileTokens, "one thread per tile row resolves the row addresses");
   static_assert(kScoreStride % 32 == 8);
 };
@@ -67,6 +72,10 @@ struct MlaDecodeTraits {
 // than 32 rows go to the 64-row kernel of mla_decode_wide.cu.
 using MlaDecodeNarrow = MlaDecodeTraits<1, 64, 2>;     // 16 rows, 4 warps, 171 KB smem: memory-bound
 using MlaDecodeSmallSmem = MlaDecodeTraits<1, 32, 2>;  // 16 rows, 2 warps, 95 KB: sm_120 (~100 KB per block)
+// 16 rows, 4 warps (2 position slices x 2 halves of the 576 dims in Q K^T, 4 column slices in P V), 175 KB:
+// 32-position tiles in 4 stages keep 3 tiles (112 KB) in flight through each tile's compute, where the
+// 64-position tiles keep one (75 KB). LATTE_MLA_DECODE_TILE=32 (BENCHMARKS.md, eighteenth round).
+using MlaDecodeDeep = MlaDecodeTraits<1, 32, 4, 2>;
 
 template <class Tr>
 __global__ void __launch_bounds__(Tr::kThreads, 1) mla_decode_kernel(const Launch L) {
@@ -87,8 +96,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) mla_decode_kernel(const Launc
   const int lane = threadIdx.x % 32;
   const int g = lane / 4;                // fragment row
   const int tq = lane % 4;               // fragment column pair
-  const int rb = warp / Tr::kSlices;     // row block of this warp
-  const int slice = warp % Tr::kSlices;  // position slice (scores) and column slice (P V)
+  const int rb = warp / Tr::kWarpsPerBlock;     // row block of this warp
+  const int slice = warp % Tr::kWarpsPerBlock;  // column slice of P V
+  const int qk_slice = slice % Tr::kSlices;     // position slice of Q K^T
+  const int qk_part = slice / Tr::kSlices;      // which kQkSteps k-steps of the 576 dims it sums
   const int row0 = row_group * Tr::kRows;
   const int row_limit[2] = {range.visible_limit(L, row0 + rb * 16 + g), range.visible_limit(L, row0 + rb * 16 + g + 8)};
 
@@ -123,9 +134,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) mla_decode_kernel(const Launc
       // 1. Scores of 16 rows x 16 positions.
       {
         float acc[2][4] = {};
-        const bf16* a_base = q_s + (rb * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * kSmemRowElems + (lane / 16) * 8;
+        const int k0 = qk_part * Tr::kQkSteps * 16;  // this warp's first dim
+        const bf16* a_base = q_s + (rb * 16 + (lane % 8) + ((lane / 8) % 2) * 8) * kSmemRowElems + (lane / 16) * 8 + k0;
         const bf16* b_base =
-            kv_tile + (slice * 16 + (lane / 16) * 8 + (lane % 8)) * kSmemRowElems + ((lane / 8) % 2) * 8;
+            kv_tile + (qk_slice * 16 + (lane / 16) * 8 + (lane % 8)) * kSmemRowElems + ((lane / 8) % 2) * 8 + k0;
 #pragma unroll 12
         for (int kk = 0; kk < Tr::kQkSteps; ++kk) {
           uint32_t a[4], bk[4];
@@ -134,9 +146,10 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) mla_decode_kernel(const Launc
           mma::mma_bf16_16816(acc[0], a, bk[0], bk[1]);
           mma::mma_bf16_16816(acc[1], a, bk[2], bk[3]);
         }
+        float* scores = score_s + qk_part * Tr::kRows * Tr::kScoreStride;
 #pragma unroll
         for (int n = 0; n < 2; ++n) {
-          const int col = slice * 16 + n * 8 + 2 * tq;
+          const int col = qk_slice * 16 + n * 8 + 2 * tq;
           const int pos0 = positions[col];
           const int pos1 = positions[col + 1];
 #pragma unroll
@@ -144,7 +157,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) mla_decode_kernel(const Launc
             float2 v;
             v.x = pos0 >= 0 && pos0 < row_limit[half] ? acc[n][2 * half] * L.score_scale : -INFINITY;
             v.y = pos1 >= 0 && pos1 < row_limit[half] ? acc[n][2 * half + 1] * L.score_scale : -INFINITY;
-            *reinterpret_cast<float2*>(score_s + (rb * 16 + g + 8 * half) * Tr::kScoreStride + col) = v;
+            *reinterpret_cast<float2*>(scores + (rb * 16 + g + 8 * half) * Tr::kScoreStride + col) = v;
           }
         }
       }
@@ -160,8 +173,17 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) mla_decode_kernel(const Launc
         for (int kk = 0; kk < Tr::kSlices; ++kk) {
 #pragma unroll
           for (int half = 0; half < 2; ++half) {
-            const float2 lo = *reinterpret_cast<const float2*>(srow[half] + kk * 16 + 2 * tq);
-            const float2 hi = *reinterpret_cast<const float2*>(srow[half] + kk * 16 + 8 + 2 * tq);
+            float2 lo = *reinterpret_cast<const float2*>(srow[half] + kk * 16 + 2 * tq);
+            float2 hi = *reinterpret_cast<const float2*>(srow[half] + kk * 16 + 8 + 2 * tq);
+            if constexpr (Tr::kDimSplit == 2) {  // + the other half's partial dot products (-inf + -inf: masked)
+              const float* other = srow[half] + Tr::kRows * Tr::kScoreStride;
+              const float2 lo2 = *reinterpret_cast<const float2*>(other + kk * 16 + 2 * tq);
+              const float2 hi2 = *reinterpret_cast<const float2*>(other + kk * 16 + 8 + 2 * tq);
+              lo.x += lo2.x;
+              lo.y += lo2.y;
+              hi.x += hi2.x;
+              hi.y += hi2.y;
+            }
             s[kk][half][0] = lo.x;
             s[kk][half][1] = lo.y;
             s[kk][half][2] = hi.x;
@@ -264,7 +286,8 @@ KernelInfo narrow_kernel_info() {
   return {&mla_decode_kernel<Tr>, Tr::kRows, Tr::kTileTokens, Tr::kThreads, Tr::kSmemBytes};
 }
 
-/// Compiled configurations: 0 narrow (16 rows), 1 wide (64 rows), 2 narrow for ~100 KB of shared memory.
+/// Compiled configurations: 0 narrow (16 rows), 1 wide (64 rows), 2 narrow for ~100 KB of shared memory, 3 narrow
+/// with 32-position tiles in 4 stages.
 KernelInfo config_by_id(int id) {
   switch (id) {
     case 0:
@@ -273,6 +296,8 @@ KernelInfo config_by_id(int id) {
       return wide_kernel_info();
     case 2:
       return narrow_kernel_info<MlaDecodeSmallSmem>();
+    case 3:
+      return narrow_kernel_info<MlaDecodeDeep>();
     default:
       throw Error(ErrorCode::internal, "mla_decode: unknown tile configuration " + std::to_string(id));
   }
@@ -363,7 +388,7 @@ int max_active_clusters(const DeviceLimits& device, int config, int size) {
 }
 
 /// Whether configuration `config` merges splits in clusters (the 16-row kernels; not the 64-row one).
-bool cluster_config(int config) { return config == 0 || config == 2; }
+bool cluster_config(int config) { return config == 0 || config == 2 || config == 3; }
 
 }  // namespace
 
@@ -371,7 +396,9 @@ MlaDecodePlan plan_mla_decode(const MlaDecodeParams& p, int force_splits, MlaSpl
   check_params(p);
   const DeviceLimits device = current_device_limits();
   const int rows_total = p.q_len * p.n_heads;
-  int config = rows_total <= 32 ? 0 : 1;
+  // LATTE_MLA_DECODE_TILE=32: the 16-row kernel with 32-position tiles, more of them in flight (read per plan)
+  const bool deep = latte::detail::env_choice("LATTE_MLA_DECODE_TILE", "64") == "32";
+  int config = rows_total <= 32 ? (deep ? 3 : 0) : 1;
   if (config_by_id(config).smem_bytes > static_cast<size_t>(device.max_smem_optin)) config = 2;
   const KernelInfo info = config_by_id(config);
   require(info.smem_bytes <= static_cast<size_t>(device.max_smem_optin), ErrorCode::unsupported,

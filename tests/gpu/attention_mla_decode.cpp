@@ -3,6 +3,7 @@
 // over the causally visible positions (dense) or the listed ones (sparse).
 #include "attention_test_support.hpp"
 #include "cuda/mla_decode.hpp"
+#include "support/env_scope.hpp"
 
 #include <doctest/doctest.h>
 
@@ -260,6 +261,47 @@ TEST_CASE("mla decode merges its splits inside one cluster per row group") {
        .merge = cluster},
       {.name = "cluster chosen by the plan", .kv_lens = {900}, .merge = cluster},
       {.name = "auto plan, one sequence", .kv_lens = {1000}},
+  });
+}
+
+TEST_CASE("mla decode with 32-position tiles in 4 stages (LATTE_MLA_DECODE_TILE=32) matches the reference") {
+  const latte::test::EnvScope tile("LATTE_MLA_DECODE_TILE", "32");
+  using latte::cuda::MlaSplitMerge;
+  constexpr MlaSplitMerge cluster = MlaSplitMerge::cluster;
+  // the plan takes the 32-position kernel (configuration 3) for up to 32 rows per sequence, where it fits
+  latte::cuda::MlaDecodeParams p;
+  alignas(16) static uint16_t dummy[1024];
+  static int32_t lens[1] = {4};
+  p.q_latent = p.q_rope = reinterpret_cast<const __nv_bfloat16*>(dummy);
+  p.cache = {.data = reinterpret_cast<const __nv_bfloat16*>(dummy), .page_stride = 576 * 8, .token_stride = 576};
+  p.kv_lens = lens;
+  p.out = dummy;
+  p.batch = 1;
+  p.q_len = 1;
+  p.n_heads = 16;
+  p.max_kv_len = 4096;
+  p.scale = 0.1f;
+  p.q_latent_token_stride = 16 * 512;
+  p.q_latent_head_stride = 512;
+  p.q_rope_token_stride = 16 * 64;
+  p.q_rope_head_stride = 64;
+  const latte::cuda::MlaDecodePlan plan = latte::cuda::plan_mla_decode(p);
+  CHECK((plan.config == 3 || plan.config == 2));  // 2: a device with ~100 KB of shared memory per block
+  CHECK(plan.chunk % 32 == 0);
+  check_all({
+      {.name = "16 heads, auto plan", .n_heads = 16, .kv_lens = {1, 2, 31, 33, 63, 65, 1000, 4097}},
+      {.name = "16 heads, one split (direct write)", .n_heads = 16, .kv_lens = {65, 1000, 1}, .force_splits = 1},
+      {.name = "16 heads, 7 splits (some empty)", .n_heads = 16, .kv_lens = {4097, 2, 130}, .force_splits = 7},
+      {.name = "4 heads", .n_heads = 4, .kv_lens = {63, 1, 4097}},
+      {.name = "20 heads (two row groups, padded)", .n_heads = 20, .kv_lens = {1000, 65}},
+      {.name = "sharp softmax", .n_heads = 16, .kv_lens = {1000, 4097}, .scale = 0.6f},
+      {.name = "bf16 output", .n_heads = 16, .kv_lens = {1000, 3}, .bf16_out = true},
+      {.name = "page 48", .n_heads = 16, .kv_lens = {1000, 63, 2}, .page_size = 48},
+      {.name = "q_len 2, 16 heads", .n_heads = 16, .q_len = 2, .kv_lens = {2, 1000, 65}},
+      {.name = "sparse top_k 256", .n_heads = 16, .kv_lens = {1000, 100, 1}, .top_k = 256},
+      {.name = "cluster, 5 splits", .kv_lens = {4097, 2, 130}, .force_splits = 5, .merge = cluster},
+      {.name = "cluster, 8 splits, bf16", .kv_lens = {1000, 65}, .bf16_out = true, .force_splits = 8, .merge = cluster},
+      {.name = "cluster chosen by the plan", .kv_lens = {900}, .merge = cluster},
   });
 }
 
