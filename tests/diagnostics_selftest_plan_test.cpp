@@ -122,6 +122,9 @@ TEST_CASE("the self-test plan of a MoE model with an indexer covers every kernel
   const SelftestCase& mla = *of(plan, SelftestFamily::mla_decode).at(0);
   CHECK(mla.n_heads == c.n_head);
   CHECK(mla.scale == c.attention_scale());
+  std::set<int> tiles;  // both tilings of the 16-row kernel where a sequence's heads fit it
+  for (const SelftestCase* m : of(plan, SelftestFamily::mla_decode)) tiles.insert(m->tile_tokens);
+  CHECK(tiles == (c.n_head <= 32 ? std::set<int>{32, 64} : std::set<int>{64}));
   const SelftestCase& standard = *of(plan, SelftestFamily::standard_decode).at(0);
   CHECK(standard.head_dim_qk == c.qk_head_dim());
   CHECK(standard.head_dim_v == c.v_head_dim);

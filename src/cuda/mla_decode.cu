@@ -392,12 +392,15 @@ bool cluster_config(int config) { return config == 0 || config == 2 || config ==
 
 }  // namespace
 
-MlaDecodePlan plan_mla_decode(const MlaDecodeParams& p, int force_splits, MlaSplitMerge merge) {
+MlaDecodePlan plan_mla_decode(const MlaDecodeParams& p, int force_splits, MlaSplitMerge merge, int tile_tokens) {
   check_params(p);
+  require(tile_tokens == 0 || tile_tokens == 32 || tile_tokens == 64, ErrorCode::invalid_argument,
+          describe(p) + ": tile_tokens is 0, 32 or 64 (got " + std::to_string(tile_tokens) + ")");
   const DeviceLimits device = current_device_limits();
   const int rows_total = p.q_len * p.n_heads;
   // LATTE_MLA_DECODE_TILE=32: the 16-row kernel with 32-position tiles, more of them in flight (read per plan)
-  const bool deep = latte::detail::env_choice("LATTE_MLA_DECODE_TILE", "64") == "32";
+  const bool deep =
+      tile_tokens == 0 ? latte::detail::env_choice("LATTE_MLA_DECODE_TILE", "64") == "32" : tile_tokens == 32;
   int config = rows_total <= 32 ? (deep ? 3 : 0) : 1;
   if (config_by_id(config).smem_bytes > static_cast<size_t>(device.max_smem_optin)) config = 2;
   const KernelInfo info = config_by_id(config);

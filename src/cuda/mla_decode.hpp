@@ -81,11 +81,13 @@ struct MlaDecodePlan {
 };
 
 /// Chooses the tile configuration, split count and merge for the current CUDA device. `force_splits` > 0
-/// overrides the split count and `merge` the merge (tests; a cluster takes at most 8 splits). Throws
-/// Error(invalid_argument) on an invalid shape, Error(unsupported) for a cluster merge the device or the
-/// shape cannot have.
+/// overrides the split count and `merge` the merge (tests; a cluster takes at most 8 splits). `tile_tokens`
+/// chooses the 16-row kernel's tile where up to 32 rows per sequence take it: 64 or 32 positions, 0 for
+/// LATTE_MLA_DECODE_TILE (default 64); a device with ~100 KB of shared memory per block takes its own 32.
+/// Throws Error(invalid_argument) on an invalid shape or tile, Error(unsupported) for a cluster merge the
+/// device or the shape cannot have.
 MlaDecodePlan plan_mla_decode(const MlaDecodeParams& params, int force_splits = 0,
-                              MlaSplitMerge merge = MlaSplitMerge::automatic);
+                              MlaSplitMerge merge = MlaSplitMerge::automatic, int tile_tokens = 0);
 
 /// Runs the decode (and the combine kernel when plan.splits > 1 without plan.cluster) on `stream`. `workspace` holds at
 /// least plan.workspace_bytes device bytes. Checks every precondition and throws Error(invalid_argument)

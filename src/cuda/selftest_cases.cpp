@@ -762,7 +762,7 @@ void mla_decode_case(const SelftestCase& sc, Rng& rng, Table& table) {
                                .cache = reinterpret_cast<const __nv_bfloat16*>(d_cache.data()),
                                .kv_lens = d_lens.data(),
                                .out = out.data()});
-  const cuda::MlaDecodePlan plan = cuda::plan_mla_decode(params);
+  const cuda::MlaDecodePlan plan = cuda::plan_mla_decode(params, 0, cuda::MlaSplitMerge::automatic, sc.tile_tokens);
   cuda::DeviceBuffer<std::byte> workspace(std::max<size_t>(plan.workspace_bytes, 16), "selftest workspace");
   cuda::run_mla_decode(params, plan, workspace.data(), workspace.bytes(), nullptr);
   table.add(sc.name, sc.shape, rel_error(download(out.data(), ref.size()), ref), sc.bound);

@@ -261,7 +261,18 @@ void add_attention_cases(const ModelConfig& c, SelftestPlan& plan) {
                           .bound = 1e-2,
                           .n_heads = N,
                           .kv_lens = lens,
-                          .scale = c.attention_scale()});
+                          .scale = c.attention_scale(),
+                          .tile_tokens = 64});
+    if (N <= 32) {  // the 16-row kernel's second tiling (LATTE_MLA_DECODE_TILE=32)
+      plan.cases.push_back({.family = SelftestFamily::mla_decode,
+                            .name = "mla_decode bf16, 32-position tiles",
+                            .shape = std::to_string(N) + " heads, " + kv_text(lens),
+                            .bound = 1e-2,
+                            .n_heads = N,
+                            .kv_lens = lens,
+                            .scale = c.attention_scale(),
+                            .tile_tokens = 32});
+    }
   } else {
     plan.not_covered.push_back("mla_decode: the kernel's latent row is 512 + 64, the model's " +
                                std::to_string(c.kv_lora_rank) + " + " + std::to_string(c.qk_rope_head_dim));

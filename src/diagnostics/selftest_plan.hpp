@@ -91,6 +91,7 @@ struct SelftestCase {
   std::vector<int> kv_lens{};  ///< decode / indexer: per sequence; prefill: {pos0, T}
   int top_k = 0;               ///< indexer / sparse prefill
   float scale = 0;             ///< attention scale
+  int tile_tokens = 0;         ///< mla_decode: the 16-row kernel's tile (32 or 64), 0 for the plan's own
   SelftestRope rope{};
   SelftestMoe moe{};
 };
