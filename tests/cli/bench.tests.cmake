@@ -38,7 +38,14 @@ latte_cli_test(NAME bench_kernels_on_cpu ARGS bench --model ${_bench_model} --ke
                EXPECT_STDERR "--kernels times CUDA kernels and needs --device cuda:N")
 latte_cli_test(NAME bench_unknown_option ARGS bench --model ${_bench_model} --frobnicate EXPECT_EXIT 1
                EXPECT_STDERR "frobnicate")
-set_tests_properties(cli_bench_table cli_bench_json cli_bench_bad_prompt cli_bench_negative_gen cli_bench_zero_batch
+# the LATTE_* variables: a bad value fails the load naming it; the set ones are printed above the table
+latte_cli_test(NAME bench_bad_environment ARGS bench --model ${_bench_model} -p 4 -n 0 -r 1 --threads 1 EXPECT_EXIT 1
+               EXPECT_STDERR "environment variable LATTE_GEMV_DENSE_ROWS='200': expected an integer from 9 to 128")
+set_tests_properties(cli_bench_bad_environment PROPERTIES ENVIRONMENT "LATTE_GEMV_DENSE_ROWS=200")
+latte_cli_test(NAME bench_environment_line ARGS bench --model ${_bench_model} -p 4 -n 0 -r 1 --threads 1
+               EXPECT_STDOUT "environment: [^\n]*LATTE_PDL=off[^\n]*\n\n\| model")
+set_tests_properties(cli_bench_environment_line PROPERTIES ENVIRONMENT "LATTE_PDL=off")
+set_tests_properties(cli_bench_table cli_bench_json cli_bench_bad_prompt cli_bench_bad_environment cli_bench_environment_line cli_bench_negative_gen cli_bench_zero_batch
                      cli_bench_zero_reps cli_bench_nothing_to_run cli_bench_context_overflow cli_bench_unknown_backend cli_bench_bad_device
                      cli_bench_kernels_on_cpu cli_bench_unknown_option cli_bench_tp_scaling cli_bench_tp_bad_moe PROPERTIES FIXTURES_REQUIRED cli_model)
 # kernel-bench (CUDA builds only) and quant-bench: bad option values are errors that name the option (not an
