@@ -48,7 +48,7 @@ const DeviceCaps& device_caps(int ordinal) {
 
 void set_force_portable(bool force) noexcept { g_force_portable.store(force); }
 
-bool portable_forced() noexcept {
+bool portable_forced() {
   if (g_force_portable.load()) return true;
   return latte::detail::env_flag("LATTE_CUDA_PORTABLE", false);
 }

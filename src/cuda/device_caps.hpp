@@ -35,7 +35,7 @@ enum class KernelPath {
 /// LATTE_CUDA_PORTABLE=1 forces them too.
 void set_force_portable(bool force) noexcept;
 /// Whether the portable kernels are forced (API flag or LATTE_CUDA_PORTABLE=1).
-bool portable_forced() noexcept;
+bool portable_forced();
 
 /// The kernel path for device `ordinal`: hopper only on compute capability 9.0, when not forced
 /// portable and when a Hopper path is built in. Today every kernel of this library is portable

@@ -49,7 +49,7 @@ constexpr ArgumentCheck require_arg{"gemv_quant"};
 
 bool gemv_supports(GgmlType type) noexcept { return GemvTypes::contains(type); }
 
-bool gemv_reads_x_int8(GgmlType type, int64_t k, int tokens) noexcept {
+bool gemv_reads_x_int8(GgmlType type, int64_t k, int tokens) {
   bool reads = false;
   GemvTypes::dispatch(type, [&]<GgmlType T>() {
     if constexpr (kGemvX8Type<T>) {
@@ -81,7 +81,7 @@ bool gemv_takes_dense_rows(const GemvParams& p) noexcept {
   return takes;
 }
 
-int gemv_x_async_tokens() noexcept {
+int gemv_x_async_tokens() {
   static const int n = [] {
     const int t = latte::detail::env_int("LATTE_GEMV_X_ASYNC", gemv_max_tokens);
     return t == 0 ? gemv_max_tokens + 1 : t;
@@ -89,7 +89,7 @@ int gemv_x_async_tokens() noexcept {
   return n;
 }
 
-bool gemv_self_quantize() noexcept {
+bool gemv_self_quantize() {
   static const bool on = latte::detail::env_flag("LATTE_GEMV_SELF_QUANTIZE", true);
   return on;
 }

@@ -105,7 +105,7 @@ bool gemv_supports(GgmlType type) noexcept;
 /// Whether a launch of `type` with `k` inputs and `tokens` tokens (per group) reads GemvParams::x_q when it
 /// is given (the split-int8 GEMV: Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, the records in 64 KB; not
 /// with LATTE_GEMV_INT8=0), so that a caller can skip making records nobody reads.
-bool gemv_reads_x_int8(GgmlType type, int64_t k, int tokens = 1) noexcept;
+bool gemv_reads_x_int8(GgmlType type, int64_t k, int tokens = 1);
 
 /// Whether a dense launch `p` of 9 to gemv_max_dense_rows rows (n_tokens) with records (x_q) runs: on the
 /// int8 tensor cores in blocks of 8 rows (gemv_mma_kernel.cuh), for Q4_K, Q5_K and the legacy types with
@@ -115,11 +115,11 @@ bool gemv_takes_dense_rows(const GemvParams& p) noexcept;
 /// Fewest tokens per block for which the split-int8 kernels stage x's records with all copies in flight at once
 /// (LATTE_GEMV_X_ASYNC: 0 never, 1-8; default 8, the 8-token builds). Measured on an H200 (BENCHMARKS.md,
 /// eleventh round): x8 +4% with 8 or 1, x4 +1-2% with 1 only, the rest within noise.
-int gemv_x_async_tokens() noexcept;
+int gemv_x_async_tokens();
 
 /// Whether one-token GEMVs without records quantize x themselves (GemvParams::x_quantize) where their
 /// callers leave it to this switch (Linear): LATTE_GEMV_SELF_QUANTIZE=0 keeps them on the fp32 GEMV.
-bool gemv_self_quantize() noexcept;
+bool gemv_self_quantize();
 
 /// Bytes the launch must move at least (weights read once, x read, y written); dense mode.
 double gemv_min_bytes(const GemvParams& p);
