@@ -9,10 +9,10 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -192,14 +192,24 @@ TEST_CASE("the table is sorted, and it, the sources' readers and docs/environmen
   // every variable the library reads goes through the table (the readers check it at run time too, but
   // only on the paths a test takes)
   const std::filesystem::path root(LATTE_SOURCE_DIR);
-  const std::regex reader(R"((?:env_flag|env_int|env_real|env_choice|getenv)\(\s*"(LATTE_[A-Z0-9_]+)\")");
   std::set<std::string> read;
   for (const char* dir : {"src", "tools/latte", "include"}) {
     for (const auto& entry : std::filesystem::recursive_directory_iterator(root / dir)) {
       if (!entry.is_regular_file()) continue;
       const std::string text = read_text(entry.path());
-      for (auto it = std::sregex_iterator(text.begin(), text.end(), reader); it != std::sregex_iterator(); ++it) {
-        read.insert((*it)[1]);
+      // reader("LATTE_NAME": a call of one of the readers, or of getenv, with a literal name
+      for (const std::string reader : {"env_flag(", "env_int(", "env_real(", "env_choice(", "getenv("}) {
+        for (size_t at = text.find(reader); at != std::string::npos; at = text.find(reader, at + 1)) {
+          size_t i = at + reader.size();
+          while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
+          if (text.compare(i, 7, "\"LATTE_") != 0) continue;
+          size_t end = i + 1;
+          while (end < text.size() && (std::isupper(static_cast<unsigned char>(text[end])) ||
+                                       std::isdigit(static_cast<unsigned char>(text[end])) || text[end] == '_')) {
+            ++end;
+          }
+          if (end < text.size() && text[end] == '"') read.insert(text.substr(i + 1, end - i - 1));
+        }
       }
     }
   }
