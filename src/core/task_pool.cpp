@@ -9,11 +9,20 @@
 
 namespace latte {
 
-TaskPool::TaskPool(unsigned n_threads) {
-  if (n_threads > static_cast<unsigned>(max_threads)) {
-    throw Error(ErrorCode::invalid_argument, "thread count must be at most " + std::to_string(max_threads) + " (got " +
-                                                 std::to_string(n_threads) + ")");
+void require_thread_count(long long n, std::string_view what) {
+  if (n < 0 || n > max_threads) {
+    throw Error(ErrorCode::invalid_argument, std::string(what) + " must be in 0.." + std::to_string(max_threads) +
+                                                 " (got " + std::to_string(n) + ")");
   }
+}
+
+Error thread_start_error(size_t started, long long n, const std::system_error& refusal) {
+  return Error(ErrorCode::out_of_memory, "could not start CPU thread " + std::to_string(started + 1) + " of " +
+                                             std::to_string(n) + ": " + refusal.what());
+}
+
+TaskPool::TaskPool(unsigned n_threads) {
+  require_thread_count(n_threads, "thread count");
   const unsigned n_workers = std::max(1u, n_threads) - 1;
   workers_.reserve(n_workers);
   try {
@@ -26,8 +35,7 @@ TaskPool::TaskPool(unsigned n_threads) {
     }
     work_available_.notify_all();
     workers_.clear();  // joins
-    throw Error(ErrorCode::out_of_memory, "could not start CPU thread " + std::to_string(started + 1) + " of " +
-                                              std::to_string(n_threads) + ": " + e.what());
+    throw thread_start_error(started, n_threads, e);
   }
 }
 

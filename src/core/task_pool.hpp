@@ -13,14 +13,26 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string_view>
+#include <system_error>
 #include <thread>
 #include <vector>
 
+#include <latte/error.hpp>
+
 namespace latte {
+
+/// Throws Error(invalid_argument) "`what` must be in 0..max_threads (got n)" unless 0 <= n <= latte::max_threads:
+/// the one bound of every thread count latte takes (sessions, thread pools), checked before a thread starts.
+void require_thread_count(long long n, std::string_view what);
+
+/// The Error(out_of_memory) for a thread the system refused to start, after `started` of `n` threads; the pool
+/// stops and joins those before it throws this.
+Error thread_start_error(size_t started, long long n, const std::system_error& refusal);
 
 class TaskPool {
  public:
-  /// Starts `n_threads - 1` workers (the submitting thread is the n-th). n_threads >= 1.
+  /// Starts `n_threads - 1` workers (the submitting thread is the n-th; 0 is 1). Throws above max_threads.
   explicit TaskPool(unsigned n_threads);
   TaskPool(const TaskPool&) = delete;
   TaskPool& operator=(const TaskPool&) = delete;

@@ -1,5 +1,7 @@
 #include "cpu/thread_pool.hpp"
 
+#include "core/task_pool.hpp"
+
 #include <latte/error.hpp>
 #include <latte/session.hpp>
 
@@ -47,10 +49,7 @@ bool spin_until(Done done) {
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) {
-  if (n_threads < 0 || n_threads > max_threads) {
-    throw Error(ErrorCode::invalid_argument, "thread count must be in 0.." + std::to_string(max_threads) + " (got " +
-                                                 std::to_string(n_threads) + ")");
-  }
+  require_thread_count(n_threads, "thread count");
   if (n_threads == 0) {
     n_threads =
         static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, static_cast<unsigned>(max_threads)));
@@ -67,8 +66,7 @@ ThreadPool::ThreadPool(int n_threads) {
     start_cv_.notify_all();
     for (auto& t : workers_) t.join();
     workers_.clear();
-    throw Error(ErrorCode::out_of_memory, "could not start CPU thread " + std::to_string(started + 1) + " of " +
-                                              std::to_string(n_threads) + ": " + e.what());
+    throw thread_start_error(started, n_threads, e);
   }
 }
 

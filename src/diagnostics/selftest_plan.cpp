@@ -255,23 +255,16 @@ void add_attention_cases(const ModelConfig& c, SelftestPlan& plan) {
   const int N = c.n_head, qk = c.qk_head_dim(), V = c.v_head_dim;
   if (c.kv_lora_rank == kLatent && c.qk_rope_head_dim == kRope) {
     const std::vector<int> lens = {37, 700};
-    plan.cases.push_back({.family = SelftestFamily::mla_decode,
-                          .name = "mla_decode bf16",
-                          .shape = std::to_string(N) + " heads, " + kv_text(lens),
-                          .bound = 1e-2,
-                          .n_heads = N,
-                          .kv_lens = lens,
-                          .scale = c.attention_scale(),
-                          .tile_tokens = 64});
-    if (N <= 32) {  // the 16-row kernel's second tiling (LATTE_MLA_DECODE_TILE=32)
+    // up to 32 rows per sequence, the 16-row kernel's second tiling too (LATTE_MLA_DECODE_TILE=32)
+    for (const int tile : N <= 32 ? std::vector<int>{64, 32} : std::vector<int>{64}) {
       plan.cases.push_back({.family = SelftestFamily::mla_decode,
-                            .name = "mla_decode bf16, 32-position tiles",
+                            .name = tile == 64 ? "mla_decode bf16" : "mla_decode bf16, 32-position tiles",
                             .shape = std::to_string(N) + " heads, " + kv_text(lens),
                             .bound = 1e-2,
                             .n_heads = N,
                             .kv_lens = lens,
                             .scale = c.attention_scale(),
-                            .tile_tokens = 32});
+                            .tile_tokens = tile});
     }
   } else {
     plan.not_covered.push_back("mla_decode: the kernel's latent row is 512 + 64, the model's " +

@@ -2,6 +2,8 @@
 // history with prefix reuse, and fork. Saving and loading the state is in session_state.cpp.
 #include "session/session_impl.hpp"
 
+#include "core/task_pool.hpp"
+
 #include <latte/attention.hpp>
 #include <latte/batch.hpp>
 #include <latte/error.hpp>
@@ -33,10 +35,7 @@ namespace {
 SessionParams checked(SessionParams p) {
   if (p.n_ctx < 1)
     throw Error(ErrorCode::invalid_argument, "n_ctx must be at least 1 (got " + std::to_string(p.n_ctx) + ")");
-  if (p.n_threads < 0 || p.n_threads > max_threads) {
-    throw Error(ErrorCode::invalid_argument, "n_threads must be in 0.." + std::to_string(max_threads) + " (got " +
-                                                 std::to_string(p.n_threads) + ")");
-  }
+  require_thread_count(p.n_threads, "n_threads");
   return p;
 }
 }  // namespace

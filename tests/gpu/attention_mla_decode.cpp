@@ -264,28 +264,38 @@ TEST_CASE("mla decode merges its splits inside one cluster per row group") {
   });
 }
 
-TEST_CASE("mla decode with 32-position tiles in 4 stages (LATTE_MLA_DECODE_TILE=32) matches the reference") {
-  const latte::test::EnvScope tile("LATTE_MLA_DECODE_TILE", "32");
-  using latte::cuda::MlaSplitMerge;
-  constexpr MlaSplitMerge cluster = MlaSplitMerge::cluster;
-  // the plan takes the 32-position kernel (configuration 3) for up to 32 rows per sequence, where it fits
-  latte::cuda::MlaDecodeParams p;
+namespace {
+
+/// Valid parameters for planning (not running) one query token of `n_heads` heads over max_kv_len positions:
+/// the pointers are 16-byte aligned static storage, the strides those of contiguous heads.
+latte::cuda::MlaDecodeParams plan_probe(int n_heads, int max_kv_len) {
   alignas(16) static uint16_t dummy[1024];
   static int32_t lens[1] = {4};
+  latte::cuda::MlaDecodeParams p;
   p.q_latent = p.q_rope = reinterpret_cast<const __nv_bfloat16*>(dummy);
   p.cache = {.data = reinterpret_cast<const __nv_bfloat16*>(dummy), .page_stride = 576 * 8, .token_stride = 576};
   p.kv_lens = lens;
   p.out = dummy;
   p.batch = 1;
   p.q_len = 1;
-  p.n_heads = 16;
-  p.max_kv_len = 4096;
+  p.n_heads = n_heads;
+  p.max_kv_len = max_kv_len;
   p.scale = 0.1f;
-  p.q_latent_token_stride = 16 * 512;
+  p.q_latent_token_stride = static_cast<int64_t>(n_heads) * 512;
   p.q_latent_head_stride = 512;
-  p.q_rope_token_stride = 16 * 64;
+  p.q_rope_token_stride = static_cast<int64_t>(n_heads) * 64;
   p.q_rope_head_stride = 64;
-  const latte::cuda::MlaDecodePlan plan = latte::cuda::plan_mla_decode(p);
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("mla decode with 32-position tiles in 4 stages (LATTE_MLA_DECODE_TILE=32) matches the reference") {
+  const latte::test::EnvScope tile("LATTE_MLA_DECODE_TILE", "32");
+  using latte::cuda::MlaSplitMerge;
+  constexpr MlaSplitMerge cluster = MlaSplitMerge::cluster;
+  // the plan takes the 32-position kernel (configuration 3) for up to 32 rows per sequence, where it fits
+  const latte::cuda::MlaDecodePlan plan = latte::cuda::plan_mla_decode(plan_probe(16, 4096));
   CHECK((plan.config == 3 || plan.config == 2));  // 2: a device with ~100 KB of shared memory per block
   CHECK(plan.chunk % 32 == 0);
   check_all({
@@ -308,22 +318,9 @@ TEST_CASE("mla decode with 32-position tiles in 4 stages (LATTE_MLA_DECODE_TILE=
 TEST_CASE("mla decode rejects invalid arguments with latte::Error") {
   latte::cuda::MlaDecodeParams p;
   CHECK_THROWS_AS(latte::cuda::plan_mla_decode(p), latte::Error);  // everything unset
-  alignas(16) static uint16_t dummy[1024];
-  static int32_t lens[1] = {4};
-  p.q_latent = p.q_rope = reinterpret_cast<const __nv_bfloat16*>(dummy);
-  p.cache = {.data = reinterpret_cast<const __nv_bfloat16*>(dummy), .page_stride = 576 * 8, .token_stride = 576};
-  p.kv_lens = lens;
-  p.out = dummy;
-  p.batch = 1;
-  p.n_heads = 4;
-  p.max_kv_len = 4;
-  p.scale = 0.1f;
-  p.q_latent_token_stride = 4 * 512;
-  p.q_latent_head_stride = 512;
-  p.q_rope_token_stride = 4 * 64;
-  p.q_rope_head_stride = 64;
+  p = plan_probe(4, 4);
   p.q_len = 2;
-  p.indices = lens;
+  p.indices = p.kv_lens;
   p.top_k = 1;
   p.index_stride = 1;
   CHECK_THROWS_AS(latte::cuda::plan_mla_decode(p), latte::Error);  // sparse needs q_len 1
