@@ -30,6 +30,8 @@ latte_cli_test(NAME bench_nothing_to_run ARGS bench --model ${_bench_model} -p 0
                EXPECT_STDERR "-p and -n are all 0: nothing to run")
 latte_cli_test(NAME bench_context_overflow ARGS bench --model ${_bench_model} -p 16 -n 4 -d 2147483640 EXPECT_EXIT 1
                EXPECT_STDERR "-d and -p \\(2147483640 \\+ 16\\) needs a context of 2147483656 positions")
+latte_cli_test(NAME bench_past_trained_context ARGS bench --model ${_bench_model} -p 99999999 -n 0 -r 1 EXPECT_EXIT 1
+               EXPECT_STDERR "-d and -p \\(0 \\+ 99999999\\) needs 99999999 positions, more than the model's trained context of")
 latte_cli_test(NAME bench_unknown_backend ARGS bench --model ${_bench_model} -p 4 -n 0 -r 1 --attention flash
                EXPECT_EXIT 1 EXPECT_STDERR "unknown attention backend 'flash'")
 latte_cli_test(NAME bench_bad_device ARGS bench --model ${_bench_model} --device tpu EXPECT_EXIT 1

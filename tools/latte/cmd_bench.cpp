@@ -346,6 +346,30 @@ Options parse_options(std::span<const std::string> argv, bool& help) {
   return o;
 }
 
+/// A bench measures the model within the context it was trained for: a test that needs more positions than
+/// {arch}.context_length is refused (a prompt of 10^8 tokens would otherwise run for days on a CPU).
+void check_trained_context(const Options& o, int trained) {
+  if (trained <= 0) return;
+  auto largest = [](const std::vector<int>& v) { return static_cast<int64_t>(*std::max_element(v.begin(), v.end())); };
+  const int64_t d = largest(o.depths), p = largest(o.prompts), n = largest(o.gens);
+  struct Need {
+    int64_t positions;
+    std::string what;
+  };
+  const Need needs[] = {
+      {d + p, "-d and -p (" + std::to_string(d) + " + " + std::to_string(p) + ")"},
+      {d + n, "-d and -n (" + std::to_string(d) + " + " + std::to_string(n) + ")"},
+      {largest(o.batches) > 1 ? std::max<int64_t>(p, 1) + n : 0,
+       "--batch with -p and -n (" + std::to_string(std::max<int64_t>(p, 1)) + " + " + std::to_string(n) + ")"}};
+  for (const Need& need : needs) {
+    if (need.positions > trained) {
+      throw Error(ErrorCode::context_overflow, "bench: " + need.what + " needs " + std::to_string(need.positions) +
+                                                   " positions, more than the model's trained context of " +
+                                                   std::to_string(trained) + " (its context_length)");
+    }
+  }
+}
+
 int run_bench(std::span<const std::string> argv) {
   bool help = false;
   const Options o = parse_options(argv, help);
@@ -364,6 +388,7 @@ int run_bench(std::span<const std::string> argv) {
   Model model = Model::load(o.model_path,
                             {.device = device, .tensor_parallel = o.tps.front(), .moe_split = o.moe_splits.front()});
   for (const std::string& a : o.attentions) (void)resolve_attention_backend(a, model.config(), device);
+  check_trained_context(o, model.config().context_length);
   [[maybe_unused]] const bool any_test = std::any_of(o.prompts.begin(), o.prompts.end(), [](int p) { return p > 0; }) ||
                                          std::any_of(o.gens.begin(), o.gens.end(), [](int n) { return n > 0; });
 #ifdef LATTE_WITH_CUDA
