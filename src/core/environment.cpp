@@ -44,6 +44,8 @@ constexpr std::array kVariables = {
     integer("LATTE_GEMV_DENSE_ROWS", 9, 128,
             "CUDA: most rows of a dense product on the tensor-core GEMV over int8 records (64)"),
     flag("LATTE_GEMV_INT8", "CUDA: quantized GEMVs read int8 copies of their input (1; 0: fp32)"),
+    flag("LATTE_GEMV_LEGACY_ASYNC",
+         "CUDA: 1-2-token legacy/Q6_K int8 GEMVs copy their weights through a 3-stage cp.async ring (0)"),
     flag("LATTE_GEMV_MMA", "CUDA: expert-group GEMVs of 3-8 tokens on the int8 tensor cores (1; 0: dp4a)"),
     integer("LATTE_GEMV_MMA_DENSE_MIN", 3, 65, "CUDA: fewest rows of a dense tensor-core GEMV launch (5)"),
     integer("LATTE_GEMV_MMA_MIN_TOKENS", 1, 8, "CUDA: fewest tokens per block of a tensor-core expert GEMV (3)"),

@@ -626,14 +626,80 @@ __device__ __forceinline__ float x8_block_dot(const X8UnitCodes& w, const X8XUni
   }
 }
 
+/// One step of a legacy-type GEMV warp (gemv_x8_legacy_kernel, gemv_x8_legacy_async_kernel): blocks
+/// [32 s, 32 s + 32) of its two rows (Q6_K / IQ4_XS: units), staged at st[j] + mis[j], decoded once and multiplied
+/// with each of the block's tokens' records; the sums go to acc.
+template <GgmlType T, int NT>
+__device__ __forceinline__ void x8_legacy_step(const uint8_t* const (&st)[2], const int (&mis)[2], int s, int n_units,
+                                               const X8Rows<NT>& rows, const uint8_t* xs, int record, int lane,
+                                               float (&acc)[2][NT]) {
+  constexpr int R = 2;
+  constexpr int kBytes = quant::BlockTraits<T>::bytes;
+  constexpr int kUnitsPerBlock = quant::BlockTraits<T>::values / 32;
+  const int u = 32 * s + lane;
+  const int left = n_units - 32 * s;  // blocks of each row in this step
+  if (kUnitsPerBlock == 1 && left <= 16) {
+    // a short last step (k = 1408: 12 of 44 blocks): the two rows' blocks side by side, lanes 0-15 on
+    // row 0 and 16-31 on row 1, one decode per lane instead of two over 12 busy lanes
+    const int j = lane / 16, b = lane % 16;
+    if constexpr (kUnitsPerBlock == 1) {
+      if (b < left) {
+        X8UnitCodes c;
+        x8_block_codes<T>(st[j], (j == 0 ? mis[0] : mis[1]) + b * kBytes, c);
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+          if (t >= rows.count) continue;
+          const float v = x8_block_dot<T>(c, x8_x_unit(xs + t * record, n_units, 32 * s + b));
+          if (j == 0) {
+            acc[0][t] += v;
+          } else {
+            acc[1][t] += v;
+          }
+        }
+      }
+    }
+  } else if (u < n_units) {
+    // both rows' codes once (a row past the end decodes its stale stage; its sums are never written),
+    // then each token's x unit once for both rows
+    X8UnitCodes c[R];
+#pragma unroll
+    for (int j = 0; j < R; ++j) {
+      if constexpr (T == GgmlType::q6_k) {
+        x8_q6k_codes(st[j], mis[j] + lane / 8 * kBytes, lane % 8, c[j]);
+      } else if constexpr (T == GgmlType::iq4_xs) {
+        x8_iq4xs_codes(st[j], mis[j] + lane / 8 * kBytes, lane % 8, c[j]);
+      } else {
+        x8_block_codes<T>(st[j], mis[j] + lane * kBytes, c[j]);
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      if (t >= rows.count) continue;
+      const X8XUnit x = x8_x_unit(xs + t * record, n_units, u);
+#pragma unroll
+      for (int j = 0; j < R; ++j) {
+        if constexpr (T == GgmlType::q6_k) {
+          acc[j][t] += x8_q6k_dot(c[j], x);
+        } else {
+          acc[j][t] += x8_block_dot<T>(c[j], x);
+        }
+      }
+    }
+  }
+}
+
 /// GEMV of a legacy 32-value block type (or Q6_K) on split-int8 x, 1 to NT tokens. A warp owns two rows as
 /// in gemv_x8_kernel; a step is 32 blocks of each row (lane l: block 32 s + l; Q6_K: 32 units). The blocks
 /// are 2-byte aligned at best, so the warp copies each step's bytes into shared memory with coalesced
-/// aligned 16-byte loads (issued one step ahead) and each lane reads its block from there as aligned words,
-/// decodes it once and multiplies it with every token's record.
-template <GgmlType T, int NT, int MinBlocks = 4>
+/// aligned 16-byte chunks and each lane reads its block from there as aligned words, decodes it once and
+/// multiplies it with every token's record. Stages = 1: the chunks are loaded into registers one step ahead
+/// and stored after the step; Stages > 1 (LATTE_GEMV_LEGACY_ASYNC): they are copied with cp.async into a
+/// ring of Stages steps per warp, Stages - 1 steps in flight while the warp multiplies one, with no
+/// registers to hold them. The same sums in the same order either way.
+template <GgmlType T, int NT, int MinBlocks = 4, int Stages = 1>
 __global__ void __launch_bounds__(128, MinBlocks) gemv_x8_legacy_kernel(const GemvParams p, const int tiles) {
-  static_assert(kGemvX8Legacy<T>);
+  static_assert(kGemvX8Legacy<T> && Stages >= 1);
+  constexpr bool kAsync = Stages > 1;
   constexpr int kWarps = 4;
   constexpr int R = 2;
   constexpr int kBytes = quant::BlockTraits<T>::bytes;
@@ -641,7 +707,7 @@ __global__ void __launch_bounds__(128, MinBlocks) gemv_x8_legacy_kernel(const Ge
   constexpr int kChunks = (32 / kUnitsPerBlock * kBytes + 15 + 15) / 16;  // one step of a row, misaligned
   constexpr int CPL = (kChunks + 31) / 32;                                // chunks per lane
   // + one spare chunk: x8_words reads one word past a block
-  __shared__ __align__(16) uint4 stage[kWarps][R][32 * CPL + 1];
+  __shared__ __align__(16) uint4 stage[Stages][kWarps][R][32 * CPL + 1];
   extern __shared__ __align__(16) uint4 x_record[];
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
@@ -670,113 +736,110 @@ __global__ void __launch_bounds__(128, MinBlocks) gemv_x8_legacy_kernel(const Ge
     const int pair = tile * kWarps + warp;
     return gated ? pair : R * pair + j;
   };
-  // loads of step (tile, s): the aligned chunks covering blocks [32 s, 32 s + 32) of each row; the
-  // step's byte misalignment (0-15) per row in mis
-  uint4 regs[R][CPL];
-  int mis[R], next_mis[R];
-  auto load = [&](int tile, int s, int(&m)[R]) {
+  // where step (tile, s) of row j starts: blocks [32 s, 32 s + 32); its misalignment (0-15) is the start's
+  auto step_start = [&](int tile, int s, int j) {
+    return base[j] + out_row(tile, j) * row_bytes + static_cast<int64_t>(32 / kUnitsPerBlock * s) * kBytes;
+  };
+  auto misalignment = [](const uint8_t* start) { return static_cast<int>(reinterpret_cast<uintptr_t>(start) & 15); };
+  // the aligned chunks covering step (tile, s) of each row: chunk(j, c, source) for each of this lane's
+  auto for_chunks = [&](int tile, int s, auto&& chunk) {
 #pragma unroll
     for (int j = 0; j < R; ++j) {
-      const int row = out_row(tile, j);
-      const uint8_t* start = base[j] + row * row_bytes + static_cast<int64_t>(32 / kUnitsPerBlock * s) * kBytes;
+      const uint8_t* start = step_start(tile, s, j);
+      const int m = misalignment(start);
       const int bytes = min(32, n_units - 32 * s) / kUnitsPerBlock * kBytes;
-      m[j] = static_cast<int>(reinterpret_cast<uintptr_t>(start) & 15);
-      const uint8_t* aligned = start - m[j];
-      const int chunks = row < p.n_rows ? (m[j] + bytes + 15) / 16 : 0;
+      const int chunks = out_row(tile, j) < p.n_rows ? (m + bytes + 15) / 16 : 0;
 #pragma unroll
       for (int c = 0; c < CPL; ++c) {
-        const int chunk = 32 * c + lane;
-        if (chunk < chunks) regs[j][c] = load_chunk_guarded(aligned + 16 * chunk, lo[j], hi[j]);
+        if (32 * c + lane < chunks) chunk(j, c, start - m + 16 * (32 * c + lane));
       }
     }
+  };
+  // Stages = 1: step (tile, s) into registers, stored into the one stage after the step before is multiplied
+  uint4 regs[R][CPL];
+  auto load = [&](int tile, int s) {
+    for_chunks(tile, s, [&](int j, int c, const uint8_t* src) { regs[j][c] = load_chunk_guarded(src, lo[j], hi[j]); });
   };
   auto store = [&]() {
 #pragma unroll
     for (int j = 0; j < R; ++j)
 #pragma unroll
-      for (int c = 0; c < CPL; ++c) stage[warp][j][32 * c + lane] = regs[j][c];
+      for (int c = 0; c < CPL; ++c) stage[0][warp][j][32 * c + lane] = regs[j][c];
+  };
+  // Stages > 1: step (tile, s) copied into stage `buf` (a chunk at the weights' edge is loaded and stored)
+  auto issue = [&](int tile, int s, int buf) {
+    for_chunks(tile, s, [&](int j, int c, const uint8_t* src) {
+      uint4* dst = &stage[buf][warp][j][32 * c + lane];
+      if (src >= lo[j] && src + 16 <= hi[j]) {
+        mma::cp_async_16(dst, src, true);
+      } else {
+        *dst = load_chunk_guarded(src, lo[j], hi[j]);
+      }
+    });
+  };
+  auto advance = [&](int& tile, int& s) {
+    if (++s == steps) {
+      s = 0;
+      tile += rows.tile_stride;
+    }
   };
 
   int tile = rows.first_tile, s = 0;
-  if (tile < tiles) load(tile, s, mis);
+  int issue_tile = tile, issue_s = 0;  // Stages > 1: the next step to copy
+  if constexpr (kAsync) {
+    // weights are never written by a step: the first Stages - 1 steps go out before the wait
+#pragma unroll
+    for (int b = 0; b < Stages - 1; ++b) {
+      if (issue_tile < tiles) {
+        issue(issue_tile, issue_s, b);
+        advance(issue_tile, issue_s);
+      }
+      mma::cp_async_commit();
+    }
+  } else {
+    if (tile < tiles) load(tile, s);
+  }
   if (!gathered) {
     wait_for_producers();
     allow_dependents();
   }
   x8_stage_records(p, rows, n_units, x_record);
-  store();
+  if constexpr (!kAsync) store();
   __syncthreads();
   const uint8_t* xs = reinterpret_cast<const uint8_t*>(x_record);
 
   float acc[R][NT] = {};
+  int buf = 0;
   while (tile < tiles) {
-    int next_tile = tile, next_s = s + 1;
-    if (next_s == steps) {
-      next_s = 0;
-      next_tile += rows.tile_stride;
-    }
+    int next_tile = tile, next_s = s;
+    advance(next_tile, next_s);
     const bool more = next_tile < tiles;
-    if (more) load(next_tile, next_s, next_mis);
-    const int u = 32 * s + lane;
-    const int left = n_units - 32 * s;  // blocks of each row in this step
-    if (kUnitsPerBlock == 1 && left <= 16) {
-      // a short last step (k = 1408: 12 of 44 blocks): the two rows' blocks side by side, lanes 0-15 on
-      // row 0 and 16-31 on row 1, one decode per lane instead of two over 12 busy lanes
-      const int j = lane / 16, b = lane % 16;
-      if constexpr (kUnitsPerBlock == 1) {
-        if (b < left) {
-          X8UnitCodes c;
-          x8_block_codes<T>(reinterpret_cast<const uint8_t*>(stage[warp][j]), (j == 0 ? mis[0] : mis[1]) + b * kBytes,
-                            c);
-#pragma unroll
-          for (int t = 0; t < NT; ++t) {
-            if (t >= rows.count) continue;
-            const float v = x8_block_dot<T>(c, x8_x_unit(xs + t * record, n_units, 32 * s + b));
-            if (j == 0) {
-              acc[0][t] += v;
-            } else {
-              acc[1][t] += v;
-            }
-          }
-        }
+    if constexpr (kAsync) {
+      // the step Stages - 1 ahead into the stage the step before used (every lane has read it)
+      if (issue_tile < tiles) {
+        issue(issue_tile, issue_s, (buf + Stages - 1) % Stages);
+        advance(issue_tile, issue_s);
       }
-    } else if (u < n_units) {
-      // both rows' codes once (a row past the end decodes its stale stage; its sums are never written),
-      // then each token's x unit once for both rows
-      X8UnitCodes c[R];
-#pragma unroll
-      for (int j = 0; j < R; ++j) {
-        const uint8_t* st = reinterpret_cast<const uint8_t*>(stage[warp][j]);
-        if constexpr (T == GgmlType::q6_k) {
-          x8_q6k_codes(st, mis[j] + lane / 8 * kBytes, lane % 8, c[j]);
-        } else if constexpr (T == GgmlType::iq4_xs) {
-          x8_iq4xs_codes(st, mis[j] + lane / 8 * kBytes, lane % 8, c[j]);
-        } else {
-          x8_block_codes<T>(st, mis[j] + lane * kBytes, c[j]);
-        }
-      }
-#pragma unroll
-      for (int t = 0; t < NT; ++t) {
-        if (t >= rows.count) continue;
-        const X8XUnit x = x8_x_unit(xs + t * record, n_units, u);
-#pragma unroll
-        for (int j = 0; j < R; ++j) {
-          if constexpr (T == GgmlType::q6_k) {
-            acc[j][t] += x8_q6k_dot(c[j], x);
-          } else {
-            acc[j][t] += x8_block_dot<T>(c[j], x);
-          }
-        }
-      }
+      mma::cp_async_commit();
+      mma::cp_async_wait<Stages - 1>();
+      __syncwarp();  // every lane's copies of this step have landed
+    } else {
+      if (more) load(next_tile, next_s);
     }
+    const uint8_t* st[R] = {reinterpret_cast<const uint8_t*>(stage[buf][warp][0]),
+                            reinterpret_cast<const uint8_t*>(stage[buf][warp][1])};
+    const int mis[R] = {misalignment(step_start(tile, s, 0)), misalignment(step_start(tile, s, 1))};
+    x8_legacy_step<T, NT>(st, mis, s, n_units, rows, xs, record, lane, acc);
     if (s == steps - 1) x8_finish_tokens(p, rows, out_row(tile, 0), out_row(tile, 1), acc, lane);
     __syncwarp();  // every lane has read the step before it is overwritten
-    if (more) store();
-    __syncwarp();
+    if constexpr (kAsync) {
+      buf = buf + 1 == Stages ? 0 : buf + 1;
+    } else {
+      if (more) store();
+      __syncwarp();
+    }
     tile = next_tile;
     s = next_s;
-#pragma unroll
-    for (int j = 0; j < R; ++j) mis[j] = next_mis[j];
   }
 }
 
@@ -920,6 +983,16 @@ inline bool gemv_x8_wide_enabled() {
   return on;
 }
 
+/// Whether the 1- and 2-token builds of gemv_x8_legacy_kernel copy their weights through a ring of
+/// kGemvX8LegacyStages steps per warp with cp.async (LATTE_GEMV_LEGACY_ASYNC=1) instead of registers one step
+/// ahead. Off by default until measured.
+inline bool gemv_x8_legacy_async_enabled() {
+  static const bool on = latte::detail::env_flag("LATTE_GEMV_LEGACY_ASYNC", false);
+  return on;
+}
+/// The ring's steps: 3 (Q8_0: 37 KB of shared memory per block, two steps of ~2.2 KB per warp in flight).
+inline constexpr int kGemvX8LegacyStages = 3;
+
 /// Blocks per SM the wide 1- and 2-token builds are compiled for: as many as the registers allow without
 /// spills (ptxas, sm_90a): Q4_K one token 80 registers (6 blocks), two tokens 96 (5); the legacy types and
 /// Q6_K 80 (6). Q5_K spills below 128 and stays at 4. With 4 blocks (16 warps) per SM these kernels are
@@ -938,12 +1011,18 @@ void launch_gemv_x8_as(const GemvParams& p, cudaStream_t stream) {
       kGemvX8Legacy<T> && !kGemvX8SuperBlocks<T> && units < 32 && (units & (units - 1)) == 0 && p.weight_up == nullptr;
   constexpr int kWide = NT <= 2 ? kGemvX8WideBlocks<T, NT> : 4;
   const bool wide = kWide != 4 && gemv_x8_wide_enabled();
+  // the cp.async ring for 1 and 2 tokens (a 4- and 8-token block's compute hides one step of loads)
+  constexpr int kStages = NT <= 2 ? kGemvX8LegacyStages : 1;
+  const bool ring = kStages > 1 && gemv_x8_legacy_async_enabled();
   if constexpr (kGemvX8KQuant<T>) {
     kernel = wide ? gemv_x8_kernel<T, NT, kWide> : gemv_x8_kernel<T, NT>;
   } else if constexpr (kGemvX8SuperBlocks<T>) {
-    kernel = wide ? gemv_x8_legacy_kernel<T, NT, kWide> : gemv_x8_legacy_kernel<T, NT>;
+    kernel = ring   ? gemv_x8_legacy_kernel<T, NT, 4, kStages>
+             : wide ? gemv_x8_legacy_kernel<T, NT, kWide>
+                    : gemv_x8_legacy_kernel<T, NT>;
   } else {
     kernel = short_rows ? gemv_x8_short_rows_kernel<T, NT>
+             : ring     ? gemv_x8_legacy_kernel<T, NT, 4, kStages>
              : wide     ? gemv_x8_legacy_kernel<T, NT, kWide>
                         : gemv_x8_legacy_kernel<T, NT>;
   }
