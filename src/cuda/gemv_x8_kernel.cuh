@@ -433,11 +433,18 @@ __device__ __forceinline__ void x8_finish_tokens(const GemvParams& p, const X8Ro
   }
 }
 
-template <GgmlType T, int NT, int MinBlocks = 4>
+/// Stages = 1: each lane loads its next step's item into registers while it multiplies the current one.
+/// Stages > 1 (Q4_K, LATTE_GEMV_X8_ASYNC): each lane copies its items with cp.async into a ring of Stages steps
+/// (its own three 16-byte pieces per row and step, which only it reads back: no warp barrier), Stages - 1 steps
+/// in flight while it multiplies one.
+template <GgmlType T, int NT, int MinBlocks = 4, int Stages = 1>
 __global__ void __launch_bounds__(128, MinBlocks) gemv_x8_kernel(const GemvParams p, const int tiles) {
-  static_assert(kGemvX8KQuant<T>);
+  static_assert(kGemvX8KQuant<T> && Stages >= 1 && (Stages == 1 || T == GgmlType::q4_k));
+  constexpr bool kAsync = Stages > 1;
   constexpr int kWarps = 4;
   constexpr int R = 2;  // rows per warp
+  // Stages > 1: piece q (0: header, 1-2: qs) of lane l's item of row j in step b at ring[b][warp][j][q][l]
+  __shared__ __align__(16) uint4 ring[kAsync ? Stages : 1][kWarps][R][3][kAsync ? 32 : 1];
   extern __shared__ __align__(16) uint4 x_record[];
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
@@ -475,9 +482,43 @@ __global__ void __launch_bounds__(128, MinBlocks) gemv_x8_kernel(const GemvParam
     }
   };
 
+  // Stages > 1: step (tile, s)'s pieces copied into ring step `buf`
+  auto issue = [&](int tile, int s, int buf) {
+    const int item = lane + 32 * s;
+#pragma unroll
+    for (int j = 0; j < R; ++j) {
+      const int row = out_row(tile, j);
+      if (row >= p.n_rows || item >= items) continue;
+      const uint8_t* b = base[j] + row * row_bytes + static_cast<int64_t>(item >> 2) * quant::BlockTraits<T>::bytes;
+      const int q = item & 3;
+      mma::cp_async_16(&ring[buf][warp][j][0][lane], b, true);
+      mma::cp_async_16(&ring[buf][warp][j][1][lane], b + 16 + 32 * q, true);
+      mma::cp_async_16(&ring[buf][warp][j][2][lane], b + 32 + 32 * q, true);
+    }
+  };
+  auto advance = [&](int& tile, int& s) {
+    if (++s == steps) {
+      s = 0;
+      tile += rows.tile_stride;
+    }
+  };
+
   int tile = rows.first_tile, s = 0;
+  int issue_tile = tile, issue_s = 0;  // Stages > 1: the next step to copy
   X8Item cur[R], next[R];
-  if (tile < tiles) load(tile, s, cur);  // weights are never written by a step: before the wait
+  // weights are never written by a step: the first loads go out before the wait
+  if constexpr (kAsync) {
+#pragma unroll
+    for (int b = 0; b < Stages - 1; ++b) {
+      if (issue_tile < tiles) {
+        issue(issue_tile, issue_s, b);
+        advance(issue_tile, issue_s);
+      }
+      mma::cp_async_commit();
+    }
+  } else {
+    if (tile < tiles) load(tile, s, cur);
+  }
   if (!gathered) {
     wait_for_producers();
     allow_dependents();
@@ -487,13 +528,28 @@ __global__ void __launch_bounds__(128, MinBlocks) gemv_x8_kernel(const GemvParam
   const uint8_t* xs = reinterpret_cast<const uint8_t*>(x_record);
 
   float acc[R][NT] = {};
+  int buf = 0;
   while (tile < tiles) {
-    int next_tile = tile, next_s = s + 1;
-    if (next_s == steps) {
-      next_s = 0;
-      next_tile += rows.tile_stride;
+    int next_tile = tile, next_s = s;
+    advance(next_tile, next_s);
+    if constexpr (kAsync) {
+      // the step Stages - 1 ahead into the ring step this lane read last
+      if (issue_tile < tiles) {
+        issue(issue_tile, issue_s, (buf + Stages - 1) % Stages);
+        advance(issue_tile, issue_s);
+      }
+      mma::cp_async_commit();
+      mma::cp_async_wait<Stages - 1>();
+#pragma unroll
+      for (int j = 0; j < R; ++j) {
+        cur[j].head = ring[buf][warp][j][0][lane];
+        cur[j].qs[0] = ring[buf][warp][j][1][lane];
+        cur[j].qs[1] = ring[buf][warp][j][2][lane];
+      }
+      buf = buf + 1 == Stages ? 0 : buf + 1;
+    } else {
+      if (next_tile < tiles) load(next_tile, next_s, next);
     }
-    if (next_tile < tiles) load(next_tile, next_s, next);
     const int item = lane + 32 * s;
     if (item < items) {
       // both rows' codes once (a row past the end decodes registers never loaded; its sums are never
@@ -515,8 +571,10 @@ __global__ void __launch_bounds__(128, MinBlocks) gemv_x8_kernel(const GemvParam
     if (s == steps - 1) x8_finish_tokens(p, rows, out_row(tile, 0), out_row(tile, 1), acc, lane);
     tile = next_tile;
     s = next_s;
+    if constexpr (!kAsync) {
 #pragma unroll
-    for (int j = 0; j < R; ++j) cur[j] = next[j];
+      for (int j = 0; j < R; ++j) cur[j] = next[j];
+    }
   }
 }
 
@@ -993,6 +1051,16 @@ inline bool gemv_x8_legacy_async_enabled() {
 /// The ring's steps: 3 (Q8_0: 37 KB of shared memory per block, two steps of ~2.2 KB per warp in flight).
 inline constexpr int kGemvX8LegacyStages = 3;
 
+/// Whether the 1- and 2-token Q4_K builds of gemv_x8_kernel copy their items through a ring of
+/// kGemvX8KQuantStages steps with cp.async (LATTE_GEMV_X8_ASYNC=1) instead of registers one step ahead. Off
+/// by default until measured.
+inline bool gemv_x8_kquant_async_enabled() {
+  static const bool on = latte::detail::env_flag("LATTE_GEMV_X8_ASYNC", false);
+  return on;
+}
+/// That ring's steps: 3 (36 KB of shared memory per block, two steps of 3 KB per warp in flight).
+inline constexpr int kGemvX8KQuantStages = 3;
+
 /// Blocks per SM the wide 1- and 2-token builds are compiled for: as many as the registers allow without
 /// spills (ptxas, sm_90a): Q4_K one token 80 registers (6 blocks), two tokens 96 (5); the legacy types and
 /// Q6_K 80 (6). Q5_K spills below 128 and stays at 4. With 4 blocks (16 warps) per SM these kernels are
@@ -1015,7 +1083,9 @@ void launch_gemv_x8_as(const GemvParams& p, cudaStream_t stream) {
   constexpr int kStages = NT <= 2 ? kGemvX8LegacyStages : 1;
   const bool ring = kStages > 1 && gemv_x8_legacy_async_enabled();
   if constexpr (kGemvX8KQuant<T>) {
-    kernel = wide ? gemv_x8_kernel<T, NT, kWide> : gemv_x8_kernel<T, NT>;
+    constexpr int kKStages = T == GgmlType::q4_k && NT <= 2 ? kGemvX8KQuantStages : 1;
+    const bool k_ring = kKStages > 1 && gemv_x8_kquant_async_enabled();
+    kernel = k_ring ? gemv_x8_kernel<T, NT, 4, kKStages> : wide ? gemv_x8_kernel<T, NT, kWide> : gemv_x8_kernel<T, NT>;
   } else if constexpr (kGemvX8SuperBlocks<T>) {
     kernel = ring   ? gemv_x8_legacy_kernel<T, NT, 4, kStages>
              : wide ? gemv_x8_legacy_kernel<T, NT, kWide>
