@@ -2,7 +2,8 @@
 # The one script to run on a GPU machine: builds the CUDA tests and tools for that GPU, then runs
 #   1. latte_cuda_host_tests            device-code logic on the host
 #   2. latte_gpu_tests                  every kernel against CPU references (default kernel path)
-#   3. latte_gpu_tests, LATTE_CUDA_PORTABLE=1   the same with the portable path forced
+#   3. latte_gpu_tests, LATTE_CUDA_PORTABLE=1   the same with the portable path forced, then the GEMV, MLA
+#      decode and whole-model cases with the kernel builds that are off by default switched on
 #   4. compute-sanitizer memcheck and racecheck on a short subset
 #   5. latte kernel-bench               times at DeepSeek-V2-Lite shapes vs measured ceilings
 #   6. the whole model on CUDA: a random DeepSeek-V2-Lite-shaped Q4_K_M file (27 layers, vocab 129280)
@@ -12,7 +13,7 @@
 # The GPU machine has CUDA, cmake and ninja but no Eigen/doctest and no network: run
 # scripts/prepare-gpu-deps.sh on the build machine first and carry .deps/ with the tree.
 #   LATTE_GPU_ARCH   CMAKE_CUDA_ARCHITECTURES (default 90a-real: Hopper only, fast to build)
-#   LATTE_GPU_SKIP   space-separated steps to skip: host tests portable sanitizer bench model
+#   LATTE_GPU_SKIP   space-separated steps to skip: host tests portable switches sanitizer bench model
 #   LATTE_GPU_TESTS  doctest filter (-tc) for the gpu tests steps, e.g. '*CUDA*' for the whole-model cases
 #   LATTE_GPU_BENCH_FILTER   passed to kernel-bench --filter
 # A device call is limited to 10 minutes: the build output (build-gpu/) stays on a warm machine, so
@@ -51,6 +52,11 @@ if [ $build_ok = 1 ]; then
   skipped tests || step "gpu tests" gpu-tests.log timeout 300 $T/latte_gpu_tests "${FILTER[@]}"
   skipped portable || step "gpu tests, LATTE_CUDA_PORTABLE=1" gpu-tests-portable.log \
     env LATTE_CUDA_PORTABLE=1 timeout 300 $T/latte_gpu_tests "${FILTER[@]}"
+  # the kernel builds that are off by default (docs/environment.md): the GEMV, MLA decode and whole-model
+  # cases with each of them on
+  skipped switches || step "gpu tests, kernel builds off by default" gpu-tests-switches.log \
+    env LATTE_GEMV_LEGACY_ASYNC=1 LATTE_GEMV_X8_ASYNC=1 LATTE_MLA_DECODE_TILE=32 LATTE_GEMV_DENSE_ROWS=128 \
+    timeout 300 $T/latte_gpu_tests -tc='*gemv*,*mla decode*,*CUDA logits match the CPU reference*,*batched decode*'
   if ! skipped sanitizer; then
     SANITIZER=$(command -v compute-sanitizer || ls /usr/local/cuda/compute-sanitizer/compute-sanitizer 2>/dev/null || true)
     if [ -n "$SANITIZER" ]; then
