@@ -63,7 +63,6 @@ constexpr std::array kVariables = {
     choice("LATTE_GEMV_X", "rows|warp|direct", "CUDA: how the fp32 GEMV reads its input (rows)"),
     flag("LATTE_GEMV_X8_ASYNC",
          "CUDA: 1-2-token Q4_K int8 GEMVs copy their weights through a 3-stage cp.async ring (0)"),
-    flag("LATTE_GEMV_X8_WIDE", "CUDA: 1-2-token int8 GEMVs built for 5-6 blocks per SM (0)"),
     integer("LATTE_GEMV_X_ASYNC", 0, 8, "CUDA: GEMV blocks of this many tokens or more copy them at once (8; 0 never)"),
     integer("LATTE_LOGITS_COPY_THREADS", 1, 256,
             "CUDA: threads copying a batch's logits to its sessions (cores/2, 1-8)"),

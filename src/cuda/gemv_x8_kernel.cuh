@@ -1033,14 +1033,6 @@ inline bool gemv_x8_applies(const GemvParams& p, int64_t max_record_bytes = kGem
   }
 }
 
-/// Whether the 1- and 2-token builds of gemv_x8_kernel and gemv_x8_legacy_kernel run with more blocks per SM
-/// (kGemvX8WideBlocks; LATTE_GEMV_X8_WIDE=1). Off by default: 4 blocks per SM, as the 4- and 8-token builds
-/// (the wide builds measured tg32 -6% and x8 unchanged on an H200, BENCHMARKS.md thirteenth round).
-inline bool gemv_x8_wide_enabled() {
-  static const bool on = latte::detail::env_flag("LATTE_GEMV_X8_WIDE", false);
-  return on;
-}
-
 /// Whether the 1- and 2-token builds of gemv_x8_legacy_kernel copy their weights through a ring of
 /// kGemvX8LegacyStages steps per warp with cp.async (LATTE_GEMV_LEGACY_ASYNC=1) instead of registers one step
 /// ahead. Off by default until measured.
@@ -1061,15 +1053,6 @@ inline bool gemv_x8_kquant_async_enabled() {
 /// That ring's steps: 3 (36 KB of shared memory per block, two steps of 3 KB per warp in flight).
 inline constexpr int kGemvX8KQuantStages = 3;
 
-/// Blocks per SM the wide 1- and 2-token builds are compiled for: as many as the registers allow without
-/// spills (ptxas, sm_90a): Q4_K one token 80 registers (6 blocks), two tokens 96 (5); the legacy types and
-/// Q6_K 80 (6). Q5_K spills below 128 and stays at 4. With 4 blocks (16 warps) per SM these kernels are
-/// latency-bound (BENCHMARKS.md).
-template <GgmlType T, int NT>
-inline constexpr int kGemvX8WideBlocks = T == GgmlType::q5_k                ? 4
-                                         : (T == GgmlType::q4_k && NT == 2) ? 5
-                                                                            : 6;
-
 template <GgmlType T, int NT>
 void launch_gemv_x8_as(const GemvParams& p, cudaStream_t stream) {
   void (*kernel)(const GemvParams, const int) = nullptr;
@@ -1077,23 +1060,18 @@ void launch_gemv_x8_as(const GemvParams& p, cudaStream_t stream) {
   // rows of 1-16 blocks (a power of two), not gated: several rows per staged step
   const bool short_rows =
       kGemvX8Legacy<T> && !kGemvX8SuperBlocks<T> && units < 32 && (units & (units - 1)) == 0 && p.weight_up == nullptr;
-  constexpr int kWide = NT <= 2 ? kGemvX8WideBlocks<T, NT> : 4;
-  const bool wide = kWide != 4 && gemv_x8_wide_enabled();
   // the cp.async ring for 1 and 2 tokens (a 4- and 8-token block's compute hides one step of loads)
   constexpr int kStages = NT <= 2 ? kGemvX8LegacyStages : 1;
   const bool ring = kStages > 1 && gemv_x8_legacy_async_enabled();
   if constexpr (kGemvX8KQuant<T>) {
     constexpr int kKStages = T == GgmlType::q4_k && NT <= 2 ? kGemvX8KQuantStages : 1;
     const bool k_ring = kKStages > 1 && gemv_x8_kquant_async_enabled();
-    kernel = k_ring ? gemv_x8_kernel<T, NT, 4, kKStages> : wide ? gemv_x8_kernel<T, NT, kWide> : gemv_x8_kernel<T, NT>;
+    kernel = k_ring ? gemv_x8_kernel<T, NT, 4, kKStages> : gemv_x8_kernel<T, NT>;
   } else if constexpr (kGemvX8SuperBlocks<T>) {
-    kernel = ring   ? gemv_x8_legacy_kernel<T, NT, 4, kStages>
-             : wide ? gemv_x8_legacy_kernel<T, NT, kWide>
-                    : gemv_x8_legacy_kernel<T, NT>;
+    kernel = ring ? gemv_x8_legacy_kernel<T, NT, 4, kStages> : gemv_x8_legacy_kernel<T, NT>;
   } else {
     kernel = short_rows ? gemv_x8_short_rows_kernel<T, NT>
              : ring     ? gemv_x8_legacy_kernel<T, NT, 4, kStages>
-             : wide     ? gemv_x8_legacy_kernel<T, NT, kWide>
                         : gemv_x8_legacy_kernel<T, NT>;
   }
   const int smem = static_cast<int>(NT * x_int8_record_bytes(p.k)) + (p.route.logits ? kX8RouteSmemBytes : 0);
