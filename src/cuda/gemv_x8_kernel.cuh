@@ -433,6 +433,30 @@ __device__ __forceinline__ void x8_finish_tokens(const GemvParams& p, const X8Ro
   }
 }
 
+/// The step after (tile, s) in a block's walk: steps 0 .. steps - 1 of each tile, tiles `stride` apart.
+__device__ __forceinline__ void x8_next_step(int& tile, int& s, int steps, int stride) {
+  if (++s == steps) {
+    s = 0;
+    tile += stride;
+  }
+}
+
+/// The cp.async rings of gemv_x8_kernel and gemv_x8_legacy_kernel (Stages > 1): the walk's next step to copy,
+/// Stages - 1 ahead of the step multiplied. Each call copies one step (none past the last tile) with the kernel's
+/// issue(tile, s, ring step) and commits one group, so that the wait for the oldest is always
+/// cp_async_wait<Stages - 1>.
+struct X8RingWalk {
+  int tile, s;
+  template <class Issue>
+  __device__ __forceinline__ void issue_next(int tiles, int steps, int stride, int ring_step, Issue&& issue) {
+    if (tile < tiles) {
+      issue(tile, s, ring_step);
+      x8_next_step(tile, s, steps, stride);
+    }
+    mma::cp_async_commit();
+  }
+};
+
 /// Stages = 1: each lane loads its next step's item into registers while it multiplies the current one.
 /// Stages > 1 (Q4_K, LATTE_GEMV_X8_ASYNC): each lane copies its items with cp.async into a ring of Stages steps
 /// (its own three 16-byte pieces per row and step, which only it reads back: no warp barrier), Stages - 1 steps
@@ -496,26 +520,13 @@ __global__ void __launch_bounds__(128, MinBlocks) gemv_x8_kernel(const GemvParam
       mma::cp_async_16(&ring[buf][warp][j][2][lane], b + 32 + 32 * q, true);
     }
   };
-  auto advance = [&](int& tile, int& s) {
-    if (++s == steps) {
-      s = 0;
-      tile += rows.tile_stride;
-    }
-  };
-
   int tile = rows.first_tile, s = 0;
-  int issue_tile = tile, issue_s = 0;  // Stages > 1: the next step to copy
+  X8RingWalk ring_walk{tile, 0};  // Stages > 1
   X8Item cur[R], next[R];
   // weights are never written by a step: the first loads go out before the wait
   if constexpr (kAsync) {
 #pragma unroll
-    for (int b = 0; b < Stages - 1; ++b) {
-      if (issue_tile < tiles) {
-        issue(issue_tile, issue_s, b);
-        advance(issue_tile, issue_s);
-      }
-      mma::cp_async_commit();
-    }
+    for (int b = 0; b < Stages - 1; ++b) ring_walk.issue_next(tiles, steps, rows.tile_stride, b, issue);
   } else {
     if (tile < tiles) load(tile, s, cur);
   }
@@ -531,14 +542,10 @@ __global__ void __launch_bounds__(128, MinBlocks) gemv_x8_kernel(const GemvParam
   int buf = 0;
   while (tile < tiles) {
     int next_tile = tile, next_s = s;
-    advance(next_tile, next_s);
+    x8_next_step(next_tile, next_s, steps, rows.tile_stride);
     if constexpr (kAsync) {
       // the step Stages - 1 ahead into the ring step this lane read last
-      if (issue_tile < tiles) {
-        issue(issue_tile, issue_s, (buf + Stages - 1) % Stages);
-        advance(issue_tile, issue_s);
-      }
-      mma::cp_async_commit();
+      ring_walk.issue_next(tiles, steps, rows.tile_stride, (buf + Stages - 1) % Stages, issue);
       mma::cp_async_wait<Stages - 1>();
 #pragma unroll
       for (int j = 0; j < R; ++j) {
@@ -835,25 +842,12 @@ __global__ void __launch_bounds__(128, MinBlocks) gemv_x8_legacy_kernel(const Ge
       }
     });
   };
-  auto advance = [&](int& tile, int& s) {
-    if (++s == steps) {
-      s = 0;
-      tile += rows.tile_stride;
-    }
-  };
-
   int tile = rows.first_tile, s = 0;
-  int issue_tile = tile, issue_s = 0;  // Stages > 1: the next step to copy
+  X8RingWalk ring_walk{tile, 0};  // Stages > 1
   if constexpr (kAsync) {
     // weights are never written by a step: the first Stages - 1 steps go out before the wait
 #pragma unroll
-    for (int b = 0; b < Stages - 1; ++b) {
-      if (issue_tile < tiles) {
-        issue(issue_tile, issue_s, b);
-        advance(issue_tile, issue_s);
-      }
-      mma::cp_async_commit();
-    }
+    for (int b = 0; b < Stages - 1; ++b) ring_walk.issue_next(tiles, steps, rows.tile_stride, b, issue);
   } else {
     if (tile < tiles) load(tile, s);
   }
@@ -870,15 +864,11 @@ __global__ void __launch_bounds__(128, MinBlocks) gemv_x8_legacy_kernel(const Ge
   int buf = 0;
   while (tile < tiles) {
     int next_tile = tile, next_s = s;
-    advance(next_tile, next_s);
+    x8_next_step(next_tile, next_s, steps, rows.tile_stride);
     const bool more = next_tile < tiles;
     if constexpr (kAsync) {
       // the step Stages - 1 ahead into the stage the step before used (every lane has read it)
-      if (issue_tile < tiles) {
-        issue(issue_tile, issue_s, (buf + Stages - 1) % Stages);
-        advance(issue_tile, issue_s);
-      }
-      mma::cp_async_commit();
+      ring_walk.issue_next(tiles, steps, rows.tile_stride, (buf + Stages - 1) % Stages, issue);
       mma::cp_async_wait<Stages - 1>();
       __syncwarp();  // every lane's copies of this step have landed
     } else {

@@ -296,6 +296,22 @@ std::string human_count(double n) {
 
 double floor_tps(const TestResult& r, double bandwidth) { return r.floor_tokens / (r.floor_bytes / bandwidth); }
 
+/// The longest context a test of the lists needs (the largest sums), and which options ask for it.
+struct ContextNeed {
+  int64_t positions;
+  std::string what;  ///< e.g. "-d and -p (4096 + 512)"
+};
+std::vector<ContextNeed> context_needs(const Options& o) {
+  auto largest = [](const std::vector<int>& v) { return static_cast<int64_t>(*std::max_element(v.begin(), v.end())); };
+  auto need = [](int64_t a, int64_t b, const std::string& options) {
+    return ContextNeed{a + b, options + " (" + std::to_string(a) + " + " + std::to_string(b) + ")"};
+  };
+  const int64_t d = largest(o.depths), p = largest(o.prompts), n = largest(o.gens);
+  std::vector<ContextNeed> needs = {need(d, p, "-d and -p"), need(d, n, "-d and -n")};
+  if (largest(o.batches) > 1) needs.push_back(need(std::max<int64_t>(p, 1), n, "-p and -n"));  // prompts of 1 or more
+  return needs;
+}
+
 Options parse_options(std::span<const std::string> argv, bool& help) {
   Args args(argv);
   Options o;
@@ -334,15 +350,8 @@ Options parse_options(std::span<const std::string> argv, bool& help) {
   if (!any_prompt && !any_gen && !o.kernels) {
     throw Error(ErrorCode::invalid_argument, "bench: -p and -n are all 0: nothing to run");
   }
-  // every test's context fits a session (the largest sums of the lists), checked before the model loads
-  auto largest = [](const std::vector<int>& v) { return static_cast<int64_t>(*std::max_element(v.begin(), v.end())); };
-  auto fits = [](int64_t a, int64_t b, const std::string& options) {
-    context_positions(a + b, "bench: " + options + " (" + std::to_string(a) + " + " + std::to_string(b) + ")");
-  };
-  const int64_t d = largest(o.depths), p = largest(o.prompts), n = largest(o.gens);
-  fits(d, p, "-d and -p");
-  fits(d, n, "-d and -n");
-  if (largest(o.batches) > 1) fits(std::max<int64_t>(p, 1), n, "-p and -n");  // batched: prompts of 1 or more
+  // every test's context fits a session, checked before the model loads
+  for (const ContextNeed& need : context_needs(o)) context_positions(need.positions, "bench: " + need.what);
   return o;
 }
 
@@ -350,18 +359,7 @@ Options parse_options(std::span<const std::string> argv, bool& help) {
 /// {arch}.context_length is refused (a prompt of 10^8 tokens would otherwise run for days on a CPU).
 void check_trained_context(const Options& o, int trained) {
   if (trained <= 0) return;
-  auto largest = [](const std::vector<int>& v) { return static_cast<int64_t>(*std::max_element(v.begin(), v.end())); };
-  const int64_t d = largest(o.depths), p = largest(o.prompts), n = largest(o.gens);
-  struct Need {
-    int64_t positions;
-    std::string what;
-  };
-  const Need needs[] = {
-      {d + p, "-d and -p (" + std::to_string(d) + " + " + std::to_string(p) + ")"},
-      {d + n, "-d and -n (" + std::to_string(d) + " + " + std::to_string(n) + ")"},
-      {largest(o.batches) > 1 ? std::max<int64_t>(p, 1) + n : 0,
-       "--batch with -p and -n (" + std::to_string(std::max<int64_t>(p, 1)) + " + " + std::to_string(n) + ")"}};
-  for (const Need& need : needs) {
+  for (const ContextNeed& need : context_needs(o)) {
     if (need.positions > trained) {
       throw Error(ErrorCode::context_overflow, "bench: " + need.what + " needs " + std::to_string(need.positions) +
                                                    " positions, more than the model's trained context of " +
