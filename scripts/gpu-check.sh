@@ -55,7 +55,7 @@ if [ $build_ok = 1 ]; then
   # the kernel builds that are off by default (docs/environment.md): the GEMV, MLA decode and whole-model
   # cases with each of them on
   skipped switches || step "gpu tests, kernel builds off by default" gpu-tests-switches.log \
-    env LATTE_GEMV_LEGACY_ASYNC=1 LATTE_GEMV_X8_ASYNC=1 LATTE_MLA_DECODE_TILE=32 LATTE_GEMV_DENSE_ROWS=128 \
+    env LATTE_MLA_DECODE_TILE=32 LATTE_GEMV_DENSE_ROWS=128 \
     timeout 300 $T/latte_gpu_tests -tc='*gemv*,*mla decode*,*CUDA logits match the CPU reference*,*batched decode*'
   if ! skipped sanitizer; then
     SANITIZER=$(command -v compute-sanitizer || ls /usr/local/cuda/compute-sanitizer/compute-sanitizer 2>/dev/null || true)

@@ -441,34 +441,12 @@ __device__ __forceinline__ void x8_next_step(int& tile, int& s, int steps, int s
   }
 }
 
-/// The cp.async rings of gemv_x8_kernel and gemv_x8_legacy_kernel (Stages > 1): the walk's next step to copy,
-/// Stages - 1 ahead of the step multiplied. Each call copies one step (none past the last tile) with the kernel's
-/// issue(tile, s, ring step) and commits one group, so that the wait for the oldest is always
-/// cp_async_wait<Stages - 1>.
-struct X8RingWalk {
-  int tile, s;
-  template <class Issue>
-  __device__ __forceinline__ void issue_next(int tiles, int steps, int stride, int ring_step, Issue&& issue) {
-    if (tile < tiles) {
-      issue(tile, s, ring_step);
-      x8_next_step(tile, s, steps, stride);
-    }
-    mma::cp_async_commit();
-  }
-};
-
-/// Stages = 1: each lane loads its next step's item into registers while it multiplies the current one.
-/// Stages > 1 (Q4_K, LATTE_GEMV_X8_ASYNC): each lane copies its items with cp.async into a ring of Stages steps
-/// (its own three 16-byte pieces per row and step, which only it reads back: no warp barrier), Stages - 1 steps
-/// in flight while it multiplies one.
-template <GgmlType T, int NT, int MinBlocks = 4, int Stages = 1>
-__global__ void __launch_bounds__(128, MinBlocks) gemv_x8_kernel(const GemvParams p, const int tiles) {
-  static_assert(kGemvX8KQuant<T> && Stages >= 1 && (Stages == 1 || T == GgmlType::q4_k));
-  constexpr bool kAsync = Stages > 1;
+/// Each lane loads its next step's item into registers while it multiplies the current one.
+template <GgmlType T, int NT>
+__global__ void __launch_bounds__(128, 4) gemv_x8_kernel(const GemvParams p, const int tiles) {
+  static_assert(kGemvX8KQuant<T>);
   constexpr int kWarps = 4;
   constexpr int R = 2;  // rows per warp
-  // Stages > 1: piece q (0: header, 1-2: qs) of lane l's item of row j in step b at ring[b][warp][j][q][l]
-  __shared__ __align__(16) uint4 ring[kAsync ? Stages : 1][kWarps][R][3][kAsync ? 32 : 1];
   extern __shared__ __align__(16) uint4 x_record[];
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
@@ -506,30 +484,10 @@ __global__ void __launch_bounds__(128, MinBlocks) gemv_x8_kernel(const GemvParam
     }
   };
 
-  // Stages > 1: step (tile, s)'s pieces copied into ring step `buf`
-  auto issue = [&](int tile, int s, int buf) {
-    const int item = lane + 32 * s;
-#pragma unroll
-    for (int j = 0; j < R; ++j) {
-      const int row = out_row(tile, j);
-      if (row >= p.n_rows || item >= items) continue;
-      const uint8_t* b = base[j] + row * row_bytes + static_cast<int64_t>(item >> 2) * quant::BlockTraits<T>::bytes;
-      const int q = item & 3;
-      mma::cp_async_16(&ring[buf][warp][j][0][lane], b, true);
-      mma::cp_async_16(&ring[buf][warp][j][1][lane], b + 16 + 32 * q, true);
-      mma::cp_async_16(&ring[buf][warp][j][2][lane], b + 32 + 32 * q, true);
-    }
-  };
   int tile = rows.first_tile, s = 0;
-  X8RingWalk ring_walk{tile, 0};  // Stages > 1
   X8Item cur[R], next[R];
   // weights are never written by a step: the first loads go out before the wait
-  if constexpr (kAsync) {
-#pragma unroll
-    for (int b = 0; b < Stages - 1; ++b) ring_walk.issue_next(tiles, steps, rows.tile_stride, b, issue);
-  } else {
-    if (tile < tiles) load(tile, s, cur);
-  }
+  if (tile < tiles) load(tile, s, cur);
   if (!gathered) {
     wait_for_producers();
     allow_dependents();
@@ -539,24 +497,10 @@ __global__ void __launch_bounds__(128, MinBlocks) gemv_x8_kernel(const GemvParam
   const uint8_t* xs = reinterpret_cast<const uint8_t*>(x_record);
 
   float acc[R][NT] = {};
-  int buf = 0;
   while (tile < tiles) {
     int next_tile = tile, next_s = s;
     x8_next_step(next_tile, next_s, steps, rows.tile_stride);
-    if constexpr (kAsync) {
-      // the step Stages - 1 ahead into the ring step this lane read last
-      ring_walk.issue_next(tiles, steps, rows.tile_stride, (buf + Stages - 1) % Stages, issue);
-      mma::cp_async_wait<Stages - 1>();
-#pragma unroll
-      for (int j = 0; j < R; ++j) {
-        cur[j].head = ring[buf][warp][j][0][lane];
-        cur[j].qs[0] = ring[buf][warp][j][1][lane];
-        cur[j].qs[1] = ring[buf][warp][j][2][lane];
-      }
-      buf = buf + 1 == Stages ? 0 : buf + 1;
-    } else {
-      if (next_tile < tiles) load(next_tile, next_s, next);
-    }
+    if (next_tile < tiles) load(next_tile, next_s, next);
     const int item = lane + 32 * s;
     if (item < items) {
       // both rows' codes once (a row past the end decodes registers never loaded; its sums are never
@@ -578,10 +522,8 @@ __global__ void __launch_bounds__(128, MinBlocks) gemv_x8_kernel(const GemvParam
     if (s == steps - 1) x8_finish_tokens(p, rows, out_row(tile, 0), out_row(tile, 1), acc, lane);
     tile = next_tile;
     s = next_s;
-    if constexpr (!kAsync) {
 #pragma unroll
-      for (int j = 0; j < R; ++j) cur[j] = next[j];
-    }
+    for (int j = 0; j < R; ++j) cur[j] = next[j];
   }
 }
 
@@ -691,7 +633,7 @@ __device__ __forceinline__ float x8_block_dot(const X8UnitCodes& w, const X8XUni
   }
 }
 
-/// One step of a legacy-type GEMV warp (gemv_x8_legacy_kernel, gemv_x8_legacy_async_kernel): blocks
+/// One step of a legacy-type GEMV warp (gemv_x8_legacy_kernel): blocks
 /// [32 s, 32 s + 32) of its two rows (Q6_K / IQ4_XS: units), staged at st[j] + mis[j], decoded once and multiplied
 /// with each of the block's tokens' records; the sums go to acc.
 template <GgmlType T, int NT>
@@ -757,14 +699,11 @@ __device__ __forceinline__ void x8_legacy_step(const uint8_t* const (&st)[2], co
 /// in gemv_x8_kernel; a step is 32 blocks of each row (lane l: block 32 s + l; Q6_K: 32 units). The blocks
 /// are 2-byte aligned at best, so the warp copies each step's bytes into shared memory with coalesced
 /// aligned 16-byte chunks and each lane reads its block from there as aligned words, decodes it once and
-/// multiplies it with every token's record. Stages = 1: the chunks are loaded into registers one step ahead
-/// and stored after the step; Stages > 1 (LATTE_GEMV_LEGACY_ASYNC): they are copied with cp.async into a
-/// ring of Stages steps per warp, Stages - 1 steps in flight while the warp multiplies one, with no
-/// registers to hold them. The same sums in the same order either way.
-template <GgmlType T, int NT, int MinBlocks = 4, int Stages = 1>
-__global__ void __launch_bounds__(128, MinBlocks) gemv_x8_legacy_kernel(const GemvParams p, const int tiles) {
-  static_assert(kGemvX8Legacy<T> && Stages >= 1);
-  constexpr bool kAsync = Stages > 1;
+/// multiplies it with every token's record. The chunks are loaded into registers one step ahead and stored
+/// after the step.
+template <GgmlType T, int NT>
+__global__ void __launch_bounds__(128, 4) gemv_x8_legacy_kernel(const GemvParams p, const int tiles) {
+  static_assert(kGemvX8Legacy<T>);
   constexpr int kWarps = 4;
   constexpr int R = 2;
   constexpr int kBytes = quant::BlockTraits<T>::bytes;
@@ -772,7 +711,7 @@ __global__ void __launch_bounds__(128, MinBlocks) gemv_x8_legacy_kernel(const Ge
   constexpr int kChunks = (32 / kUnitsPerBlock * kBytes + 15 + 15) / 16;  // one step of a row, misaligned
   constexpr int CPL = (kChunks + 31) / 32;                                // chunks per lane
   // + one spare chunk: x8_words reads one word past a block
-  __shared__ __align__(16) uint4 stage[Stages][kWarps][R][32 * CPL + 1];
+  __shared__ __align__(16) uint4 stage[kWarps][R][32 * CPL + 1];
   extern __shared__ __align__(16) uint4 x_record[];
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
@@ -820,7 +759,7 @@ __global__ void __launch_bounds__(128, MinBlocks) gemv_x8_legacy_kernel(const Ge
       }
     }
   };
-  // Stages = 1: step (tile, s) into registers, stored into the one stage after the step before is multiplied
+  // step (tile, s) into registers, stored into the stage after the step before is multiplied
   uint4 regs[R][CPL];
   auto load = [&](int tile, int s) {
     for_chunks(tile, s, [&](int j, int c, const uint8_t* src) { regs[j][c] = load_chunk_guarded(src, lo[j], hi[j]); });
@@ -829,63 +768,34 @@ __global__ void __launch_bounds__(128, MinBlocks) gemv_x8_legacy_kernel(const Ge
 #pragma unroll
     for (int j = 0; j < R; ++j)
 #pragma unroll
-      for (int c = 0; c < CPL; ++c) stage[0][warp][j][32 * c + lane] = regs[j][c];
-  };
-  // Stages > 1: step (tile, s) copied into stage `buf` (a chunk at the weights' edge is loaded and stored)
-  auto issue = [&](int tile, int s, int buf) {
-    for_chunks(tile, s, [&](int j, int c, const uint8_t* src) {
-      uint4* dst = &stage[buf][warp][j][32 * c + lane];
-      if (src >= lo[j] && src + 16 <= hi[j]) {
-        mma::cp_async_16(dst, src, true);
-      } else {
-        *dst = load_chunk_guarded(src, lo[j], hi[j]);
-      }
-    });
+      for (int c = 0; c < CPL; ++c) stage[warp][j][32 * c + lane] = regs[j][c];
   };
   int tile = rows.first_tile, s = 0;
-  X8RingWalk ring_walk{tile, 0};  // Stages > 1
-  if constexpr (kAsync) {
-    // weights are never written by a step: the first Stages - 1 steps go out before the wait
-#pragma unroll
-    for (int b = 0; b < Stages - 1; ++b) ring_walk.issue_next(tiles, steps, rows.tile_stride, b, issue);
-  } else {
-    if (tile < tiles) load(tile, s);
-  }
+  // weights are never written by a step: the first step's loads go out before the wait
+  if (tile < tiles) load(tile, s);
   if (!gathered) {
     wait_for_producers();
     allow_dependents();
   }
   x8_stage_records(p, rows, n_units, x_record);
-  if constexpr (!kAsync) store();
+  store();
   __syncthreads();
   const uint8_t* xs = reinterpret_cast<const uint8_t*>(x_record);
 
   float acc[R][NT] = {};
-  int buf = 0;
   while (tile < tiles) {
     int next_tile = tile, next_s = s;
     x8_next_step(next_tile, next_s, steps, rows.tile_stride);
     const bool more = next_tile < tiles;
-    if constexpr (kAsync) {
-      // the step Stages - 1 ahead into the stage the step before used (every lane has read it)
-      ring_walk.issue_next(tiles, steps, rows.tile_stride, (buf + Stages - 1) % Stages, issue);
-      mma::cp_async_wait<Stages - 1>();
-      __syncwarp();  // every lane's copies of this step have landed
-    } else {
-      if (more) load(next_tile, next_s);
-    }
-    const uint8_t* st[R] = {reinterpret_cast<const uint8_t*>(stage[buf][warp][0]),
-                            reinterpret_cast<const uint8_t*>(stage[buf][warp][1])};
+    if (more) load(next_tile, next_s);
+    const uint8_t* st[R] = {reinterpret_cast<const uint8_t*>(stage[warp][0]),
+                            reinterpret_cast<const uint8_t*>(stage[warp][1])};
     const int mis[R] = {misalignment(step_start(tile, s, 0)), misalignment(step_start(tile, s, 1))};
     x8_legacy_step<T, NT>(st, mis, s, n_units, rows, xs, record, lane, acc);
     if (s == steps - 1) x8_finish_tokens(p, rows, out_row(tile, 0), out_row(tile, 1), acc, lane);
     __syncwarp();  // every lane has read the step before it is overwritten
-    if constexpr (kAsync) {
-      buf = buf + 1 == Stages ? 0 : buf + 1;
-    } else {
-      if (more) store();
-      __syncwarp();
-    }
+    if (more) store();
+    __syncwarp();
     tile = next_tile;
     s = next_s;
   }
@@ -1023,26 +933,6 @@ inline bool gemv_x8_applies(const GemvParams& p, int64_t max_record_bytes = kGem
   }
 }
 
-/// Whether the 1- and 2-token builds of gemv_x8_legacy_kernel copy their weights through a ring of
-/// kGemvX8LegacyStages steps per warp with cp.async (LATTE_GEMV_LEGACY_ASYNC=1) instead of registers one step
-/// ahead. Off by default until measured.
-inline bool gemv_x8_legacy_async_enabled() {
-  static const bool on = latte::detail::env_flag("LATTE_GEMV_LEGACY_ASYNC", false);
-  return on;
-}
-/// The ring's steps: 3 (Q8_0: 37 KB of shared memory per block, two steps of ~2.2 KB per warp in flight).
-inline constexpr int kGemvX8LegacyStages = 3;
-
-/// Whether the 1- and 2-token Q4_K builds of gemv_x8_kernel copy their items through a ring of
-/// kGemvX8KQuantStages steps with cp.async (LATTE_GEMV_X8_ASYNC=1) instead of registers one step ahead. Off
-/// by default until measured.
-inline bool gemv_x8_kquant_async_enabled() {
-  static const bool on = latte::detail::env_flag("LATTE_GEMV_X8_ASYNC", false);
-  return on;
-}
-/// That ring's steps: 3 (36 KB of shared memory per block, two steps of 3 KB per warp in flight).
-inline constexpr int kGemvX8KQuantStages = 3;
-
 template <GgmlType T, int NT>
 void launch_gemv_x8_as(const GemvParams& p, cudaStream_t stream) {
   void (*kernel)(const GemvParams, const int) = nullptr;
@@ -1050,19 +940,12 @@ void launch_gemv_x8_as(const GemvParams& p, cudaStream_t stream) {
   // rows of 1-16 blocks (a power of two), not gated: several rows per staged step
   const bool short_rows =
       kGemvX8Legacy<T> && !kGemvX8SuperBlocks<T> && units < 32 && (units & (units - 1)) == 0 && p.weight_up == nullptr;
-  // the cp.async ring for 1 and 2 tokens (a 4- and 8-token block's compute hides one step of loads)
-  constexpr int kStages = NT <= 2 ? kGemvX8LegacyStages : 1;
-  const bool ring = kStages > 1 && gemv_x8_legacy_async_enabled();
   if constexpr (kGemvX8KQuant<T>) {
-    constexpr int kKStages = T == GgmlType::q4_k && NT <= 2 ? kGemvX8KQuantStages : 1;
-    const bool k_ring = kKStages > 1 && gemv_x8_kquant_async_enabled();
-    kernel = k_ring ? gemv_x8_kernel<T, NT, 4, kKStages> : gemv_x8_kernel<T, NT>;
+    kernel = gemv_x8_kernel<T, NT>;
   } else if constexpr (kGemvX8SuperBlocks<T>) {
-    kernel = ring ? gemv_x8_legacy_kernel<T, NT, 4, kStages> : gemv_x8_legacy_kernel<T, NT>;
+    kernel = gemv_x8_legacy_kernel<T, NT>;
   } else {
-    kernel = short_rows ? gemv_x8_short_rows_kernel<T, NT>
-             : ring     ? gemv_x8_legacy_kernel<T, NT, 4, kStages>
-                        : gemv_x8_legacy_kernel<T, NT>;
+    kernel = short_rows ? gemv_x8_short_rows_kernel<T, NT> : gemv_x8_legacy_kernel<T, NT>;
   }
   const int smem = static_cast<int>(NT * x_int8_record_bytes(p.k)) + (p.route.logits ? kX8RouteSmemBytes : 0);
   LATTE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
