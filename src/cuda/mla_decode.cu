@@ -74,7 +74,8 @@ using MlaDecodeNarrow = MlaDecodeTraits<1, 64, 2>;     // 16 rows, 4 warps, 171 
 using MlaDecodeSmallSmem = MlaDecodeTraits<1, 32, 2>;  // 16 rows, 2 warps, 95 KB: sm_120 (~100 KB per block)
 // 16 rows, 4 warps (2 position slices x 2 halves of the 576 dims in Q K^T, 4 column slices in P V), 175 KB:
 // 32-position tiles in 4 stages keep 3 tiles (112 KB) in flight through each tile's compute, where the
-// 64-position tiles keep one (75 KB). LATTE_MLA_DECODE_TILE=32 (BENCHMARKS.md, eighteenth round).
+// 64-position tiles keep one (75 KB). LATTE_MLA_DECODE_TILE=32 (BENCHMARKS.md, eighteenth round); measured in the
+// twentieth: +1% at one sequence and shallow depth, -1% at depth 16384, 20% slower at B=64 ctx=8192, so off.
 using MlaDecodeDeep = MlaDecodeTraits<1, 32, 4, 2>;
 
 template <class Tr>
