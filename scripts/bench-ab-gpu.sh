@@ -2,9 +2,12 @@
 # A/B speed comparison of kernel switches in ONE device call: builds latte (and the GPU tests) for the
 # GPU, converts the 27-block random DeepSeek-V2-Lite Q4_K_M model while the GPU tests run, then runs
 # `latte bench` once per case, alternating the cases so that drift shows as noise rather than as a
-# difference. Every case is a set of environment variables (LATTE_PDL, LATTE_GEMV_X, LATTE_GEMV_OCC, ...).
+# difference. Every case is a set of environment variables (LATTE_PDL, LATTE_GEMV_X, LATTE_GEMV_OCC, ...);
+# LATTE_AB_BINARY=baseline in a case runs the baseline build packed beside the new one
+# (LATTE_PACK_BASELINE=1 scripts/pack-gpu-binaries.sh), so a code change is compared in the same call too.
 #
 #   LATTE_AB_CASES='base:X=1 nopdl:LATTE_PDL=0 warp:LATTE_GEMV_X=warp' scripts/bench-ab-gpu.sh
+#   LATTE_AB_CASES='before:LATTE_AB_BINARY=baseline after:X=1' scripts/bench-ab-gpu.sh
 #
 # Settings:
 #   LATTE_AB_CASES    space-separated NAME:VAR=VALUE[,VAR=VALUE...] (default: base:X=1)
@@ -73,8 +76,16 @@ for round in $(seq 1 "$ROUNDS"); do
     name=${c%%:*}
     IFS=',' read -r -a vars <<<"${c#*:}"
     echo "== $name (round $round): ${vars[*]}"
+    binary=$LATTE
+    if [[ " ${vars[*]} " == *" LATTE_AB_BINARY=baseline "* ]]; then
+      binary=$ROOT/build-gpu/prebuilt/baseline/latte
+      if [ ! -x "$binary" ]; then
+        echo "bench-ab-gpu: case $name asks for the baseline build, but .carry/bin.tar.xz has none" >&2
+        exit 1
+      fi
+    fi
     # shellcheck disable=SC2086  # ARGS is a list of bench arguments
-    if ! env "${vars[@]}" LATTE_NO_SELFTEST=1 timeout 150 "$LATTE" bench --model "$MODEL" --device cuda:0 \
+    if ! env "${vars[@]}" LATTE_NO_SELFTEST=1 timeout 150 "$binary" bench --model "$MODEL" --device cuda:0 \
       --attention "$ATTENTION" $ARGS >"$LOG_DIR/bench-$name-$round.log" 2>&1; then
       failed=1
       tail -n 3 "$LOG_DIR/bench-$name-$round.log"
