@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include "cuda/bf16_mma.cuh"
+#include "cuda/chunk_deal.cuh"
 #include "cuda/cluster.cuh"
 #include "cuda/kv_cache_layout.cuh"
 #include "cuda/mla_decode_kernels.hpp"
@@ -106,35 +107,17 @@ struct TileRowRing {
   __device__ const int64_t* tile_offsets(int tile) const { return offsets + (tile % kSlots) * T; }
 };
 
-/// How the loaders below deal a tile's 16-byte chunks to a CTA's threads: 8 consecutive threads take 128
-/// contiguous bytes of one row (one L2 request of 4 sectors, one shared-memory wavefront), so a warp covers 4
-/// rows per copy, the CTA kThreads / 8 rows per "wave"; thread t takes chunks t % 8, t % 8 + 8, ... of rows
-/// t / 8, t / 8 + kThreads / 8, ... Each row's source is worked out once and its 9 copies are fixed steps
-/// from it (the loops are unrolled): an index division, an offset lookup and 64-bit address arithmetic per
-/// chunk made the tile's copies ~1,100 of the ~2,600 instructions per warp of a one-tile CTA (ncu, H100,
-/// BENCHMARKS.md twentieth round), on the one-token decode's serial path.
-struct ChunkDeal {
-  static constexpr int kThreadsPerRow = 8;
-  static constexpr int kChunks = kChunksPerRow / kThreadsPerRow;  // 9 per thread and row
-  static_assert(kChunksPerRow % kThreadsPerRow == 0 && kMlaLatentDim / 8 == kChunks * kThreadsPerRow - 8,
-                "the first 8 of a thread's chunks are latent dims, its last one a rope dim");
-  template <int kRows, int kThreads>
-  static constexpr int waves() {
-    static_assert(kThreads % kThreadsPerRow == 0 && kRows % (kThreads / kThreadsPerRow) == 0);
-    return kRows / (kThreads / kThreadsPerRow);
-  }
-};
-
 /// Issues the copies of rows row0 .. row0 + kRows - 1 of the queries of sequence b into q_s
 /// ([kRows][kSmemRowElems]); rows past rows_total are zero-filled.
 template <int kRows, int kThreads>
 __device__ __forceinline__ void load_query_rows(bf16* q_s, const Launch& L, int b, int row0) {
+  using Deal = ChunkDeal<kRows, kChunksPerRow, kThreads>;
+  static_assert(kMlaLatentDim == (Deal::kChunks - 1) * Deal::kStep, "a thread's last chunk of a row is a rope one");
   const MlaDecodeParams& p = L.p;
-  const int first = static_cast<int>(threadIdx.x) % ChunkDeal::kThreadsPerRow;
+  const int first = Deal::first_element();
 #pragma unroll
-  for (int w = 0; w < ChunkDeal::waves<kRows, kThreads>(); ++w) {
-    const int r =
-        static_cast<int>(threadIdx.x) / ChunkDeal::kThreadsPerRow + w * (kThreads / ChunkDeal::kThreadsPerRow);
+  for (int w = 0; w < Deal::kWaves; ++w) {
+    const int r = Deal::row(w);
     const int row = row0 + r;
     const bool valid = row < L.rows_total;
     const int t = valid ? row / p.n_heads : 0;
@@ -142,30 +125,30 @@ __device__ __forceinline__ void load_query_rows(bf16* q_s, const Launch& L, int 
     const int64_t token = static_cast<int64_t>(b) * p.q_len + t;
     // a zero-filled row reads nothing, but its addresses stay inside the first query's row
     const bf16* latent =
-        (valid ? p.q_latent + token * p.q_latent_token_stride + h * p.q_latent_head_stride : p.q_latent) + first * 8;
+        (valid ? p.q_latent + token * p.q_latent_token_stride + h * p.q_latent_head_stride : p.q_latent) + first;
     const bf16* rope =
-        (valid ? p.q_rope + token * p.q_rope_token_stride + h * p.q_rope_head_stride : p.q_latent) + first * 8;
-    bf16* d = q_s + r * kSmemRowElems + first * 8;
+        (valid ? p.q_rope + token * p.q_rope_token_stride + h * p.q_rope_head_stride : p.q_latent) + first;
+    bf16* d = q_s + r * kSmemRowElems + first;
 #pragma unroll
-    for (int j = 0; j < ChunkDeal::kChunks - 1; ++j) mma::cp_async_16(d + 64 * j, latent + 64 * j, valid);
-    mma::cp_async_16(d + 64 * (ChunkDeal::kChunks - 1), rope, valid);
+    for (int j = 0; j < Deal::kChunks - 1; ++j) mma::cp_async_16(d + Deal::kStep * j, latent + Deal::kStep * j, valid);
+    mma::cp_async_16(d + Deal::kStep * (Deal::kChunks - 1), rope, valid);
   }
 }
 
 /// Issues the copies of one cache tile (T rows at `offsets`, -1 = zero-fill) into dst ([T][kSmemRowElems]).
 template <int T, int kThreads>
 __device__ __forceinline__ void load_kv_tile(bf16* dst, const int64_t* offsets, const bf16* cache) {
-  const int first = static_cast<int>(threadIdx.x) % ChunkDeal::kThreadsPerRow;
+  using Deal = ChunkDeal<T, kChunksPerRow, kThreads>;
+  const int first = Deal::first_element();
 #pragma unroll
-  for (int w = 0; w < ChunkDeal::waves<T, kThreads>(); ++w) {
-    const int r =
-        static_cast<int>(threadIdx.x) / ChunkDeal::kThreadsPerRow + w * (kThreads / ChunkDeal::kThreadsPerRow);
+  for (int w = 0; w < Deal::kWaves; ++w) {
+    const int r = Deal::row(w);
     const int64_t offset = offsets[r];
     const bool valid = offset >= 0;
-    const bf16* src = cache + (valid ? offset : 0) + first * 8;  // zero-fill: reads nothing, inside row 0
-    bf16* d = dst + r * kSmemRowElems + first * 8;
+    const bf16* src = cache + (valid ? offset : 0) + first;  // zero-fill: reads nothing, inside row 0
+    bf16* d = dst + r * kSmemRowElems + first;
 #pragma unroll
-    for (int j = 0; j < ChunkDeal::kChunks; ++j) mma::cp_async_16(d + 64 * j, src + 64 * j, valid);
+    for (int j = 0; j < Deal::kChunks; ++j) mma::cp_async_16(d + Deal::kStep * j, src + Deal::kStep * j, valid);
   }
 }
 
