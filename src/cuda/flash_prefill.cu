@@ -60,20 +60,39 @@ struct FlashPrefillTraits {
   static_assert(kDimQk % 16 == 0 && kDimV % 16 == 0);
 };
 
-/// Copies `rows` rows of `dim` bf16 into shared memory rows of `smem_row` elements; row r is cache
-/// position first + r of head h (zero-filled at and past `limit`).
-template <int kDim, int kSmemRow, int kThreads>
+/// How the loaders below deal a tile's 16-byte chunks to the CTA's threads: 8 consecutive threads take 128
+/// contiguous bytes of one row (one L2 request of 4 sectors), thread t chunks t % 8, t % 8 + 8, ... of rows
+/// t / 8, t / 8 + kThreads / 8, ...; each row's source (its page-table lookup) is worked out once and its copies
+/// are fixed steps from it (unrolled), rather than a division, a lookup and 64-bit address arithmetic per chunk.
+template <int kRows, int kDim, int kThreads>
+struct ChunkDeal {
+  static constexpr int kThreadsPerRow = 8;
+  static constexpr int kRowsPerWave = kThreads / kThreadsPerRow;
+  static constexpr int kWaves = kRows / kRowsPerWave;
+  static constexpr int kChunks = kDim / 8 / kThreadsPerRow;  // per thread and row
+  static_assert(kThreads % kThreadsPerRow == 0 && kRows % kRowsPerWave == 0 && kDim % (8 * kThreadsPerRow) == 0);
+  __device__ static int first() { return static_cast<int>(threadIdx.x) % kThreadsPerRow; }
+  __device__ static int row(int wave) { return static_cast<int>(threadIdx.x) / kThreadsPerRow + wave * kRowsPerWave; }
+};
+
+/// Copies kRows rows of kDim bf16 into shared memory rows of kSmemRow elements; row r is cache position
+/// first + r of head h (zero-filled at and past `limit`).
+template <int kDim, int kSmemRow, int kThreads, int kRows>
 __device__ __forceinline__ void load_cache_rows(bf16* dst, const PagedRows<const bf16>& cache, int batch, int h,
-                                                int first, int limit, int rows) {
-  constexpr int kChunks = kDim / 8;
-  for (int c = threadIdx.x; c < rows * kChunks; c += kThreads) {
-    const int r = c / kChunks;
-    const int col = c % kChunks;
+                                                int first, int limit) {
+  using Deal = ChunkDeal<kRows, kDim, kThreads>;
+  const int col = Deal::first() * 8;
+#pragma unroll
+  for (int w = 0; w < Deal::kWaves; ++w) {
+    const int r = Deal::row(w);
     const int pos = first + r;
     const bool valid = pos < limit;
+    // a zero-filled row reads nothing; its addresses stay inside the cache's first row
     const bf16* src =
-        valid ? cache.data + paged_rows_offset(cache, batch, pos) + h * cache.head_stride + col * 8 : cache.data;
-    mma::cp_async_16(dst + r * kSmemRow + col * 8, src, valid);
+        (valid ? cache.data + paged_rows_offset(cache, batch, pos) + h * cache.head_stride : cache.data) + col;
+    bf16* d = dst + r * kSmemRow + col;
+#pragma unroll
+    for (int j = 0; j < Deal::kChunks; ++j) mma::cp_async_16(d + 64 * j, src + 64 * j, valid);
   }
 }
 
@@ -117,17 +136,21 @@ __global__ void __launch_bounds__(Tr::kThreads, 2) flash_prefill_kernel(const Pr
   // Queries (rows past n_queries are zero) and the first key tile: one copy group (none for a split
   // without keys: it only writes its empty partial result).
   if (n_key_tiles > 0) {
-    constexpr int kChunks = Tr::kDimQk / 8;
-    for (int c = threadIdx.x; c < Tr::kBlockM * kChunks; c += Tr::kThreads) {
-      const int r = c / kChunks;
-      const int col = c % kChunks;
+    using Deal = ChunkDeal<Tr::kBlockM, Tr::kDimQk, Tr::kThreads>;
+    const int col = Deal::first() * 8;
+#pragma unroll
+    for (int w = 0; w < Deal::kWaves; ++w) {
+      const int r = Deal::row(w);
       const bool valid = m0 + r < p.n_queries;
+      // a zero-filled row reads nothing; its addresses stay inside the first query's row
       const bf16* src =
-          valid ? p.q + static_cast<int64_t>(m0 + r) * p.q_token_stride + h * p.q_head_stride + col * 8 : p.q;
-      mma::cp_async_16(q_s + r * Tr::kQkRow + col * 8, src, valid);
+          (valid ? p.q + static_cast<int64_t>(m0 + r) * p.q_token_stride + h * p.q_head_stride : p.q) + col;
+      bf16* d = q_s + r * Tr::kQkRow + col;
+#pragma unroll
+      for (int j = 0; j < Deal::kChunks; ++j) mma::cp_async_16(d + 64 * j, src + 64 * j, valid);
     }
-    load_cache_rows<Tr::kDimQk, Tr::kQkRow, Tr::kThreads>(k_s, p.k_cache, p.cache_batch, h, key_begin, n_keys,
-                                                          Tr::kBlockN);
+    load_cache_rows<Tr::kDimQk, Tr::kQkRow, Tr::kThreads, Tr::kBlockN>(k_s, p.k_cache, p.cache_batch, h, key_begin,
+                                                                       n_keys);
     mma::cp_async_commit();
   }
   // ldmatrix addresses of this lane's Q rows (m16 block mi at q_base + mi * 16 rows)
@@ -151,7 +174,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 2) flash_prefill_kernel(const Pr
     const int key0 = key_begin + j * Tr::kBlockN;
     mma::cp_async_wait<0>();
     __syncthreads();  // K_j (and Q) landed; every warp is done with V_{j-1}
-    load_cache_rows<Tr::kDimV, Tr::kVRow, Tr::kThreads>(v_s, p.v_cache, p.cache_batch, h, key0, n_keys, Tr::kBlockN);
+    load_cache_rows<Tr::kDimV, Tr::kVRow, Tr::kThreads, Tr::kBlockN>(v_s, p.v_cache, p.cache_batch, h, key0, n_keys);
     mma::cp_async_commit();
 
     // S = Q K_j^T: each K fragment feeds the warp's kMi row blocks
@@ -240,8 +263,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 2) flash_prefill_kernel(const Pr
     mma::cp_async_wait<0>();
     __syncthreads();  // V_j landed; every warp is done with K_j
     if (j + 1 < n_key_tiles) {
-      load_cache_rows<Tr::kDimQk, Tr::kQkRow, Tr::kThreads>(k_s, p.k_cache, p.cache_batch, h, key0 + Tr::kBlockN,
-                                                            n_keys, Tr::kBlockN);
+      load_cache_rows<Tr::kDimQk, Tr::kQkRow, Tr::kThreads, Tr::kBlockN>(k_s, p.k_cache, p.cache_batch, h,
+                                                                         key0 + Tr::kBlockN, n_keys);
     }
     mma::cp_async_commit();
 
