@@ -1,11 +1,11 @@
 // How a CTA's threads share the 16-byte asynchronous copies of a tile of bf16 rows into shared memory (the
-// MLA decode's query rows and cache tiles): 8 consecutive threads take 128 contiguous bytes of one row (one
-// L2 request of 4 sectors, one shared-memory wavefront), so a warp covers 4 rows per copy and the CTA
-// kThreads / 8 rows per "wave"; thread t takes chunks t % 8, t % 8 + 8, ... of rows t / 8, t / 8 + kThreads / 8,
-// ... A loader works out each of its rows' source once and issues that row's copies as fixed steps from it
-// (unrolled). Dealing chunk c to thread c % kThreads instead costs a division, the row's lookup and 64-bit
-// address arithmetic per copy: ~1,100 of the ~2,600 instructions per warp of a one-tile MLA decode CTA
-// (ncu, H100, BENCHMARKS.md twentieth round).
+// MLA decode's query rows and cache tiles, the flash prefill's query and K/V tiles): 8 consecutive threads take
+// 128 contiguous bytes of one row (one L2 request of 4 sectors, one shared-memory wavefront), so a warp covers 4
+// rows per copy and the CTA kThreads / 8 rows per "wave"; thread t takes chunks t % 8, t % 8 + 8, ... of rows
+// t / 8, t / 8 + kThreads / 8, ... A loader works out each of its rows' source once and issues that row's copies
+// as fixed steps from it (unrolled). Dealing chunk c to thread c % kThreads instead costs a division, the row's
+// lookup and 64-bit address arithmetic per copy: ~1,100 of the ~2,600 instructions per warp of a one-tile MLA
+// decode CTA (ncu, H100, BENCHMARKS.md twentieth round).
 #pragma once
 
 namespace latte::cuda {

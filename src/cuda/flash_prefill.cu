@@ -22,6 +22,7 @@
 
 #include "cuda/bf16_mma.cuh"
 #include "cuda/check.hpp"
+#include "cuda/chunk_deal.cuh"
 #include "cuda/kv_cache_layout.cuh"
 #include "cuda/launch.cuh"
 #include "cuda/split_kv_combine.hpp"
@@ -60,28 +61,13 @@ struct FlashPrefillTraits {
   static_assert(kDimQk % 16 == 0 && kDimV % 16 == 0);
 };
 
-/// How the loaders below deal a tile's 16-byte chunks to the CTA's threads: 8 consecutive threads take 128
-/// contiguous bytes of one row (one L2 request of 4 sectors), thread t chunks t % 8, t % 8 + 8, ... of rows
-/// t / 8, t / 8 + kThreads / 8, ...; each row's source (its page-table lookup) is worked out once and its copies
-/// are fixed steps from it (unrolled), rather than a division, a lookup and 64-bit address arithmetic per chunk.
-template <int kRows, int kDim, int kThreads>
-struct ChunkDeal {
-  static constexpr int kThreadsPerRow = 8;
-  static constexpr int kRowsPerWave = kThreads / kThreadsPerRow;
-  static constexpr int kWaves = kRows / kRowsPerWave;
-  static constexpr int kChunks = kDim / 8 / kThreadsPerRow;  // per thread and row
-  static_assert(kThreads % kThreadsPerRow == 0 && kRows % kRowsPerWave == 0 && kDim % (8 * kThreadsPerRow) == 0);
-  __device__ static int first() { return static_cast<int>(threadIdx.x) % kThreadsPerRow; }
-  __device__ static int row(int wave) { return static_cast<int>(threadIdx.x) / kThreadsPerRow + wave * kRowsPerWave; }
-};
-
 /// Copies kRows rows of kDim bf16 into shared memory rows of kSmemRow elements; row r is cache position
 /// first + r of head h (zero-filled at and past `limit`).
 template <int kDim, int kSmemRow, int kThreads, int kRows>
 __device__ __forceinline__ void load_cache_rows(bf16* dst, const PagedRows<const bf16>& cache, int batch, int h,
                                                 int first, int limit) {
-  using Deal = ChunkDeal<kRows, kDim, kThreads>;
-  const int col = Deal::first() * 8;
+  using Deal = ChunkDeal<kRows, kDim / 8, kThreads>;
+  const int col = Deal::first_element();
 #pragma unroll
   for (int w = 0; w < Deal::kWaves; ++w) {
     const int r = Deal::row(w);
@@ -92,7 +78,7 @@ __device__ __forceinline__ void load_cache_rows(bf16* dst, const PagedRows<const
         (valid ? cache.data + paged_rows_offset(cache, batch, pos) + h * cache.head_stride : cache.data) + col;
     bf16* d = dst + r * kSmemRow + col;
 #pragma unroll
-    for (int j = 0; j < Deal::kChunks; ++j) mma::cp_async_16(d + 64 * j, src + 64 * j, valid);
+    for (int j = 0; j < Deal::kChunks; ++j) mma::cp_async_16(d + Deal::kStep * j, src + Deal::kStep * j, valid);
   }
 }
 
@@ -136,8 +122,8 @@ __global__ void __launch_bounds__(Tr::kThreads, 2) flash_prefill_kernel(const Pr
   // Queries (rows past n_queries are zero) and the first key tile: one copy group (none for a split
   // without keys: it only writes its empty partial result).
   if (n_key_tiles > 0) {
-    using Deal = ChunkDeal<Tr::kBlockM, Tr::kDimQk, Tr::kThreads>;
-    const int col = Deal::first() * 8;
+    using Deal = ChunkDeal<Tr::kBlockM, Tr::kDimQk / 8, Tr::kThreads>;
+    const int col = Deal::first_element();
 #pragma unroll
     for (int w = 0; w < Deal::kWaves; ++w) {
       const int r = Deal::row(w);
@@ -147,7 +133,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 2) flash_prefill_kernel(const Pr
           (valid ? p.q + static_cast<int64_t>(m0 + r) * p.q_token_stride + h * p.q_head_stride : p.q) + col;
       bf16* d = q_s + r * Tr::kQkRow + col;
 #pragma unroll
-      for (int j = 0; j < Deal::kChunks; ++j) mma::cp_async_16(d + 64 * j, src + 64 * j, valid);
+      for (int j = 0; j < Deal::kChunks; ++j) mma::cp_async_16(d + Deal::kStep * j, src + Deal::kStep * j, valid);
     }
     load_cache_rows<Tr::kDimQk, Tr::kQkRow, Tr::kThreads, Tr::kBlockN>(k_s, p.k_cache, p.cache_batch, h, key_begin,
                                                                        n_keys);
