@@ -6,7 +6,8 @@
 #   LATTE_PACK_BASELINE=1   keep the latte CLI of the pack being replaced as baseline/latte in the new one (the
 #                           three binaries share their kernels, so the archive grows little): bench-ab-gpu.sh
 #                           cases with LATTE_AB_BINARY=baseline run it, before and after a change in one call.
-#                           A baseline already in the old pack is kept as it is.
+#                           A baseline already in the old pack is kept as it is; LATTE_PACK_BASELINE=replace
+#                           takes the old pack's latte CLI instead (compare against the build just before).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/gpu-common.sh
@@ -18,7 +19,7 @@ stage=$(mktemp -d)
 cp build-gpu/tools/latte/latte build-gpu/tests/gpu/latte_gpu_tests "$stage/"
 strip "$stage/latte" "$stage/latte_gpu_tests"
 members=(latte latte_gpu_tests)
-if [ "${LATTE_PACK_BASELINE:-0}" = 1 ]; then
+if [ "${LATTE_PACK_BASELINE:-0}" = 1 ] || [ "${LATTE_PACK_BASELINE:-0}" = replace ]; then
   if [ ! -f .carry/bin.tar.xz ]; then
     echo "pack-gpu-binaries: LATTE_PACK_BASELINE=1 but there is no earlier .carry/bin.tar.xz to take it from" >&2
     exit 1
@@ -26,7 +27,7 @@ if [ "${LATTE_PACK_BASELINE:-0}" = 1 ]; then
   old=$(mktemp -d)
   tar -C "$old" -xJf .carry/bin.tar.xz
   mkdir -p "$stage/baseline"
-  if [ -f "$old/baseline/latte" ]; then
+  if [ -f "$old/baseline/latte" ] && [ "$LATTE_PACK_BASELINE" = 1 ]; then
     cp "$old/baseline/latte" "$stage/baseline/latte"
   else
     cp "$old/latte" "$stage/baseline/latte"

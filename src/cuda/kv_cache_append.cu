@@ -1,10 +1,17 @@
-// KV-cache append (see kv_cache_append.hpp): one CTA per (token, head), threads along the row.
+// KV-cache append (see kv_cache_append.hpp): every thread copies one "unit" of kVec consecutive values of a
+// row (16 bytes of bf16 source, or 4 fp32 values), units flattened over (token, head, segment); the CTAs of
+// one resident wave stride over them. kVec is chosen at launch from the pointers', strides' and offsets'
+// alignment (1 where any is odd: scalar copies). Before, one CTA per (token, head) with threads along the row
+// made the decompressed prefill's k_pe copy -- 16,896 positions x 16 heads of 64 values -- 270,336 CTAs of 64
+// threads that took 328 us for 35 MB on an H100 (ncu, BENCHMARKS.md twenty-first round): the launch was bound
+// by how fast the GPU starts CTAs, not by memory.
 #include "cuda/kv_cache_append.hpp"
 
 #include "cuda/check.hpp"
 #include "cuda/kv_cache_layout.cuh"
 #include "cuda/launch.cuh"
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <type_traits>
@@ -12,34 +19,109 @@
 namespace latte::cuda {
 namespace {
 
-/// dst[0, n) = bf16(src[0, n)), the CTA's threads along the row.
-template <class Src>
-__device__ __forceinline__ void store_row(__nv_bfloat16* dst, const Src* src, int n) {
-  for (int d = threadIdx.x; d < n; d += blockDim.x) {
+constexpr int kThreads = 256;
+constexpr int kCtasPerSm = 8;  // 2,048 resident threads per SM
+
+template <int kVec>
+struct alignas(2 * kVec) Bf16Vec {
+  __nv_bfloat16 v[kVec];
+};
+template <class Src, int kVec>
+struct alignas(sizeof(Src) * kVec) SrcVec {
+  Src v[kVec];
+};
+
+/// dst[0, n) = bf16(src[0, n)) for n <= kVec: one vector load and store when n == kVec.
+template <class Src, int kVec>
+__device__ __forceinline__ void copy_unit(__nv_bfloat16* dst, const Src* src, int n) {
+  if (kVec > 1 && n == kVec) {
+    const SrcVec<Src, kVec> in = *reinterpret_cast<const SrcVec<Src, kVec>*>(src);
+    Bf16Vec<kVec> out;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      if constexpr (std::is_same_v<Src, float>) {
+        out.v[j] = __float2bfloat16_rn(in.v[j]);
+      } else {
+        out.v[j] = in.v[j];
+      }
+    }
+    *reinterpret_cast<Bf16Vec<kVec>*>(dst) = out;
+    return;
+  }
+  for (int j = 0; j < n; ++j) {
     if constexpr (std::is_same_v<Src, float>) {
-      dst[d] = __float2bfloat16_rn(src[d]);
+      dst[j] = __float2bfloat16_rn(src[j]);
     } else {
-      dst[d] = src[d];
+      dst[j] = src[j];
     }
   }
 }
 
-template <class Src>
-__global__ void kv_cache_append_kernel(const KvCacheAppendParams p) {
+template <class Src, int kVec>
+__global__ void __launch_bounds__(kThreads) kv_cache_append_kernel(const KvCacheAppendParams p) {
   wait_for_producers();  // see launch.cuh
   allow_dependents();
-  const int i = blockIdx.x;
-  const int h = blockIdx.y;
-  const int b = p.batch_index != nullptr ? p.batch_index[i] : 0;
-  const int pos = p.positions[i];
-  __nv_bfloat16* row = p.dst.data + paged_rows_offset(p.dst, b, pos);
-  store_row(row + static_cast<int64_t>(h) * p.dst.head_stride + p.dst_offset,
-            static_cast<const Src*>(p.src) + static_cast<int64_t>(i) * p.src_token_stride +
-                static_cast<int64_t>(h) * p.src_head_stride,
-            p.dim);
-  if (p.tail_src != nullptr) {
-    store_row(row + p.tail_dst_offset,
-              static_cast<const Src*>(p.tail_src) + static_cast<int64_t>(i) * p.tail_src_token_stride, p.tail_dim);
+  const int main_units = (p.dim + kVec - 1) / kVec;
+  const int tail_units = p.tail_src != nullptr ? (p.tail_dim + kVec - 1) / kVec : 0;
+  const int row_units = main_units + tail_units;
+  const int64_t units = int64_t{p.n_tokens} * p.n_heads * row_units;
+  // token-major, then head, then unit: neighbouring threads write neighbouring bytes of the cache
+  for (int64_t u = int64_t{blockIdx.x} * kThreads + threadIdx.x; u < units; u += int64_t{gridDim.x} * kThreads) {
+    const int64_t r = u / row_units;  // (token, head) row
+    const int c = static_cast<int>(u - r * row_units);
+    const int i = static_cast<int>(r / p.n_heads);
+    const int h = static_cast<int>(r - int64_t{i} * p.n_heads);
+    const int b = p.batch_index != nullptr ? p.batch_index[i] : 0;
+    __nv_bfloat16* row = p.dst.data + paged_rows_offset(p.dst, b, p.positions[i]);
+    if (c < main_units) {
+      const int d = c * kVec;
+      copy_unit<Src, kVec>(row + static_cast<int64_t>(h) * p.dst.head_stride + p.dst_offset + d,
+                           static_cast<const Src*>(p.src) + static_cast<int64_t>(i) * p.src_token_stride +
+                               static_cast<int64_t>(h) * p.src_head_stride + d,
+                           min(kVec, p.dim - d));
+    } else {  // the tail segment (one head, checked at launch)
+      const int d = (c - main_units) * kVec;
+      copy_unit<Src, kVec>(row + p.tail_dst_offset + d,
+                           static_cast<const Src*>(p.tail_src) + static_cast<int64_t>(i) * p.tail_src_token_stride + d,
+                           min(kVec, p.tail_dim - d));
+    }
+  }
+}
+
+/// The widest copy unit (8, 4, 2 or 1 values) whose vector accesses every pointer, stride and offset of `p`
+/// keeps aligned: at most 16 bytes of source and of cache per access.
+int vector_width(const KvCacheAppendParams& p) {
+  const int64_t src_bytes = p.src_type == AppendSourceType::f32 ? 4 : 2;
+  for (int v : {8, 4, 2}) {
+    if (v * src_bytes > 16) continue;
+    const auto aligned = [&](const void* ptr, int64_t bytes) {
+      return ptr == nullptr || reinterpret_cast<uintptr_t>(ptr) % static_cast<uintptr_t>(bytes) == 0;
+    };
+    bool ok = aligned(p.src, v * src_bytes) && aligned(p.dst.data, v * 2) && p.src_token_stride % v == 0 &&
+              (p.n_heads == 1 || p.src_head_stride % v == 0) && p.dst.token_stride % v == 0 &&
+              p.dst.page_stride % v == 0 && (p.n_heads == 1 || p.dst.head_stride % v == 0) && p.dst_offset % v == 0;
+    if (p.tail_src != nullptr) {
+      ok = ok && aligned(p.tail_src, v * src_bytes) && p.tail_src_token_stride % v == 0 && p.tail_dst_offset % v == 0;
+    }
+    if (ok) return v;
+  }
+  return 1;
+}
+
+template <class Src>
+void launch_append(const KvCacheAppendParams& p, unsigned ctas, int vec, cudaStream_t stream) {
+  switch (vec) {
+    case 8:
+      launch_kernel(kv_cache_append_kernel<Src, 8>, dim3(ctas), dim3(kThreads), 0, stream, p);
+      break;
+    case 4:
+      launch_kernel(kv_cache_append_kernel<Src, 4>, dim3(ctas), dim3(kThreads), 0, stream, p);
+      break;
+    case 2:
+      launch_kernel(kv_cache_append_kernel<Src, 2>, dim3(ctas), dim3(kThreads), 0, stream, p);
+      break;
+    default:
+      launch_kernel(kv_cache_append_kernel<Src, 1>, dim3(ctas), dim3(kThreads), 0, stream, p);
   }
 }
 
@@ -65,12 +147,18 @@ void run_kv_cache_append(const KvCacheAppendParams& p, cudaStream_t stream) {
             what + ": the cache has a page table but no positive page_size");
   }
   if (p.n_tokens == 0) return;
-  const dim3 grid(p.n_tokens, p.n_heads);
-  const int threads = p.dim >= 256 ? 256 : 64;
+  int device = 0, sm_count = 0;
+  LATTE_CUDA_CHECK(cudaGetDevice(&device));
+  LATTE_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
+  const int vec = vector_width(p);
+  const int64_t row_units = (p.dim + vec - 1) / vec + (p.tail_src != nullptr ? (p.tail_dim + vec - 1) / vec : 0);
+  const int64_t units = int64_t{p.n_tokens} * p.n_heads * row_units;
+  const int64_t wave = std::max<int64_t>(int64_t{sm_count} * kCtasPerSm, 1);
+  const auto ctas = static_cast<unsigned>(std::min((units + kThreads - 1) / kThreads, wave));
   if (p.src_type == AppendSourceType::f32) {
-    launch_kernel(kv_cache_append_kernel<float>, grid, threads, 0, stream, p);
+    launch_append<float>(p, ctas, vec, stream);
   } else {
-    launch_kernel(kv_cache_append_kernel<__nv_bfloat16>, grid, threads, 0, stream, p);
+    launch_append<__nv_bfloat16>(p, ctas, vec, stream);
   }
 }
 

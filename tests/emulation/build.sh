@@ -53,10 +53,12 @@ if [ "${LATTE_EMU_ONLY:-}" = fused ]; then
   kernels=(rope_yarn decode_step_kernel)
   tests=("$root"/tests/gpu/decode_step_test.cpp)
 fi
-# LATTE_EMU_ONLY=decode-attention: only the MLA and standard decode kernels, their split combine and tests
+# LATTE_EMU_ONLY=decode-attention: only the MLA and standard decode kernels, their split combine, the cache
+# append and their tests
 if [ "${LATTE_EMU_ONLY:-}" = decode-attention ]; then
   kernels=(split_kv_combine mla_decode mla_decode_wide standard_decode kv_cache_append)
-  tests=("$root"/tests/gpu/attention_mla_decode.cpp "$root"/tests/gpu/attention_standard_decode.cpp)
+  tests=("$root"/tests/gpu/attention_mla_decode.cpp "$root"/tests/gpu/attention_standard_decode.cpp
+         "$root"/tests/gpu/attention_kv_append.cpp)
   sources=("${sources[@]/*decode_step.cpp/}")
 fi
 # LATTE_EMU_ONLY=gemv: only the GEMV kernels and their test

@@ -130,6 +130,60 @@ TEST_CASE("kv cache append writes per-head bf16 K rows into a contiguous head-ma
   CHECK_MESSAGE(want == got, "kv_cache_append head-major [seed " << rng.seed << "]: cache differs");
 }
 
+TEST_CASE("kv cache append broadcasts one bf16 row to every head (the decompressed prefill's k_pe)") {
+  // More (token, head) rows than one wave of the launch's threads takes at once, so every thread strides on;
+  // each of the 16 heads' rows of K [n, 16, 192] gets the token's k_pe at 128 onwards. The launch copies 8
+  // values per access where every address allows it: a width that is not a multiple of 8 leaves a short
+  // last unit, a source one element off 16 bytes makes it copy value by value.
+  struct Shape {
+    int rope;        // values per row
+    int src_offset;  // first value inside the latent row (512: k_pe)
+    int latent_row;  // source token stride
+  };
+  for (const Shape shape : {Shape{64, 512, 576}, Shape{60, 512, 576}, Shape{64, 513, 577}}) {
+    CAPTURE(shape.rope);
+    CAPTURE(shape.src_offset);
+    Rng rng;
+    const int heads = 16, qk = 192, nope = 128, n = 700;
+    std::vector<uint16_t> k(static_cast<size_t>(n) * heads * qk, kUntouched);
+    const Bf16Values cache = random_bf16(static_cast<size_t>(n) * shape.latent_row, rng);
+    std::vector<int32_t> positions(static_cast<size_t>(n));
+    std::iota(positions.begin(), positions.end(), 0);
+    std::shuffle(positions.begin(), positions.end(), rng.engine);
+    auto k_device = upload(k);
+    auto cache_device = upload(cache.bits);
+    auto positions_device = upload(positions);
+    latte::cuda::run_kv_cache_append(
+        {.src = reinterpret_cast<const __nv_bfloat16*>(cache_device.data()) + shape.src_offset,
+         .src_type = AppendSourceType::bf16,
+         .src_token_stride = shape.latent_row,
+         .src_head_stride = 0,
+         .n_tokens = n,
+         .n_heads = heads,
+         .dim = shape.rope,
+         .dst = {.data = reinterpret_cast<__nv_bfloat16*>(k_device.data()),
+                 .token_stride = heads * qk,
+                 .head_stride = qk},
+         .dst_offset = nope,
+         .positions = positions_device.data()},
+        nullptr);
+    const std::vector<uint16_t> got = download(k_device.data(), k.size());
+    std::vector<uint16_t> want = k;
+    for (int i = 0; i < n; ++i) {
+      for (int h = 0; h < heads; ++h) {
+        for (int d = 0; d < shape.rope; ++d) {
+          want[(static_cast<size_t>(positions[i]) * heads + h) * qk + nope + d] =
+              cache.bits[static_cast<size_t>(i) * shape.latent_row + shape.src_offset + d];
+        }
+      }
+    }
+    size_t differences = 0;
+    for (size_t i = 0; i < want.size(); ++i) differences += want[i] != got[i] ? 1 : 0;
+    CHECK_MESSAGE(differences == 0, "kv_cache_append broadcast [seed " << rng.seed << "]: " << differences << " of "
+                                                                       << want.size() << " elements differ");
+  }
+}
+
 TEST_CASE("kv cache append rejects missing pointers with latte::Error") {
   latte::cuda::KvCacheAppendParams p;
   p.n_tokens = 1;
