@@ -58,6 +58,8 @@ constexpr std::array kVariables = {
     flag("LATTE_GEMV_SELF_QUANTIZE", "CUDA: one-token GEMVs make their input's int8 copy themselves (1)"),
     flag("LATTE_GEMV_STAGE_X", "CUDA: 0 is LATTE_GEMV_X=direct (older name)"),
     real("LATTE_GEMV_WAVES", 0.01, 1024, "CUDA: grid cap of the fp32 GEMV, in waves of resident blocks (1)"),
+    flag("LATTE_GEMV_WIDE_RECORDS",
+         "CUDA: 2-8 rows too wide for the dp4a GEMV's int8 copies (a dense FFN's down) on the tensor cores (1)"),
     choice("LATTE_GEMV_X", "rows|warp|direct", "CUDA: how the fp32 GEMV reads its input (rows)"),
     integer("LATTE_GEMV_X_ASYNC", 0, 8, "CUDA: GEMV blocks of this many tokens or more copy them at once (8; 0 never)"),
     integer("LATTE_LOGITS_COPY_THREADS", 1, 256,

@@ -692,13 +692,22 @@ inline int gemv_mma_dense_min_rows() {
 /// A dense launch (no groups, no choices): rows of up to 8 tokens per blockIdx.y.
 inline bool gemv_mma_dense(const GemvParams& p) { return p.groups == nullptr && p.choice_ids == nullptr; }
 
+/// Shared memory bytes of `tokens` tokens' padded x records of k values (the kernels' token_words per token).
+inline int64_t gemv_mma_record_bytes(int tokens, int64_t k) { return tokens * 16 * (5 * (k / 32) + 1); }
+/// Most bytes of 8 tokens' records a dense launch stages (more: 4-token groups, gemv_mma_tokens): with Q6_K's 60 KB
+/// copy ring and the split's sums within the 227 KB of an sm_90 / sm_100 block (k = 7168: 143 KB, 8 tokens).
+inline constexpr int64_t kMmaDenseMaxRecordBytes = 160 * 1024;
+
 /// Tokens a launch's blocks are built for (4 or 8) and the shared memory a block takes: the padded x records,
 /// and for the staged types the copy ring (static, or dynamic after the records for Q6_K).
 inline int gemv_mma_tokens(const GemvParams& p) {
-  return (gemv_mma_dense(p) ? p.n_tokens : p.max_tokens_per_group) <= 4 ? 4 : 8;
+  if (!gemv_mma_dense(p)) return p.max_tokens_per_group <= 4 ? 4 : 8;
+  if (p.n_tokens <= 4) return 4;
+  // 5-8 dense rows whose 8 records would not leave room for a copy ring (a dense FFN's down, k = 10,944 or
+  // 18,432: 219 / 368 KB): two 4-token groups, the weights read from L2 the second time
+  if (p.n_tokens <= gemv_max_tokens && gemv_mma_record_bytes(8, p.k) > kMmaDenseMaxRecordBytes) return 4;
+  return 8;
 }
-/// Shared memory bytes of `tokens` tokens' padded x records of k values (the kernels' token_words per token).
-inline int64_t gemv_mma_record_bytes(int tokens, int64_t k) { return tokens * 16 * (5 * (k / 32) + 1); }
 template <GgmlType T>
 inline int64_t gemv_mma_smem_bytes(const GemvParams& p) {
   const int64_t records = gemv_mma_record_bytes(gemv_mma_tokens(p), p.k);

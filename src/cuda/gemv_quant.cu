@@ -67,11 +67,11 @@ int gemv_dense_rows() {
   return rows;
 }
 
-bool gemv_takes_dense_rows(const GemvParams& p) noexcept {
+bool gemv_takes_dense_records(const GemvParams& p) noexcept {
   bool takes = false;
   try {
-    if (p.groups != nullptr || p.choice_ids != nullptr || p.n_tokens <= gemv_max_tokens ||
-        p.n_tokens > gemv_max_dense_rows || p.x_q == nullptr) {
+    if (p.groups != nullptr || p.choice_ids != nullptr || p.n_tokens < 2 || p.n_tokens > gemv_max_dense_rows ||
+        p.x_q == nullptr) {
       return false;
     }
     GemvTypes::dispatch(p.type, [&]<GgmlType T>() { takes = gemv_mma_applies<T>(p); });
@@ -79,6 +79,10 @@ bool gemv_takes_dense_rows(const GemvParams& p) noexcept {
     return false;  // no device to ask about its shared memory
   }
   return takes;
+}
+
+bool gemv_takes_dense_rows(const GemvParams& p) noexcept {
+  return p.n_tokens > gemv_max_tokens && gemv_takes_dense_records(p);
 }
 
 int gemv_x_async_tokens() {

@@ -112,6 +112,12 @@ bool gemv_reads_x_int8(GgmlType type, int64_t k, int tokens = 1);
 /// rows of 1024 values or more whose 8 records fit the kernel; else gemv_quant refuses it.
 bool gemv_takes_dense_rows(const GemvParams& p) noexcept;
 
+/// Whether a dense launch `p` of 2 to gemv_max_dense_rows rows with records runs on the int8 tensor cores
+/// (gemv_takes_dense_rows for 9 rows or more). Of up to 8 rows it does where the dp4a kernels take the rows too
+/// (from LATTE_GEMV_MMA_DENSE_MIN rows) and where they cannot take the records at all: 3-8 rows of a dense
+/// FFN's down (k = 10,944: 27 KB of records a token), which would otherwise go to the fp32 GEMV.
+bool gemv_takes_dense_records(const GemvParams& p) noexcept;
+
 /// Fewest tokens per block for which the split-int8 kernels stage x's records with all copies in flight at once
 /// (LATTE_GEMV_X_ASYNC: 0 never, 1-8; default 8, the 8-token builds). Measured on an H200 (BENCHMARKS.md,
 /// eleventh round): x8 +4% with 8 or 1, x4 +1-2% with 1 only, the rest within noise.

@@ -90,7 +90,16 @@ bool Linear::gemv_rows(const DeviceMatrix& w, int rows) {
 
 bool Linear::reads_records(const DeviceMatrix& w, int rows) {
   return w && ((rows <= gemv_max_tokens && gemv_reads_x_int8(w.type, w.k, rows)) || gemv_passes(w, rows) ||
-               gemv_rows(w, rows));
+               gemv_rows(w, rows) || gemv_wide_records(w, rows));
+}
+
+bool Linear::gemv_wide_records(const DeviceMatrix& w, int rows) {
+  static const bool on = latte::detail::env_flag("LATTE_GEMV_WIDE_RECORDS", true);
+  if (!on || !w || rows > gemv_max_tokens) return false;
+  // a probe of the launch: the records' address only has to be set
+  GemvParams p = gemv_params(w, nullptr, w.k, nullptr, w.rows, nullptr, rows, reinterpret_cast<const uint8_t*>(w.data),
+                             x_int8_record_bytes(w.k));
+  return gemv_takes_dense_records(p);
 }
 
 bool Linear::bf16_operands(const DeviceMatrix& w, int rows) {

@@ -84,7 +84,12 @@ class Linear {
   /// Whether a product of 9 to gemv_dense_rows() (LATTE_GEMV_DENSE_ROWS) rows of w with records runs as one tensor-core
   /// GEMV launch (gemv_takes_dense_rows: Q4_K, Q5_K and the legacy types), ahead of GEMV passes and the GEMM.
   static bool gemv_rows(const DeviceMatrix& w, int rows);
-  /// Whether a product of `rows` rows of w with records reads them (one GEMV, GEMV passes or gemv_rows).
+  /// Whether 2-8 rows of w whose records the dp4a GEMV cannot hold (a dense FFN's down, k = 10,944) get records
+  /// anyway, for the tensor-core GEMV (gemv_takes_dense_records) rather than the fp32 GEMV on x
+  /// (LATTE_GEMV_WIDE_RECORDS=0: never).
+  static bool gemv_wide_records(const DeviceMatrix& w, int rows);
+  /// Whether a product of `rows` rows of w with records reads them (one GEMV, GEMV passes, gemv_rows or
+  /// gemv_wide_records).
   static bool reads_records(const DeviceMatrix& w, int rows);
 
   void operator()(const DeviceMatrix& w, const LinearCall& call, cudaStream_t stream);

@@ -905,6 +905,40 @@ TEST_CASE("gemv on split-int8 x: k = 7168 (DeepSeek-V3's hidden size) on the ten
   }
 }
 
+TEST_CASE("gemv on split-int8 x: 3-8 tokens of a dense FFN's down (k = 10,944 / 18,432) on the tensor cores") {
+  // Records of 27 / 46 KB a token: past the dp4a kernels' 64 KB from 3 tokens (from 2 at 18,432), and 8 of them
+  // past what a block stages with a copy ring, so 5-8 tokens run as two 4-token groups. x itself is NaN: a launch
+  // that fell back to the fp32 GEMV fails. Q6_K at 18,432 (4 records, its 60 KB ring) does not fit a block.
+  Rng rng;
+  const bool big_blocks = latte::cuda::device_caps(0).smem_per_block_optin >= 227 * 1024;
+  // 10,944 is not a multiple of 256 (DeepSeek-V2-Lite's down is Q5_0 or Q8_0 in its K-quant mixes)
+  const std::vector<std::pair<int64_t, std::vector<GgmlType>>> cases = {
+      {10944, {GgmlType::q5_0, GgmlType::q8_0, GgmlType::q4_1}},
+      {18432, {GgmlType::q4_k, GgmlType::q6_k, GgmlType::q8_0}}};
+  for (const auto& [k, types] : cases) {
+    for (GgmlType type : types) {
+      for (const int n : {3, 5, 8}) {
+        CAPTURE(k);
+        CAPTURE(latte::type_name(type));
+        CAPTURE(n);
+        const int64_t rows = 72;  // K split over each block's warps
+        const latte::cuda::GemvParams probe{.type = type,
+                                            .weight = reinterpret_cast<const void*>(uintptr_t{256}),
+                                            .weight_bytes = static_cast<int64_t>(latte::row_bytes(type, k)) * rows,
+                                            .n_rows = static_cast<int>(rows),
+                                            .k = static_cast<int>(k),
+                                            .n_tokens = n,
+                                            .x_q = reinterpret_cast<const uint8_t*>(uintptr_t{256}),
+                                            .x_q_stride = latte::cuda::x_int8_record_bytes(k)};
+        const bool taken = latte::cuda::gemv_takes_dense_records(probe);
+        CHECK(taken == (big_blocks && !(type == GgmlType::q6_k && k == 18432)));
+        CHECK_FALSE(latte::cuda::gemv_reads_x_int8(type, k, n));
+        if (taken) CHECK(dense_x8_misses(type, rows, k, n, n != 5, rng) == 0);
+      }
+    }
+  }
+}
+
 TEST_CASE("gemv on split-int8 x: 2-8 tokens in one pass, dense rows, within each token's bound") {
   Rng rng;
   struct Shape {
