@@ -61,18 +61,22 @@ latte::cuda::DeviceBuffer<uint8_t> records_of(const latte::cuda::DeviceBuffer<fl
   return rec;
 }
 
-/// Whether the tensor-core GEMV takes a dense launch of n rows of x (records) against rows x k of `type` here (a
-/// probe: the addresses are only checked for alignment).
+/// A dense launch of n rows of x (records) against rows x k of `type`, as a probe of what the GEMV takes: the
+/// addresses are only checked for alignment.
+latte::cuda::GemvParams dense_probe(GgmlType type, int64_t rows, int64_t k, int n) {
+  return {.type = type,
+          .weight = reinterpret_cast<const void*>(uintptr_t{256}),
+          .weight_bytes = static_cast<int64_t>(latte::row_bytes(type, k)) * rows,
+          .n_rows = static_cast<int>(rows),
+          .k = static_cast<int>(k),
+          .n_tokens = n,
+          .x_q = reinterpret_cast<const uint8_t*>(uintptr_t{256}),
+          .x_q_stride = latte::cuda::x_int8_record_bytes(k)};
+}
+
+/// Whether the tensor-core GEMV takes a dense launch of 9 or more rows (dense_probe) here.
 bool takes_dense_rows(GgmlType type, int64_t rows, int64_t k, int n) {
-  const latte::cuda::GemvParams probe{.type = type,
-                                      .weight = reinterpret_cast<const void*>(uintptr_t{256}),
-                                      .weight_bytes = static_cast<int64_t>(latte::row_bytes(type, k)) * rows,
-                                      .n_rows = static_cast<int>(rows),
-                                      .k = static_cast<int>(k),
-                                      .n_tokens = n,
-                                      .x_q = reinterpret_cast<const uint8_t*>(uintptr_t{256}),
-                                      .x_q_stride = latte::cuda::x_int8_record_bytes(k)};
-  return latte::cuda::gemv_takes_dense_rows(probe);
+  return latte::cuda::gemv_takes_dense_rows(dense_probe(type, rows, k, n));
 }
 
 /// The error bound of a split-int8 dot: sum_i |w_i| dx_i / 508 (the record's rounding), plus fp32 sums.
@@ -922,15 +926,7 @@ TEST_CASE("gemv on split-int8 x: 3-8 tokens of a dense FFN's down (k = 10,944 / 
         CAPTURE(latte::type_name(type));
         CAPTURE(n);
         const int64_t rows = 72;  // K split over each block's warps
-        const latte::cuda::GemvParams probe{.type = type,
-                                            .weight = reinterpret_cast<const void*>(uintptr_t{256}),
-                                            .weight_bytes = static_cast<int64_t>(latte::row_bytes(type, k)) * rows,
-                                            .n_rows = static_cast<int>(rows),
-                                            .k = static_cast<int>(k),
-                                            .n_tokens = n,
-                                            .x_q = reinterpret_cast<const uint8_t*>(uintptr_t{256}),
-                                            .x_q_stride = latte::cuda::x_int8_record_bytes(k)};
-        const bool taken = latte::cuda::gemv_takes_dense_records(probe);
+        const bool taken = latte::cuda::gemv_takes_dense_records(dense_probe(type, rows, k, n));
         CHECK(taken == (big_blocks && !(type == GgmlType::q6_k && k == 18432)));
         CHECK_FALSE(latte::cuda::gemv_reads_x_int8(type, k, n));
         if (taken) CHECK(dense_x8_misses(type, rows, k, n, n != 5, rng) == 0);
