@@ -8,6 +8,8 @@
 // decode CTA (ncu, H100, BENCHMARKS.md twentieth round).
 #pragma once
 
+#include "cuda/bf16_mma.cuh"
+
 namespace latte::cuda {
 
 template <int kRows, int kRowChunks, int kThreads>
@@ -24,6 +26,14 @@ struct ChunkDeal {
   __device__ static int first_element() { return static_cast<int>(threadIdx.x) % kThreadsPerRow * 8; }
   /// This thread's row in wave w (0 .. kWaves - 1).
   __device__ static int row(int w) { return static_cast<int>(threadIdx.x) / kThreadsPerRow + w * kRowsPerWave; }
+  /// Issues the first kCount of this thread's chunks of one row (all by default): dst and src point at the row's
+  /// first_element(), the copies kStep elements apart (zero-filled where !valid; src must stay a readable address).
+  template <int kCount = kChunks, class T>
+  __device__ __forceinline__ static void copy_row(T* dst, const T* src, bool valid) {
+    static_assert(kCount >= 0 && kCount <= kChunks);
+#pragma unroll
+    for (int j = 0; j < kCount; ++j) mma::cp_async_16(dst + kStep * j, src + kStep * j, valid);
+  }
 };
 
 }  // namespace latte::cuda

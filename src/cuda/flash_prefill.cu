@@ -76,9 +76,7 @@ __device__ __forceinline__ void load_cache_rows(bf16* dst, const PagedRows<const
     // a zero-filled row reads nothing; its addresses stay inside the cache's first row
     const bf16* src =
         (valid ? cache.data + paged_rows_offset(cache, batch, pos) + h * cache.head_stride : cache.data) + col;
-    bf16* d = dst + r * kSmemRow + col;
-#pragma unroll
-    for (int j = 0; j < Deal::kChunks; ++j) mma::cp_async_16(d + Deal::kStep * j, src + Deal::kStep * j, valid);
+    Deal::copy_row(dst + r * kSmemRow + col, src, valid);
   }
 }
 
@@ -131,9 +129,7 @@ __global__ void __launch_bounds__(Tr::kThreads, 2) flash_prefill_kernel(const Pr
       // a zero-filled row reads nothing; its addresses stay inside the first query's row
       const bf16* src =
           (valid ? p.q + static_cast<int64_t>(m0 + r) * p.q_token_stride + h * p.q_head_stride : p.q) + col;
-      bf16* d = q_s + r * Tr::kQkRow + col;
-#pragma unroll
-      for (int j = 0; j < Deal::kChunks; ++j) mma::cp_async_16(d + Deal::kStep * j, src + Deal::kStep * j, valid);
+      Deal::copy_row(q_s + r * Tr::kQkRow + col, src, valid);
     }
     load_cache_rows<Tr::kDimQk, Tr::kQkRow, Tr::kThreads, Tr::kBlockN>(k_s, p.k_cache, p.cache_batch, h, key_begin,
                                                                        n_keys);

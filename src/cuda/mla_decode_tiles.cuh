@@ -129,8 +129,7 @@ __device__ __forceinline__ void load_query_rows(bf16* q_s, const Launch& L, int 
     const bf16* rope =
         (valid ? p.q_rope + token * p.q_rope_token_stride + h * p.q_rope_head_stride : p.q_latent) + first;
     bf16* d = q_s + r * kSmemRowElems + first;
-#pragma unroll
-    for (int j = 0; j < Deal::kChunks - 1; ++j) mma::cp_async_16(d + Deal::kStep * j, latent + Deal::kStep * j, valid);
+    Deal::template copy_row<Deal::kChunks - 1>(d, latent, valid);
     mma::cp_async_16(d + Deal::kStep * (Deal::kChunks - 1), rope, valid);
   }
 }
@@ -146,9 +145,7 @@ __device__ __forceinline__ void load_kv_tile(bf16* dst, const int64_t* offsets, 
     const int64_t offset = offsets[r];
     const bool valid = offset >= 0;
     const bf16* src = cache + (valid ? offset : 0) + first;  // zero-fill: reads nothing, inside row 0
-    bf16* d = dst + r * kSmemRowElems + first;
-#pragma unroll
-    for (int j = 0; j < Deal::kChunks; ++j) mma::cp_async_16(d + Deal::kStep * j, src + Deal::kStep * j, valid);
+    Deal::copy_row(dst + r * kSmemRowElems + first, src, valid);
   }
 }
 
