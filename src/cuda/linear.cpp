@@ -43,6 +43,13 @@ GemvParams gemv_params(const DeviceMatrix& w, const float* x, int64_t x_stride, 
           .x_q_stride = x_q_stride};
 }
 
+/// Whether a dense product of `rows` rows of w with records runs on the tensor-core GEMV (gemv_takes_dense_records,
+/// asked with a probe of the launch: the records' address only has to be set).
+bool dense_records_on_tensor_cores(const DeviceMatrix& w, int rows) {
+  return gemv_takes_dense_records(gemv_params(w, nullptr, w.k, nullptr, w.rows, nullptr, rows,
+                                              reinterpret_cast<const uint8_t*>(w.data), x_int8_record_bytes(w.k)));
+}
+
 }  // namespace
 
 __nv_bfloat16* Linear::staged(const float* x, int64_t x_stride, int rows, int k, cudaStream_t stream) {
@@ -81,11 +88,7 @@ bool Linear::gemv_passes(const DeviceMatrix& w, int rows) {
 }
 
 bool Linear::gemv_rows(const DeviceMatrix& w, int rows) {
-  if (!w || rows <= gemv_max_tokens || rows > gemv_dense_rows()) return false;
-  // a probe of the launch: the records' address only has to be set
-  GemvParams p = gemv_params(w, nullptr, w.k, nullptr, w.rows, nullptr, rows, reinterpret_cast<const uint8_t*>(w.data),
-                             x_int8_record_bytes(w.k));
-  return gemv_takes_dense_rows(p);
+  return w && rows > gemv_max_tokens && rows <= gemv_dense_rows() && dense_records_on_tensor_cores(w, rows);
 }
 
 bool Linear::reads_records(const DeviceMatrix& w, int rows) {
@@ -95,11 +98,7 @@ bool Linear::reads_records(const DeviceMatrix& w, int rows) {
 
 bool Linear::gemv_wide_records(const DeviceMatrix& w, int rows) {
   static const bool on = latte::detail::env_flag("LATTE_GEMV_WIDE_RECORDS", true);
-  if (!on || !w || rows > gemv_max_tokens) return false;
-  // a probe of the launch: the records' address only has to be set
-  GemvParams p = gemv_params(w, nullptr, w.k, nullptr, w.rows, nullptr, rows, reinterpret_cast<const uint8_t*>(w.data),
-                             x_int8_record_bytes(w.k));
-  return gemv_takes_dense_records(p);
+  return on && w && rows <= gemv_max_tokens && dense_records_on_tensor_cores(w, rows);
 }
 
 bool Linear::bf16_operands(const DeviceMatrix& w, int rows) {
