@@ -31,6 +31,15 @@ struct alignas(sizeof(Src) * kVec) SrcVec {
   Src v[kVec];
 };
 
+template <class Src>
+__device__ __forceinline__ __nv_bfloat16 to_bf16(Src v) {
+  if constexpr (std::is_same_v<Src, float>) {
+    return __float2bfloat16_rn(v);
+  } else {
+    return v;
+  }
+}
+
 /// dst[0, n) = bf16(src[0, n)) for n <= kVec: one vector load and store when n == kVec.
 template <class Src, int kVec>
 __device__ __forceinline__ void copy_unit(__nv_bfloat16* dst, const Src* src, int n) {
@@ -38,49 +47,43 @@ __device__ __forceinline__ void copy_unit(__nv_bfloat16* dst, const Src* src, in
     const SrcVec<Src, kVec> in = *reinterpret_cast<const SrcVec<Src, kVec>*>(src);
     Bf16Vec<kVec> out;
 #pragma unroll
-    for (int j = 0; j < kVec; ++j) {
-      if constexpr (std::is_same_v<Src, float>) {
-        out.v[j] = __float2bfloat16_rn(in.v[j]);
-      } else {
-        out.v[j] = in.v[j];
-      }
-    }
+    for (int j = 0; j < kVec; ++j) out.v[j] = to_bf16(in.v[j]);
     *reinterpret_cast<Bf16Vec<kVec>*>(dst) = out;
     return;
   }
-  for (int j = 0; j < n; ++j) {
-    if constexpr (std::is_same_v<Src, float>) {
-      dst[j] = __float2bfloat16_rn(src[j]);
-    } else {
-      dst[j] = src[j];
-    }
-  }
+  for (int j = 0; j < n; ++j) dst[j] = to_bf16(src[j]);
+}
+
+/// Copy units of vec values in one (token, head) row: the main segment's, then the tail's.
+__host__ __device__ __forceinline__ int main_units(const KvCacheAppendParams& p, int vec) {
+  return (p.dim + vec - 1) / vec;
+}
+__host__ __device__ __forceinline__ int row_units(const KvCacheAppendParams& p, int vec) {
+  return main_units(p, vec) + (p.tail_src != nullptr ? (p.tail_dim + vec - 1) / vec : 0);
 }
 
 template <class Src, int kVec>
 __global__ void __launch_bounds__(kThreads) kv_cache_append_kernel(const KvCacheAppendParams p) {
   wait_for_producers();  // see launch.cuh
   allow_dependents();
-  const int main_units = (p.dim + kVec - 1) / kVec;
-  const int tail_units = p.tail_src != nullptr ? (p.tail_dim + kVec - 1) / kVec : 0;
-  const int row_units = main_units + tail_units;
-  const int64_t units = int64_t{p.n_tokens} * p.n_heads * row_units;
+  const int tail_start = main_units(p, kVec), per_row = row_units(p, kVec);
+  const int64_t units = int64_t{p.n_tokens} * p.n_heads * per_row;
   // token-major, then head, then unit: neighbouring threads write neighbouring bytes of the cache
   for (int64_t u = int64_t{blockIdx.x} * kThreads + threadIdx.x; u < units; u += int64_t{gridDim.x} * kThreads) {
-    const int64_t r = u / row_units;  // (token, head) row
-    const int c = static_cast<int>(u - r * row_units);
+    const int64_t r = u / per_row;  // (token, head) row
+    const int c = static_cast<int>(u - r * per_row);
     const int i = static_cast<int>(r / p.n_heads);
     const int h = static_cast<int>(r - int64_t{i} * p.n_heads);
     const int b = p.batch_index != nullptr ? p.batch_index[i] : 0;
     __nv_bfloat16* row = p.dst.data + paged_rows_offset(p.dst, b, p.positions[i]);
-    if (c < main_units) {
+    if (c < tail_start) {
       const int d = c * kVec;
       copy_unit<Src, kVec>(row + static_cast<int64_t>(h) * p.dst.head_stride + p.dst_offset + d,
                            static_cast<const Src*>(p.src) + static_cast<int64_t>(i) * p.src_token_stride +
                                static_cast<int64_t>(h) * p.src_head_stride + d,
                            min(kVec, p.dim - d));
     } else {  // the tail segment (one head, checked at launch)
-      const int d = (c - main_units) * kVec;
+      const int d = (c - tail_start) * kVec;
       copy_unit<Src, kVec>(row + p.tail_dst_offset + d,
                            static_cast<const Src*>(p.tail_src) + static_cast<int64_t>(i) * p.tail_src_token_stride + d,
                            min(kVec, p.tail_dim - d));
@@ -151,8 +154,7 @@ void run_kv_cache_append(const KvCacheAppendParams& p, cudaStream_t stream) {
   LATTE_CUDA_CHECK(cudaGetDevice(&device));
   LATTE_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device));
   const int vec = vector_width(p);
-  const int64_t row_units = (p.dim + vec - 1) / vec + (p.tail_src != nullptr ? (p.tail_dim + vec - 1) / vec : 0);
-  const int64_t units = int64_t{p.n_tokens} * p.n_heads * row_units;
+  const int64_t units = int64_t{p.n_tokens} * p.n_heads * row_units(p, vec);
   const int64_t wave = std::max<int64_t>(int64_t{sm_count} * kCtasPerSm, 1);
   const auto ctas = static_cast<unsigned>(std::min((units + kThreads - 1) / kThreads, wave));
   if (p.src_type == AppendSourceType::f32) {
