@@ -106,9 +106,15 @@ __device__ __forceinline__ void mma_store(const GemvParams& p, int y_row, int r,
   }
 }
 
-/// A lane's view of the block's staged tokens: B fragments of token g (hi plane at xb + 16 u, lo plane at
-/// xb + 32 n + 16 u), the meta records of tokens 2t and 2t + 1 (xm[c] + 16 u) and where their sums go. Slots
-/// past the group's count read token 0; their sums are never written (live false).
+/// 8-token tiles (the tensor core's n) of a block built for NT tokens: one for 4 and 8, two for 16. A block of 16
+/// decodes each weight fragment once for both tiles.
+template <int NT>
+inline constexpr int kMmaTokenTiles = (NT + 7) / 8;
+
+/// A lane's view of token tile q (tokens 8q .. 8q + 7) of the block's staged tokens: B fragments of token 8q + g
+/// (hi plane at xb + 16 u, lo plane at xb + 32 n + 16 u), the meta records of tokens 8q + 2t and 8q + 2t + 1
+/// (xm[c] + 16 u) and where their sums go. Slots past the group's count read token 0; their sums are never
+/// written (live false).
 struct MmaTokens {
   const uint8_t* xb;
   const uint8_t* xm[2];
@@ -118,25 +124,34 @@ struct MmaTokens {
 
 template <int NT>
 __device__ __forceinline__ MmaTokens mma_tokens(const X8Rows<NT>& rows, const uint8_t* xs, int token_bytes, int n,
-                                                int g, int t) {
+                                                int g, int t, int q = 0) {
+  const int first = 8 * q;
   auto slot = [&](int token) { return token < rows.count ? token : 0; };
   MmaTokens o;
-  o.xb = xs + slot(g) * token_bytes + 16 * (t >> 1) * n + 8 * (t & 1);
-  o.xm[0] = xs + slot(2 * t) * token_bytes + 64 * n;
-  o.xm[1] = xs + slot(2 * t + 1) * token_bytes + 64 * n;
+  o.xb = xs + slot(first + g) * token_bytes + 16 * (t >> 1) * n + 8 * (t & 1);
+  o.xm[0] = xs + slot(first + 2 * t) * token_bytes + 64 * n;
+  o.xm[1] = xs + slot(first + 2 * t + 1) * token_bytes + 64 * n;
   o.y_row[0] = o.y_row[1] = 0;
   o.live[0] = o.live[1] = false;
+  // fixed indices into rows.y_row (a computed one would put the array in local memory)
 #pragma unroll
   for (int tt = 0; tt < NT; ++tt) {
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
-      if (tt == 2 * t + c && tt < rows.count) {
+      if (tt == first + 2 * t + c && tt < rows.count) {
         o.y_row[c] = rows.y_row[tt];
         o.live[c] = true;
       }
     }
   }
   return o;
+}
+
+/// The block's token tiles holding at least one of its tokens (the same for all its threads): a 16-token build
+/// given a group of 8 or fewer skips its second tile's products.
+template <int NT>
+__device__ __forceinline__ int mma_live_tiles(const X8Rows<NT>& rows) {
+  return min(kMmaTokenTiles<NT>, (rows.count + 7) / 8);
 }
 
 /// Writes a warp's finished tiles (rows first_row[j] + g, + 8; tokens 2t, 2t + 1): gated silu(tile 0) *
@@ -205,6 +220,7 @@ template <GgmlType T, int NT, bool Split, int MinBlocks = 3, int Items = 4>
 __global__ void __launch_bounds__(128, MinBlocks) gemv_mma_kernel(const GemvParams p, const int tiles) {
   static_assert(kGemvX8KQuant<T>);
   static_assert(Items == 4 || (Items == 2 && !Split));
+  static_assert(!Split || NT <= 8, "the split's sums hold one token tile");
   constexpr int kParts = 4 / Items;  // steps per super-block
   constexpr int kWarps = 4;
   extern __shared__ __align__(16) uint4 x_record[];
@@ -259,26 +275,36 @@ __global__ void __launch_bounds__(128, MinBlocks) gemv_mma_kernel(const GemvPara
   x8_stage_records<NT>(p, rows, n, x_record, token_words);
   __syncthreads();
 
-  const MmaTokens x = mma_tokens(rows, reinterpret_cast<const uint8_t*>(x_record), token_bytes, n, g, t);
+  constexpr int kTiles = kMmaTokenTiles<NT>;
+  MmaTokens x[kTiles];
+#pragma unroll
+  for (int q = 0; q < kTiles; ++q) {
+    x[q] = mma_tokens(rows, reinterpret_cast<const uint8_t*>(x_record), token_bytes, n, g, t, q);
+  }
+  const int live_tiles = mma_live_tiles(rows);
 
-  float acc[2][4] = {};
+  float acc[kTiles][2][4] = {};
   // acc += step sb of the rows in w
   auto multiply = [&](const MmaRows<Items>(&w)[2], int sb) {
 #pragma unroll
     for (int slot = 0; slot < Items; ++slot) {
       const int i = sb % kParts * Items + slot;  // the item of the super-block
       const int u = 8 * (sb / kParts) + 2 * i;   // x units of sub-blocks 2i and 2i + 1
-      uint2 xh[2], xl[2];
-      float dx[2][2], xsum[2][2];  // [sub-block][token]
+      uint2 xh[kTiles][2], xl[kTiles][2];
+      float dx[kTiles][2][2], xsum[kTiles][2][2];  // [token tile][sub-block][token]
 #pragma unroll
-      for (int s = 0; s < 2; ++s) {
-        xh[s] = *reinterpret_cast<const uint2*>(x.xb + 16 * (u + s));
-        xl[s] = *reinterpret_cast<const uint2*>(x.xb + 16 * (2 * n + u + s));
+      for (int q = 0; q < kTiles; ++q) {
+        if (q > 0 && q >= live_tiles) break;
 #pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const split_int8::Meta m = *reinterpret_cast<const split_int8::Meta*>(x.xm[c] + 16 * (u + s));
-          dx[s][c] = m.dx;
-          xsum[s][c] = static_cast<float>(m.s0 + m.s1);
+        for (int s = 0; s < 2; ++s) {
+          xh[q][s] = *reinterpret_cast<const uint2*>(x[q].xb + 16 * (u + s));
+          xl[q][s] = *reinterpret_cast<const uint2*>(x[q].xb + 16 * (2 * n + u + s));
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const split_int8::Meta m = *reinterpret_cast<const split_int8::Meta*>(x[q].xm[c] + 16 * (u + s));
+            dx[q][s][c] = m.dx;
+            xsum[q][s][c] = static_cast<float>(m.s0 + m.s1);
+          }
         }
       }
 #pragma unroll
@@ -292,19 +318,29 @@ __global__ void __launch_bounds__(128, MinBlocks) gemv_mma_kernel(const GemvPara
                          mn[1][h]);
         }
 #pragma unroll
-        for (int s = 0; s < 2; ++s) {
-          int ch[4], cl[4];
-          mma::mma_u8s8_16832(ch, a[s], xh[s].x, xh[s].y);
-          mma::mma_u8s8_16832(cl, a[s], xl[s].x, xl[s].y);
+        for (int q = 0; q < kTiles; ++q) {
+          if (q > 0 && q >= live_tiles) break;
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int h = e / 2, c = e % 2;
-            const float codes = static_cast<float>(254 * ch[e] + cl[e]);
-            acc[j][e] = fmaf(dx[s][c], fmaf(sc[s][h], codes, -mn[s][h] * xsum[s][c]), acc[j][e]);
+          for (int s = 0; s < 2; ++s) {
+            int ch[4], cl[4];
+            mma::mma_u8s8_16832(ch, a[s], xh[q][s].x, xh[q][s].y);
+            mma::mma_u8s8_16832(cl, a[s], xl[q][s].x, xl[q][s].y);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int h = e / 2, c = e % 2;
+              const float codes = static_cast<float>(254 * ch[e] + cl[e]);
+              acc[q][j][e] = fmaf(dx[q][s][c], fmaf(sc[s][h], codes, -mn[s][h] * xsum[q][s][c]), acc[q][j][e]);
+            }
           }
         }
       }
     }
+  };
+  // a warp's finished tile (rows first_row(tile, 0 / 1)) for each token tile
+  auto finish = [&](int tile) {
+    const int first[2] = {first_row(tile, 0), first_row(tile, 1)};
+#pragma unroll
+    for (int q = 0; q < kTiles; ++q) mma_finish(p, x[q], first, g, acc[q]);
   };
 
   if constexpr (!Split) {
@@ -316,10 +352,7 @@ __global__ void __launch_bounds__(128, MinBlocks) gemv_mma_kernel(const GemvPara
       }
       if (next_tile < tiles) load(next_tile, next_sb, next);
       multiply(cur, sb);
-      if (sb == steps - 1) {
-        const int first[2] = {first_row(tile, 0), first_row(tile, 1)};
-        mma_finish(p, x, first, g, acc);
-      }
+      if (sb == steps - 1) finish(tile);
       tile = next_tile;
       sb = next_sb;
 #pragma unroll
@@ -343,7 +376,7 @@ __global__ void __launch_bounds__(128, MinBlocks) gemv_mma_kernel(const GemvPara
       }
       sb = sb_first;
       const int first[2] = {first_row(tile, 0), first_row(tile, 1)};
-      mma_split_finish(p, x, first, g, warp, lane, red, acc);
+      mma_split_finish(p, x[0], first, g, warp, lane, red, acc[0]);
     }
   }
 }
@@ -461,9 +494,10 @@ __device__ __forceinline__ float mma_q6k_scale(const uint32_t (&scales)[2], int 
 /// 0-1's (16-31), and the two integer sums take their own scales:
 ///     y += dx_u / 254 d [ sc_0 (254 A_0 + B_0 - 32 S_0) + sc_1 (254 A_1 + B_1 - 32 S_1) ].
 template <GgmlType T, int NT, bool Split>
-__global__ void __launch_bounds__(128, MmaStaging<T>::min_blocks)
+__global__ void __launch_bounds__(128, NT > 8 ? 2 : MmaStaging<T>::min_blocks)
     gemv_mma_staged_kernel(const GemvParams p, const int tiles) {
   static_assert(kGemvMmaStaged<T>);
+  static_assert(!Split || NT <= 8, "the split's sums hold one token tile");
   using S = MmaStaging<T>;
   constexpr int kWarps = 4;
   constexpr int kBytes = S::bytes;
@@ -541,9 +575,15 @@ __global__ void __launch_bounds__(128, MmaStaging<T>::min_blocks)
   }
   x8_stage_records<NT>(p, rows, n, x_record, token_words);
   __syncthreads();
-  const MmaTokens x = mma_tokens(rows, reinterpret_cast<const uint8_t*>(x_record), token_bytes, n, g, t);
+  constexpr int kTiles = kMmaTokenTiles<NT>;
+  MmaTokens x[kTiles];
+#pragma unroll
+  for (int q = 0; q < kTiles; ++q) {
+    x[q] = mma_tokens(rows, reinterpret_cast<const uint8_t*>(x_record), token_bytes, n, g, t, q);
+  }
+  const int live_tiles = mma_live_tiles(rows);
 
-  float acc[2][4] = {};
+  float acc[kTiles][2][4] = {};
   while (tile < tiles) {
     int next_tile = tile, next_s = s + s_step;
     if (next_s >= steps) {
@@ -580,36 +620,40 @@ __global__ void __launch_bounds__(128, MmaStaging<T>::min_blocks)
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
           const int u = 8 * s + 4 * half + q;
-          const uint2 xh = *reinterpret_cast<const uint2*>(x.xb + 16 * u);
-          const uint2 xl = *reinterpret_cast<const uint2*>(x.xb + 16 * (2 * n + u));
-          // x with the other half's positions zeroed: [values 0-15, 16-31]
-          const uint2 xh_half[2] = {first_half ? xh : make_uint2(0, 0), first_half ? make_uint2(0, 0) : xh};
-          const uint2 xl_half[2] = {first_half ? xl : make_uint2(0, 0), first_half ? make_uint2(0, 0) : xl};
-          float dx[2];
-          int off[2][2];  // [token][half]: 32 S
 #pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const split_int8::Meta m = *reinterpret_cast<const split_int8::Meta*>(x.xm[c] + 16 * u);
-            dx[c] = m.dx;
-            off[c][0] = 32 * m.s0;
-            off[c][1] = 32 * m.s1;
-          }
+          for (int z = 0; z < kTiles; ++z) {  // token tile
+            if (z > 0 && z >= live_tiles) break;
+            const uint2 xh = *reinterpret_cast<const uint2*>(x[z].xb + 16 * u);
+            const uint2 xl = *reinterpret_cast<const uint2*>(x[z].xb + 16 * (2 * n + u));
+            // x with the other half's positions zeroed: [values 0-15, 16-31]
+            const uint2 xh_half[2] = {first_half ? xh : make_uint2(0, 0), first_half ? make_uint2(0, 0) : xh};
+            const uint2 xl_half[2] = {first_half ? xl : make_uint2(0, 0), first_half ? make_uint2(0, 0) : xl};
+            float dx[2];
+            int off[2][2];  // [token][half]: 32 S
 #pragma unroll
-          for (int j = 0; j < 2; ++j) {
-            const uint32_t a[4] = {w[j][0][q][0], w[j][1][q][0], w[j][0][q][1], w[j][1][q][1]};
-            int ch[2][4], cl[2][4];
-#pragma unroll
-            for (int v = 0; v < 2; ++v) {
-              mma::mma_u8s8_16832(ch[v], a, xh_half[v].x, xh_half[v].y);
-              mma::mma_u8s8_16832(cl[v], a, xl_half[v].x, xl_half[v].y);
+            for (int c = 0; c < 2; ++c) {
+              const split_int8::Meta m = *reinterpret_cast<const split_int8::Meta*>(x[z].xm[c] + 16 * u);
+              dx[c] = m.dx;
+              off[c][0] = 32 * m.s0;
+              off[c][1] = 32 * m.s1;
             }
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int h = e / 2, c = e % 2;
-              const float v0 = static_cast<float>(254 * ch[0][e] + cl[0][e] - off[c][0]);
-              const float v1 = static_cast<float>(254 * ch[1][e] + cl[1][e] - off[c][1]);
-              const float sum = fmaf(mma_q6k_scale(sc[j][h], 2 * q), v0, mma_q6k_scale(sc[j][h], 2 * q + 1) * v1);
-              acc[j][e] = fmaf(dx[c] * d[j][h], sum, acc[j][e]);
+            for (int j = 0; j < 2; ++j) {
+              const uint32_t a[4] = {w[j][0][q][0], w[j][1][q][0], w[j][0][q][1], w[j][1][q][1]};
+              int ch[2][4], cl[2][4];
+#pragma unroll
+              for (int v = 0; v < 2; ++v) {
+                mma::mma_u8s8_16832(ch[v], a, xh_half[v].x, xh_half[v].y);
+                mma::mma_u8s8_16832(cl[v], a, xl_half[v].x, xl_half[v].y);
+              }
+#pragma unroll
+              for (int e = 0; e < 4; ++e) {
+                const int h = e / 2, c = e % 2;
+                const float v0 = static_cast<float>(254 * ch[0][e] + cl[0][e] - off[c][0]);
+                const float v1 = static_cast<float>(254 * ch[1][e] + cl[1][e] - off[c][1]);
+                const float sum = fmaf(mma_q6k_scale(sc[j][h], 2 * q), v0, mma_q6k_scale(sc[j][h], 2 * q + 1) * v1);
+                acc[z][j][e] = fmaf(dx[c] * d[j][h], sum, acc[z][j][e]);
+              }
             }
           }
         }
@@ -621,15 +665,20 @@ __global__ void __launch_bounds__(128, MmaStaging<T>::min_blocks)
       for (int i = 0; i < kUnits; ++i) {
         const int u = kUnits * s + i;
         if (u >= n) break;
-        const uint2 xh = *reinterpret_cast<const uint2*>(x.xb + 16 * u);
-        const uint2 xl = *reinterpret_cast<const uint2*>(x.xb + 16 * (2 * n + u));
-        float dx[2];
-        int xsum[2];
+        uint2 xh[kTiles], xl[kTiles];
+        float dx[kTiles][2];
+        int xsum[kTiles][2];
 #pragma unroll
-        for (int c = 0; c < 2; ++c) {
-          const split_int8::Meta m = *reinterpret_cast<const split_int8::Meta*>(x.xm[c] + 16 * u);
-          dx[c] = m.dx;
-          xsum[c] = m.s0 + m.s1;
+        for (int z = 0; z < kTiles; ++z) {  // token tile
+          if (z > 0 && z >= live_tiles) break;
+          xh[z] = *reinterpret_cast<const uint2*>(x[z].xb + 16 * u);
+          xl[z] = *reinterpret_cast<const uint2*>(x[z].xb + 16 * (2 * n + u));
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const split_int8::Meta m = *reinterpret_cast<const split_int8::Meta*>(x[z].xm[c] + 16 * u);
+            dx[z][c] = m.dx;
+            xsum[z][c] = m.s0 + m.s1;
+          }
         }
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
@@ -641,18 +690,24 @@ __global__ void __launch_bounds__(128, MmaStaging<T>::min_blocks)
             mma_block_codes<T>(st, mis[j][h] + i / S::units * kBytes, i % S::units, t, w[h], d[h], mn[h]);
           }
           a[0] = w[0][0], a[1] = w[1][0], a[2] = w[0][1], a[3] = w[1][1];
-          int ch[4], cl[4];
-          mma::mma_u8s8_16832(ch, a, xh.x, xh.y);
-          mma::mma_u8s8_16832(cl, a, xl.x, xl.y);
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int h = e / 2, c = e % 2;
-            if constexpr (kMin) {
-              acc[j][e] =
-                  fmaf(dx[c], fmaf(d[h], static_cast<float>(254 * ch[e] + cl[e]), mn[h] * static_cast<float>(xsum[c])),
-                       acc[j][e]);
-            } else {
-              acc[j][e] = fmaf(dx[c] * d[h], static_cast<float>(254 * ch[e] + cl[e] - kOff * xsum[c]), acc[j][e]);
+          for (int z = 0; z < kTiles; ++z) {
+            if (z > 0 && z >= live_tiles) break;
+            int ch[4], cl[4];
+            mma::mma_u8s8_16832(ch, a, xh[z].x, xh[z].y);
+            mma::mma_u8s8_16832(cl, a, xl[z].x, xl[z].y);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int h = e / 2, c = e % 2;
+              if constexpr (kMin) {
+                acc[z][j][e] =
+                    fmaf(dx[z][c],
+                         fmaf(d[h], static_cast<float>(254 * ch[e] + cl[e]), mn[h] * static_cast<float>(xsum[z][c])),
+                         acc[z][j][e]);
+              } else {
+                acc[z][j][e] =
+                    fmaf(dx[z][c] * d[h], static_cast<float>(254 * ch[e] + cl[e] - kOff * xsum[z][c]), acc[z][j][e]);
+              }
             }
           }
         }
@@ -661,9 +716,10 @@ __global__ void __launch_bounds__(128, MmaStaging<T>::min_blocks)
     if (next_tile != tile) {  // this warp's last step of the tile
       const int first[2] = {first_row(tile, 0), first_row(tile, 1)};
       if constexpr (Split) {
-        mma_split_finish(p, x, first, g, warp, lane, red, acc);
+        mma_split_finish(p, x[0], first, g, warp, lane, red, acc[0]);
       } else {
-        mma_finish(p, x, first, g, acc);
+#pragma unroll
+        for (int z = 0; z < kTiles; ++z) mma_finish(p, x[z], first, g, acc[z]);
       }
     }
     __syncwarp();  // every lane has read slot b before the step after next copies into it
@@ -698,10 +754,18 @@ inline int64_t gemv_mma_record_bytes(int tokens, int64_t k) { return tokens * 16
 /// copy ring and the split's sums within the 227 KB of an sm_90 / sm_100 block (k = 7168: 143 KB, 8 tokens).
 inline constexpr int64_t kMmaDenseMaxRecordBytes = 160 * 1024;
 
-/// Tokens a launch's blocks are built for (4 or 8) and the shared memory a block takes: the padded x records,
-/// and for the staged types the copy ring (static, or dynamic after the records for Q6_K).
+/// Whether gathered groups of 9-16 tokens may take the 16-token builds (LATTE_GEMV_MMA_WIDE_GROUPS=0: never, and the
+/// MoE decode keeps its groups at 8 tokens).
+inline bool gemv_mma_wide_groups_enabled() {
+  static const bool on = latte::detail::env_flag("LATTE_GEMV_MMA_WIDE_GROUPS", true);
+  return on;
+}
+
+/// Tokens a launch's blocks are built for (4, 8, or 16 for gathered groups of more than 8) and the shared memory a
+/// block takes: the padded x records, and for the staged types the copy ring (static, or dynamic after the records
+/// for Q6_K).
 inline int gemv_mma_tokens(const GemvParams& p) {
-  if (!gemv_mma_dense(p)) return p.max_tokens_per_group <= 4 ? 4 : 8;
+  if (!gemv_mma_dense(p)) return p.max_tokens_per_group <= 4 ? 4 : p.max_tokens_per_group <= gemv_max_tokens ? 8 : 16;
   if (p.n_tokens <= 4) return 4;
   // 5-8 dense rows whose 8 records would not leave room for a copy ring (a dense FFN's down, k = 10,944 or
   // 18,432: 219 / 368 KB): two 4-token groups, the weights read from L2 the second time
@@ -742,16 +806,37 @@ inline bool gemv_mma_applies(const GemvParams& p) {
             p.x_q != nullptr && gemv_x8_applies<T>(block, kAnyRecords))) {
         return false;
       }
-    } else if (!(p.groups != nullptr && gemv_x8_tokens(p.max_tokens_per_group) >= gemv_mma_min_tokens() &&
-                 gemv_x8_applies<T>(p, kAnyRecords))) {
-      return false;
+    } else {
+      // a gathered launch the dp4a kernel would take with groups of up to 8 (the same types, alignment and x);
+      // groups of 9-16 only as the 16-token build
+      GemvParams block = p;
+      block.max_tokens_per_group = std::min(p.max_tokens_per_group, gemv_max_tokens);
+      if (!(p.groups != nullptr && gemv_x8_tokens(block.max_tokens_per_group) >= gemv_mma_min_tokens() &&
+            gemv_x8_applies<T>(block, kAnyRecords))) {
+        return false;
+      }
+      if (p.max_tokens_per_group > gemv_max_tokens &&
+          (!gemv_mma_wide_groups_enabled() || p.max_tokens_per_group > gemv_group_max_tokens)) {
+        return false;
+      }
     }
-    // the block's shared memory within the device's (sm_120: 99 KB; 1 KB for the kernel's other statics)
+    // the block's shared memory within the device's (sm_120: 99 KB; 1 KB for the kernel's other statics); the
+    // 16-token build only where two of its blocks fit a multiprocessor (one block of 4 warps would leave the
+    // weights' loads too few warps to hide their latency)
     int device = 0;
     LATTE_CUDA_CHECK(cudaGetDevice(&device));
     const int split_bytes = gemv_mma_dense(p) ? kMmaSplitSmemBytes : 0;  // launch_gemv_mma_as
-    return gemv_mma_smem_bytes<T>(p) + split_bytes + 1024 <= device_caps(device).smem_per_block_optin;
+    const int64_t block_bytes = gemv_mma_smem_bytes<T>(p) + split_bytes + 1024;
+    const int64_t optin = device_caps(device).smem_per_block_optin;
+    return gemv_mma_tokens(p) > gemv_max_tokens ? 2 * block_bytes <= optin + 1024 : block_bytes <= optin;
   }
+}
+
+/// Whether gathered launches deal their groups over exactly one wave of resident blocks (GemvParams::deal_blocks;
+/// LATTE_GEMV_MMA_DEAL=0: over the grid of whole blocks per group slot, as before).
+inline bool gemv_mma_deal_enabled() {
+  static const bool on = latte::detail::env_flag("LATTE_GEMV_MMA_DEAL", true);
+  return on;
 }
 
 /// Whether a dense K-quant launch whose blocks would not fill the GPU once splits K over each block's four
@@ -785,7 +870,15 @@ void launch_gemv_mma_as(const GemvParams& p, cudaStream_t stream) {
   if constexpr (kGemvMmaStaged<T>) steps = p.k / 32 / MmaStaging<T>::units / MmaStaging<T>::blocks;
   const bool split = gemv_mma_dense(p) && gemv_mma_split_enabled() && (warps + 3) / 4 * groups < sm_count && steps >= 8;
   void (*kernel)(const GemvParams, const int) = nullptr;
-  if constexpr (kGemvX8KQuant<T>) {
+  if constexpr (NT > gemv_max_tokens) {
+    // gathered groups only (never split), two blocks per SM: the registers of two token tiles' sums and x, and
+    // K-quant steps of half a super-block (whole ones spill)
+    if constexpr (kGemvX8KQuant<T>) {
+      kernel = gemv_mma_kernel<T, NT, false, 2, 2>;
+    } else {
+      kernel = gemv_mma_staged_kernel<T, NT, false>;
+    }
+  } else if constexpr (kGemvX8KQuant<T>) {
     if constexpr (T == GgmlType::q4_k) {
       const int wide = gemv_mma_wide();
       kernel = split       ? gemv_mma_kernel<T, NT, true>
@@ -806,18 +899,33 @@ void launch_gemv_mma_as(const GemvParams& p, cudaStream_t stream) {
   // one wave of resident blocks over all groups; each walks an equal share of its group's tiles
   const int64_t resident =
       static_cast<int64_t>(sm_count) * gemv_resident_blocks(reinterpret_cast<const void*>(kernel), smem);
-  const int64_t cap = std::max<int64_t>(1, resident / groups);
-  const int64_t per_block = (tiles + cap - 1) / cap;
+  GemvParams q = p;
+  int64_t per_group = std::max<int64_t>(1, resident / groups);
+  if (!gemv_mma_dense(p) && gemv_mma_deal_enabled()) {
+    // a gathered launch deals the groups the sort made over exactly one wave: rounding the blocks per group
+    // down left SMs with fewer blocks than others (320 of 396 slots at 128 sequences, a third of the SMs idle
+    // for half the launch)
+    per_group = std::min<int64_t>((resident + groups - 1) / groups, tiles);
+    q.deal_blocks = static_cast<int>(std::min<int64_t>(resident, per_group * groups));
+  }
+  const int64_t per_block = (tiles + per_group - 1) / per_group;
   const dim3 grid(static_cast<unsigned>((tiles + per_block - 1) / per_block), static_cast<unsigned>(groups));
-  launch_kernel(kernel, grid, dim3(128), static_cast<size_t>(smem), stream, p, tiles);
+  launch_kernel(kernel, grid, dim3(128), static_cast<size_t>(smem), stream, q, tiles);
 }
 
 template <GgmlType T>
 void launch_gemv_mma(const GemvParams& p, cudaStream_t stream) {
   if constexpr (kGemvX8KQuant<T> || kGemvMmaStaged<T>) {
-    // built for 4 and 8 tokens (groups of 1-2 take the 4-token build where LATTE_GEMV_MMA_MIN_TOKENS asks)
-    if (gemv_mma_tokens(p) == 4) return launch_gemv_mma_as<T, 4>(p, stream);
-    return launch_gemv_mma_as<T, 8>(p, stream);
+    // built for 4 and 8 tokens (groups of 1-2 take the 4-token build where LATTE_GEMV_MMA_MIN_TOKENS asks), and
+    // for gathered groups of 9-16
+    switch (gemv_mma_tokens(p)) {
+      case 4:
+        return launch_gemv_mma_as<T, 4>(p, stream);
+      case 8:
+        return launch_gemv_mma_as<T, 8>(p, stream);
+      default:
+        return launch_gemv_mma_as<T, gemv_group_max_tokens>(p, stream);
+    }
   }
 }
 

@@ -81,6 +81,20 @@ bool gemv_takes_dense_records(const GemvParams& p) noexcept {
   return takes;
 }
 
+bool gemv_takes_wide_groups(const GemvParams& p) noexcept {
+  bool takes = false;
+  try {
+    if (p.groups == nullptr || p.choice_ids != nullptr || p.max_tokens_per_group <= gemv_max_tokens ||
+        p.max_tokens_per_group > gemv_group_max_tokens) {
+      return false;
+    }
+    GemvTypes::dispatch(p.type, [&]<GgmlType T>() { takes = gemv_mma_applies<T>(p); });
+  } catch (...) {
+    return false;  // no device to ask about its shared memory
+  }
+  return takes;
+}
+
 bool gemv_takes_dense_rows(const GemvParams& p) noexcept {
   return p.n_tokens > gemv_max_tokens && gemv_takes_dense_records(p);
 }
@@ -135,8 +149,9 @@ void gemv_quant(const GemvParams& p, cudaStream_t stream) {
   } else {
     require_arg(p.n_groups != nullptr, "gathered mode needs the device group count n_groups");
     require_arg(p.max_groups >= 1 && p.max_groups <= 65535, "max_groups outside 1..65535");
-    require_arg(p.max_tokens_per_group >= 1 && p.max_tokens_per_group <= gemv_max_tokens,
-                "max_tokens_per_group outside 1..8");
+    require_arg((p.max_tokens_per_group >= 1 && p.max_tokens_per_group <= gemv_max_tokens) || gemv_takes_wide_groups(p),
+                "max_tokens_per_group = " + std::to_string(p.max_tokens_per_group) +
+                    " outside 1..8 and not groups of up to 16 that the tensor-core GEMV takes");
     require_arg(p.matrix_stride_bytes >= rb * p.n_rows, "matrix_stride_bytes is smaller than one matrix");
   }
   if (p.choice_ids != nullptr) {

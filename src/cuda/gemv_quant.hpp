@@ -26,6 +26,10 @@ namespace latte::cuda {
 
 /// Most tokens one GEMV pass multiplies (more: use the GEMM).
 inline constexpr int gemv_max_tokens = 8;
+/// Most tokens of one gathered group: up to gemv_max_tokens for every split-int8 kernel, 9-16 only where the
+/// tensor-core GEMV takes the launch (gemv_takes_wide_groups: the MoE experts of a step of ~100 sequences, where
+/// an expert's ~12 tokens then read its weights once instead of in two groups of 8).
+inline constexpr int gemv_group_max_tokens = 16;
 /// Most rows of a dense launch: more than gemv_max_tokens only where gemv_takes_dense_rows says so.
 inline constexpr int gemv_max_dense_rows = 128;
 
@@ -37,9 +41,9 @@ int gemv_dense_rows();
 /// One gathered group (device memory): `count` tokens multiplied by matrix `matrix` of the stack.
 struct GemvGroup {
   int32_t matrix;                  ///< which matrix of the stacked tensor (the expert id)
-  int32_t count;                   ///< tokens in this group, 0..8 (0: the group does nothing)
-  int32_t x_row[gemv_max_tokens];  ///< row of x read for token i
-  int32_t y_row[gemv_max_tokens];  ///< row of y written for token i
+  int32_t count;                   ///< tokens in this group, 0..16 (0: the group does nothing)
+  int32_t x_row[gemv_group_max_tokens];  ///< row of x read for token i
+  int32_t y_row[gemv_group_max_tokens];  ///< row of y written for token i
 };
 
 /// Everything one GEMV launch needs. Pointers are device pointers.
@@ -61,7 +65,8 @@ struct GemvParams {
   const GemvGroup* groups = nullptr;  ///< gathered mode: groups[0 .. *n_groups) (device)
   const int32_t* n_groups = nullptr;  ///< gathered mode: device count of valid groups, <= max_groups
   int max_groups = 0;                 ///< gathered mode: grid size in groups (host bound)
-  int max_tokens_per_group = 0;       ///< gathered mode: host bound on every groups[i].count (1..8)
+  int max_tokens_per_group = 0;       ///< gathered mode: host bound on every groups[i].count (1..8; 9..16 where
+                                      ///< gemv_takes_wide_groups says so)
   bool x_row_is_y_row = false;        ///< gathered mode: read x at y_row (MoE down: x is per slot)
   /// Optional: x's rows also as split-int8 records (x_int8.hpp), row r at x_q + r * x_q_stride. Launches of
   /// Q4_K, Q5_K, Q6_K and the legacy 32-value types then read these instead of x, with integer dot products
@@ -92,6 +97,10 @@ struct GemvParams {
   /// Set by gemv_quant (LATTE_GEMV_X_ASYNC): split-int8 blocks built for at least this many tokens stage their
   /// tokens' records with every copy in flight at once, the others token after token (x8_stage_records).
   int x_async_tokens = gemv_max_tokens;
+  /// Set by the tensor-core GEMV's gathered launches (LATTE_GEMV_MMA_DEAL): the groups that exist are dealt over
+  /// the grid's first deal_blocks blocks (one wave of resident blocks, every SM's slots filled), the rest exit;
+  /// 0: over the whole grid.
+  int deal_blocks = 0;
 };
 
 /// Launches y = W x (see GemvParams). Throws Error(invalid_argument) on a violated precondition and
@@ -117,6 +126,13 @@ bool gemv_takes_dense_rows(const GemvParams& p) noexcept;
 /// (from LATTE_GEMV_MMA_DENSE_MIN rows) and where they cannot take the records at all: 3-8 rows of a dense
 /// FFN's down (k = 10,944: 27 KB of records a token), which would otherwise go to the fp32 GEMV.
 bool gemv_takes_dense_records(const GemvParams& p) noexcept;
+
+/// Whether a gathered launch `p` with groups of 9 to gemv_group_max_tokens tokens (max_tokens_per_group) runs: on
+/// the int8 tensor cores, two 8-token tiles per block against each weight fragment it decodes (gemv_mma_kernel.cuh),
+/// for the types they take (Q4_K, Q5_K, Q6_K, the legacy types, IQ4_NL, IQ4_XS), with records or x_quantize, where
+/// two blocks of 16 tokens' records fit a multiprocessor; else gemv_quant refuses it. Never with
+/// LATTE_GEMV_MMA_WIDE_GROUPS=0.
+bool gemv_takes_wide_groups(const GemvParams& p) noexcept;
 
 /// Fewest tokens per block for which the split-int8 kernels stage x's records with all copies in flight at once
 /// (LATTE_GEMV_X_ASYNC: 0 never, 1-8; default 8, the 8-token builds). Measured on an H200 (BENCHMARKS.md,

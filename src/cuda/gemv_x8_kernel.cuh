@@ -175,10 +175,12 @@ __device__ __forceinline__ bool x8_group(const GemvParams& p, X8Rows<NT>& r, uin
   const int n_groups = *p.n_groups;
   const int slots = static_cast<int>(gridDim.y);
   int group = j;
-  if (n_groups > 0 && n_groups < slots) {
-    // group g takes blocks [ceil(g total / n), ceil((g + 1) total / n)) of the grid's total in linear order
-    const int64_t total = static_cast<int64_t>(slots) * gridDim.x;
+  const int64_t grid_blocks = static_cast<int64_t>(slots) * gridDim.x;
+  const int64_t total = p.deal_blocks > 0 ? min(grid_blocks, static_cast<int64_t>(p.deal_blocks)) : grid_blocks;
+  if (n_groups > 0 && (n_groups < slots || total < grid_blocks)) {
+    // group g takes blocks [ceil(g total / n), ceil((g + 1) total / n)) of the first `total` in linear order
     const int64_t linear = static_cast<int64_t>(j) * gridDim.x + blockIdx.x;
+    if (linear >= total) return false;
     group = static_cast<int>(linear * n_groups / total);
     const int64_t first = (group * total + n_groups - 1) / n_groups;
     const int64_t next = ((group + 1) * total + n_groups - 1) / n_groups;

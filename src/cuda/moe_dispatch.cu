@@ -192,7 +192,7 @@ void moe_sort(const MoeSortParams& p, cudaStream_t stream) {
   require_arg(p.k >= 1 && p.k <= moe_max_k && p.n_tokens >= 0, "moe_sort", "k outside 1..8 or n_tokens < 0");
   require_arg((p.tiles == nullptr) == (p.n_tiles == nullptr), "moe_sort", "tiles and n_tiles go together");
   require_arg((p.groups == nullptr) == (p.n_groups == nullptr), "moe_sort", "groups and n_groups go together");
-  require_arg(p.group_tokens >= 1 && p.group_tokens <= gemv_max_tokens, "moe_sort", "group_tokens outside 1..8");
+  require_arg(p.group_tokens >= 1 && p.group_tokens <= gemv_group_max_tokens, "moe_sort", "group_tokens outside 1..16");
   require_arg(p.groups == nullptr || p.n_tokens <= moe_gemv_max_tokens, "moe_sort",
               "GEMV groups need n_tokens <= " + std::to_string(moe_gemv_max_tokens) + " (got " +
                   std::to_string(p.n_tokens) + ")");

@@ -45,7 +45,7 @@ struct MoeSortParams {
   GemmTile* tiles = nullptr;           ///< optional [moe_max_tiles]: grouped GEMM tiles
   int32_t* n_tiles = nullptr;          ///< with tiles: [1]
   GemvGroup* groups = nullptr;         ///< optional [moe_max_groups]: GEMV groups (n_tokens <= moe_gemv_max_tokens)
-  int group_tokens = gemv_max_tokens;  ///< with groups: most tokens per group (1..8)
+  int group_tokens = gemv_max_tokens;  ///< with groups: most tokens per group (1..16)
   int32_t* n_groups = nullptr;         ///< with groups: [1]
 };
 

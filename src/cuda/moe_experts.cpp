@@ -80,13 +80,17 @@ void combine_slots(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeExperts
 }
 
 // Most tokens per GEMV group for `pairs` (token, choice) pairs over n_experts: the power of two at or above
-// twice the mean pairs per expert, within 1..min(8, n_tokens). LATTE_MOE_GROUP_TOKENS (1-8) fixes it.
-int moe_group_tokens(int pairs, int n_experts, int n_tokens) {
+// twice the mean pairs per expert, within 1..min(8, n_tokens); 16 where the mean is over 8 and the launches take
+// groups that wide (`wide`): at 128 sequences x 6 of 64 experts an expert's ~12 tokens are then one group that
+// reads its weights once, where groups of 8 read them twice. LATTE_MOE_GROUP_TOKENS (1-16) fixes it (more than 8
+// only where `wide`).
+int moe_group_tokens(int pairs, int n_experts, int n_tokens, bool wide) {
   static const int fixed = latte::detail::env_int("LATTE_MOE_GROUP_TOKENS", 0);
-  const int cap = std::min(gemv_max_tokens, std::max(1, n_tokens));
+  const int cap = std::min(wide ? gemv_group_max_tokens : gemv_max_tokens, std::max(1, n_tokens));
   if (fixed > 0) return std::min(fixed, cap);
   int g = 1;
-  while (g < cap && g * n_experts < 2 * pairs) g *= 2;
+  while (g < std::min(cap, gemv_max_tokens) && g * n_experts < 2 * pairs) g *= 2;
+  if (g == gemv_max_tokens && cap > gemv_max_tokens && pairs > gemv_max_tokens * n_experts) g = cap;
   return std::min(g, cap);
 }
 
@@ -203,16 +207,8 @@ void moe_experts_decode(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeEx
     return;
   }
   if (c.route != nullptr) moe_route(*c.route, stream);
-  // Tokens per group: the GEMV is compiled for 1, 2, 4 or 8 of them, and a block pays for its build's
-  // count (registers, staged records) whatever its group holds; so groups of about twice the mean
-  // tokens per expert (8 tokens x 6 of 64 experts: groups of 2), an expert with more split in several.
-  const int group_tokens = moe_group_tokens(pairs, w.n_experts, c.n_tokens);
-  const int max_groups = moe_max_groups(pairs, w.n_experts, group_tokens);
-  MoeSortParams sort = sort_params(w, ws, c);
-  sort.groups = ws.groups.data();
-  sort.n_groups = ws.counts.data() + 1;
-  sort.group_tokens = group_tokens;
-  moe_sort(sort, stream);
+  const bool fused =
+      w.gate.type == w.up.type && w.gate.matrix_stride_bytes == w.up.matrix_stride_bytes && w.gate.bytes == w.up.bytes;
   GemvParams g = on_stack(GemvParams{.n_rows = w.ffn,
                                      .k = w.hidden,
                                      .x = c.x,
@@ -221,15 +217,49 @@ void moe_experts_decode(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeEx
                                      .y_stride = w.ffn,
                                      .groups = ws.groups.data(),
                                      .n_groups = ws.counts.data() + 1,
-                                     .max_groups = max_groups,
-                                     .max_tokens_per_group = group_tokens,
                                      .x_q = c.x_q,
                                      .x_q_stride = c.x_q_stride},
                           w.gate);
-  const bool fused =
-      w.gate.type == w.up.type && w.gate.matrix_stride_bytes == w.up.matrix_stride_bytes && w.gate.bytes == w.up.bytes;
+  if (fused) g.weight_up = w.up.data;  // y = silu(gate x) * (up x), both read in one pass
+  // down: group i's x rows are its slots (the gated activations), y rows the same slots
+  GemvParams d = on_stack(GemvParams{.n_rows = w.hidden,
+                                     .k = w.ffn,
+                                     .x = ws.gate_out.data(),
+                                     .x_stride = w.ffn,
+                                     .y = ws.down_out.data(),
+                                     .y_stride = w.hidden,
+                                     .groups = ws.groups.data(),
+                                     .n_groups = ws.counts.data() + 1},
+                          w.down);
+  d.x_row_is_y_row = true;  // the groups' x rows are tokens; down reads the slot's activations
+  const int64_t act_stride = x_int8_record_bytes(w.ffn);
+  const bool act_records =
+      c.x_q != nullptr && ws.act_q.size() >= static_cast<size_t>(pairs) * static_cast<size_t>(act_stride);
+  // Groups of 9-16 tokens where every expert launch takes them (the tensor-core GEMV's 16-token build, on
+  // records: the down's are made below).
+  bool wide = act_records;
+  if (wide) {
+    GemvParams gw = g, dw = d;
+    gw.max_groups = dw.max_groups = 1;
+    gw.max_tokens_per_group = dw.max_tokens_per_group = gemv_group_max_tokens;
+    dw.x_q = ws.act_q.data();
+    dw.x_q_stride = act_stride;
+    wide = gemv_takes_wide_groups(gw) && gemv_takes_wide_groups(dw) &&
+           (fused || gemv_takes_wide_groups(on_stack(gw, w.up)));
+  }
+  // Tokens per group: the GEMV is compiled for 1, 2, 4, 8 (and 16) of them, and a block pays for its build's
+  // count (registers, staged records) whatever its group holds; so groups of about twice the mean
+  // tokens per expert (8 tokens x 6 of 64 experts: groups of 2), an expert with more split in several.
+  const int group_tokens = moe_group_tokens(pairs, w.n_experts, c.n_tokens, wide);
+  const int max_groups = moe_max_groups(pairs, w.n_experts, group_tokens);
+  MoeSortParams sort = sort_params(w, ws, c);
+  sort.groups = ws.groups.data();
+  sort.n_groups = ws.counts.data() + 1;
+  sort.group_tokens = group_tokens;
+  moe_sort(sort, stream);
+  g.max_groups = d.max_groups = max_groups;
+  g.max_tokens_per_group = d.max_tokens_per_group = group_tokens;
   if (fused) {
-    g.weight_up = w.up.data;  // y = silu(gate x) * (up x), both read in one pass
     gemv_quant(g, stream);
   } else {
     gemv_quant(g, stream);
@@ -246,32 +276,17 @@ void moe_experts_decode(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeEx
                .cols = w.ffn},
               stream);
   }
-  // down: group i's x rows are its slots (the gated activations), y rows the same slots
-  GemvParams d = on_stack(GemvParams{.n_rows = w.hidden,
-                                     .k = w.ffn,
-                                     .x = ws.gate_out.data(),
-                                     .x_stride = w.ffn,
-                                     .y = ws.down_out.data(),
-                                     .y_stride = w.hidden,
-                                     .groups = ws.groups.data(),
-                                     .n_groups = ws.counts.data() + 1,
-                                     .max_groups = max_groups,
-                                     .max_tokens_per_group = group_tokens},
-                          w.down);
-  d.x_row_is_y_row = true;  // the groups' x rows are tokens; down reads the slot's activations
-  if (c.x_q != nullptr && ws.act_q.size() >= static_cast<size_t>(pairs * x_int8_record_bytes(w.ffn)) &&
-      gemv_reads_x_int8(w.down.type, w.ffn, group_tokens)) {
+  if (act_records && (group_tokens > gemv_max_tokens || gemv_reads_x_int8(w.down.type, w.ffn, group_tokens))) {
     // the tokens' slots of activations as records, for the split-int8 down GEMV
-    const int64_t stride = x_int8_record_bytes(w.ffn);
     quantize_x_int8({.x = ws.gate_out.data(),
                      .x_stride = w.ffn,
                      .rows = pairs,
                      .k = w.ffn,
                      .out = ws.act_q.data(),
-                     .out_stride = stride},
+                     .out_stride = act_stride},
                     stream);
     d.x_q = ws.act_q.data();
-    d.x_q_stride = stride;
+    d.x_q_stride = act_stride;
   }
   gemv_quant(d, stream);
   combine_slots(w, ws, c, stream);

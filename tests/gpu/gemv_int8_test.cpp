@@ -3,6 +3,7 @@
 // and its CPU decoder decoded back, summed in double, within the bound the record's rounding allows
 // (sum |w_i| dx_i / 508). Also built into the CPU emulation (tests/emulation).
 #include <doctest/doctest.h>
+#include <latte/error.hpp>
 #include <latte/quant.hpp>
 
 #include <algorithm>
@@ -77,6 +78,18 @@ latte::cuda::GemvParams dense_probe(GgmlType type, int64_t rows, int64_t k, int 
 /// Whether the tensor-core GEMV takes a dense launch of 9 or more rows (dense_probe) here.
 bool takes_dense_rows(GgmlType type, int64_t rows, int64_t k, int n) {
   return latte::cuda::gemv_takes_dense_rows(dense_probe(type, rows, k, n));
+}
+
+/// Whether the tensor-core GEMV takes gathered groups of 9-16 tokens (its 16-token build) for rows x k of `type` here.
+bool takes_wide_groups(GgmlType type, int64_t rows, int64_t k) {
+  const int32_t fake = 0;
+  latte::cuda::GemvParams p = dense_probe(type, rows, k, 1);
+  p.matrix_stride_bytes = p.weight_bytes;
+  p.groups = reinterpret_cast<const latte::cuda::GemvGroup*>(uintptr_t{256});
+  p.n_groups = &fake;
+  p.max_groups = 1;
+  p.max_tokens_per_group = latte::cuda::gemv_group_max_tokens;
+  return latte::cuda::gemv_takes_wide_groups(p);
 }
 
 /// The error bound of a split-int8 dot: sum_i |w_i| dx_i / 508 (the record's rounding), plus fp32 sums.
@@ -1190,6 +1203,37 @@ TEST_CASE("gemv on split-int8 x: gated groups of several tokens, and choices of 
   }
 }
 
+TEST_CASE("gemv on split-int8 x: groups of more than 8 tokens only where the tensor cores take them") {
+  // Q4_K 64 x 2048 (the MoE gate's k): taken; with more than 16 tokens, without records, as a type with no
+  // tensor-core kernel (Q3_K), at k = 7168 (16 records of 18 KB: two blocks do not fit) or switched off, refused
+  // by the predicate and by gemv_quant (a dp4a or fp32 kernel would drop the tokens past its 8)
+  CHECK(takes_wide_groups(GgmlType::q4_k, 64, 2048));
+  CHECK(takes_wide_groups(GgmlType::q8_0, 64, 1408));
+  CHECK_FALSE(takes_wide_groups(GgmlType::q3_k, 64, 2048));
+  CHECK_FALSE(takes_wide_groups(GgmlType::q4_k, 64, 7168));
+  const int32_t fake = 0;
+  latte::cuda::GemvParams p = dense_probe(GgmlType::q4_k, 64, 2048, 1);
+  p.matrix_stride_bytes = p.weight_bytes;
+  p.groups = reinterpret_cast<const latte::cuda::GemvGroup*>(uintptr_t{256});
+  p.n_groups = &fake;
+  p.max_groups = 1;
+  p.max_tokens_per_group = latte::cuda::gemv_group_max_tokens + 1;
+  CHECK_FALSE(latte::cuda::gemv_takes_wide_groups(p));
+  p.max_tokens_per_group = 9;
+  CHECK(latte::cuda::gemv_takes_wide_groups(p));
+  p.x_q = nullptr;
+  CHECK_FALSE(latte::cuda::gemv_takes_wide_groups(p));
+  p.x = reinterpret_cast<const float*>(uintptr_t{256});
+  p.x_stride = 2048;
+  p.y = reinterpret_cast<float*>(uintptr_t{256});
+  p.y_stride = 64;
+  CHECK_THROWS_AS(latte::cuda::gemv_quant(p, nullptr), latte::Error);
+  p.type = GgmlType::q3_k;
+  p.weight_bytes = p.matrix_stride_bytes = static_cast<int64_t>(latte::row_bytes(GgmlType::q3_k, 2048)) * 64;
+  p.x_q = reinterpret_cast<const uint8_t*>(uintptr_t{256});
+  CHECK_THROWS_AS(latte::cuda::gemv_quant(p, nullptr), latte::Error);
+}
+
 TEST_CASE("gemv on split-int8 x: groups of several tokens on the tensor cores, gated and plain, every build") {
   Rng rng;
   struct Shape {
@@ -1236,14 +1280,21 @@ TEST_CASE("gemv on split-int8 x: groups of several tokens on the tensor cores, g
       }
       latte::cuda::DeviceBuffer<float> x_nan(static_cast<size_t>(n_x * k));
       poison(x_nan.data(), x_nan.bytes());
-      const auto residual = random_vector(static_cast<size_t>(2 * n_x * rows), rng);
+      const int y_rows = 40;
+      const auto residual = random_vector(static_cast<size_t>(y_rows * rows), rng);
       const auto dres = upload(residual);
-      for (const int bound_tokens : {3, 4, 8}) {  // the 4-token build (twice) and the 8-token one
+      // the 4-token build (twice), the 8-token one and the 16-token one (groups of 9-16: two token tiles, or one
+      // where a group has at most 8)
+      for (const int bound_tokens : {3, 4, 8, 12, 16}) {
+        if (bound_tokens > 8 && !takes_wide_groups(type, rows, k)) {
+          MESSAGE("16-token groups not taken here: " << latte::type_name(type) << " k " << k);
+          continue;
+        }
         // groups of bound_tokens, 1 and bound_tokens - 1 tokens over shuffled x rows into shuffled y rows
-        // (y has 2 n_x rows; those of no group stay poisoned)
-        std::vector<int> xs(n_x), ys(2 * n_x);
+        // (y has y_rows rows; those of no group stay poisoned)
+        std::vector<int> xs(n_x), ys(y_rows);
         for (int i = 0; i < n_x; ++i) xs[static_cast<size_t>(i)] = i;
-        for (int i = 0; i < 2 * n_x; ++i) ys[static_cast<size_t>(i)] = i;
+        for (int i = 0; i < y_rows; ++i) ys[static_cast<size_t>(i)] = i;
         for (size_t i = xs.size(); i > 1; --i)
           std::swap(xs[i - 1], xs[static_cast<size_t>(rng.uniform_int(0, static_cast<int>(i) - 1))]);
         for (size_t i = ys.size(); i > 1; --i)
@@ -1267,8 +1318,8 @@ TEST_CASE("gemv on split-int8 x: groups of several tokens on the tensor cores, g
           CAPTURE(rows);
           CAPTURE(bound_tokens);
           CAPTURE(mode);
-          latte::cuda::DeviceBuffer<float> y(static_cast<size_t>(2 * n_x * rows));
-          latte::cuda::DeviceBuffer<uint16_t> y16(static_cast<size_t>(2 * n_x * rows));
+          latte::cuda::DeviceBuffer<float> y(static_cast<size_t>(y_rows * rows));
+          latte::cuda::DeviceBuffer<uint16_t> y16(static_cast<size_t>(y_rows * rows));
           poison(y.data(), y.bytes());
           poison(y16.data(), y16.bytes());
           latte::cuda::gemv_quant({.type = type,
@@ -1293,7 +1344,7 @@ TEST_CASE("gemv on split-int8 x: groups of several tokens on the tensor cores, g
                                   nullptr);
           const auto got = download(y.data(), y.size());
           const auto got16 = download(y16.data(), y16.size());
-          std::vector<char> written(static_cast<size_t>(2 * n_x), 0);
+          std::vector<char> written(static_cast<size_t>(y_rows), 0);
           int bad = 0, untouched = 0;
           for (const auto& g : groups) {
             for (int t = 0; t < g.count; ++t) {
@@ -1321,7 +1372,7 @@ TEST_CASE("gemv on split-int8 x: groups of several tokens on the tensor cores, g
               }
             }
           }
-          for (int yr = 0; yr < 2 * n_x; ++yr) {
+          for (int yr = 0; yr < y_rows; ++yr) {
             if (written[static_cast<size_t>(yr)]) continue;
             for (int64_t r = 0; r < rows; ++r) {
               const size_t out = static_cast<size_t>(yr * rows + r);
@@ -1329,7 +1380,7 @@ TEST_CASE("gemv on split-int8 x: groups of several tokens on the tensor cores, g
             }
           }
           CHECK(bad == 0);
-          CHECK(untouched == (2 * n_x - used) * rows);
+          CHECK(untouched == (y_rows - used) * rows);
         }
       }
     }
