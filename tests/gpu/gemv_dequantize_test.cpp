@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "cuda/dequantize.hpp"
 #include "cuda/embedding.hpp"
@@ -42,44 +43,46 @@ bool is_float_type(GgmlType t) { return t == GgmlType::f32 || t == GgmlType::f16
 
 TEST_CASE("dequantize_rows matches dequantize_row for every type, bf16 and fp32 outputs, misaligned rows") {
   auto rng = make_rng("dequantize_rows");
+  // 37 rows of two steps of 1024 values (a warp's), the second partial; 5 rows of four, the last partial
   for (GgmlType type : gpu_types()) {
-    const int64_t rows = 37, k = odd_k(type);
-    const auto host = random_rows(type, rows, k, rng);
-    const auto ref = dequantize_reference(type, host, rows, k);
-    const MisalignedWeights w(host, is_float_type(type) ? 0 : 2);
-    const std::string shape = type_label(type) + " " + std::to_string(rows) + "x" + std::to_string(k);
-    trace("dequantize_rows " + shape);
-    for (auto out_type : {cuda::DequantOut::bf16, cuda::DequantOut::f32}) {
-      const size_t elem = out_type == cuda::DequantOut::bf16 ? 2 : 4;
-      DeviceBuffer<uint8_t> out(static_cast<size_t>(rows * k) * elem);
-      poison(out.data(), out.bytes());
-      cuda::dequantize_rows({.type = type,
-                             .weight = w.data,
-                             .weight_bytes = w.bytes,
-                             .n_source_rows = static_cast<int>(rows),
-                             .n_rows = static_cast<int>(rows),
-                             .k = static_cast<int>(k),
-                             .out = out.data(),
-                             .out_stride = k,
-                             .out_type = out_type},
-                            nullptr);
-      const auto raw = download(out.data(), out.size());
-      std::vector<float> got(static_cast<size_t>(rows * k));
-      std::vector<double> want(got.size());
-      for (size_t i = 0; i < got.size(); ++i) {
-        if (elem == 2) {
-          uint16_t bits;
-          std::memcpy(&bits, raw.data() + 2 * i, 2);
-          got[i] = bf16_to_float(bits);
-          want[i] = round_bf16(ref[i]);
-        } else {
-          std::memcpy(&got[i], raw.data() + 4 * i, 4);
-          want[i] = ref[i];
+    for (const auto& [rows, k] : {std::pair<int64_t, int64_t>{37, odd_k(type)}, {5, 2 * odd_k(type) + 1024}}) {
+      const auto host = random_rows(type, rows, k, rng);
+      const auto ref = dequantize_reference(type, host, rows, k);
+      const MisalignedWeights w(host, is_float_type(type) ? 0 : 2);
+      const std::string shape = type_label(type) + " " + std::to_string(rows) + "x" + std::to_string(k);
+      trace("dequantize_rows " + shape);
+      for (auto out_type : {cuda::DequantOut::bf16, cuda::DequantOut::f32}) {
+        const size_t elem = out_type == cuda::DequantOut::bf16 ? 2 : 4;
+        DeviceBuffer<uint8_t> out(static_cast<size_t>(rows * k) * elem);
+        poison(out.data(), out.bytes());
+        cuda::dequantize_rows({.type = type,
+                               .weight = w.data,
+                               .weight_bytes = w.bytes,
+                               .n_source_rows = static_cast<int>(rows),
+                               .n_rows = static_cast<int>(rows),
+                               .k = static_cast<int>(k),
+                               .out = out.data(),
+                               .out_stride = k,
+                               .out_type = out_type},
+                              nullptr);
+        const auto raw = download(out.data(), out.size());
+        std::vector<float> got(static_cast<size_t>(rows * k));
+        std::vector<double> want(got.size());
+        for (size_t i = 0; i < got.size(); ++i) {
+          if (elem == 2) {
+            uint16_t bits;
+            std::memcpy(&bits, raw.data() + 2 * i, 2);
+            got[i] = bf16_to_float(bits);
+            want[i] = round_bf16(ref[i]);
+          } else {
+            std::memcpy(&got[i], raw.data() + 4 * i, 4);
+            want[i] = ref[i];
+          }
         }
+        // bf16: one rounding of an fp32 value that may differ from the CPU's by 1 ulp (fused multiply-add)
+        check_close(elem == 2 ? "dequantize_rows bf16" : "dequantize_rows f32", shape, compare(got, want),
+                    elem == 2 ? 2e-3 : 1e-6);
       }
-      // bf16: one rounding of an fp32 value that may differ from the CPU's by 1 ulp (fused multiply-add)
-      check_close(elem == 2 ? "dequantize_rows bf16" : "dequantize_rows f32", shape, compare(got, want),
-                  elem == 2 ? 2e-3 : 1e-6);
     }
   }
 }
