@@ -147,11 +147,22 @@ __device__ __forceinline__ MmaTokens mma_tokens(const X8Rows<NT>& rows, const ui
   return o;
 }
 
-/// The block's token tiles holding at least one of its tokens (the same for all its threads): a 16-token build
-/// given a group of 8 or fewer skips its second tile's products.
+/// The block's token tiles (mma_tokens of each) and how many of them hold at least one of its tokens (the same for
+/// all its threads): a 16-token build given a group of 8 or fewer skips its second tile's products.
 template <int NT>
-__device__ __forceinline__ int mma_live_tiles(const X8Rows<NT>& rows) {
-  return min(kMmaTokenTiles<NT>, (rows.count + 7) / 8);
+struct MmaTokenTiles {
+  MmaTokens x[kMmaTokenTiles<NT>];
+  int live;
+};
+
+template <int NT>
+__device__ __forceinline__ MmaTokenTiles<NT> mma_token_tiles(const X8Rows<NT>& rows, const uint8_t* xs, int token_bytes,
+                                                             int n, int g, int t) {
+  MmaTokenTiles<NT> o;
+#pragma unroll
+  for (int q = 0; q < kMmaTokenTiles<NT>; ++q) o.x[q] = mma_tokens(rows, xs, token_bytes, n, g, t, q);
+  o.live = min(kMmaTokenTiles<NT>, (rows.count + 7) / 8);
+  return o;
 }
 
 /// Writes a warp's finished tiles (rows first_row[j] + g, + 8; tokens 2t, 2t + 1): gated silu(tile 0) *
@@ -276,12 +287,10 @@ __global__ void __launch_bounds__(128, MinBlocks) gemv_mma_kernel(const GemvPara
   __syncthreads();
 
   constexpr int kTiles = kMmaTokenTiles<NT>;
-  MmaTokens x[kTiles];
-#pragma unroll
-  for (int q = 0; q < kTiles; ++q) {
-    x[q] = mma_tokens(rows, reinterpret_cast<const uint8_t*>(x_record), token_bytes, n, g, t, q);
-  }
-  const int live_tiles = mma_live_tiles(rows);
+  const MmaTokenTiles<NT> tokens =
+      mma_token_tiles(rows, reinterpret_cast<const uint8_t*>(x_record), token_bytes, n, g, t);
+  const MmaTokens(&x)[kTiles] = tokens.x;
+  const int live_tiles = tokens.live;
 
   float acc[kTiles][2][4] = {};
   // acc += step sb of the rows in w
@@ -576,12 +585,10 @@ __global__ void __launch_bounds__(128, NT > 8 ? 2 : MmaStaging<T>::min_blocks)
   x8_stage_records<NT>(p, rows, n, x_record, token_words);
   __syncthreads();
   constexpr int kTiles = kMmaTokenTiles<NT>;
-  MmaTokens x[kTiles];
-#pragma unroll
-  for (int q = 0; q < kTiles; ++q) {
-    x[q] = mma_tokens(rows, reinterpret_cast<const uint8_t*>(x_record), token_bytes, n, g, t, q);
-  }
-  const int live_tiles = mma_live_tiles(rows);
+  const MmaTokenTiles<NT> tokens =
+      mma_token_tiles(rows, reinterpret_cast<const uint8_t*>(x_record), token_bytes, n, g, t);
+  const MmaTokens(&x)[kTiles] = tokens.x;
+  const int live_tiles = tokens.live;
 
   float acc[kTiles][2][4] = {};
   while (tile < tiles) {

@@ -55,6 +55,31 @@ Params on_stack(Params p, const ExpertStack& stack) {
   return p;
 }
 
+// The decode's expert GEMVs as far as every mode shares them: gate (| up) from the call's x (and its records)
+// into gate_out; down from gate_out, a slot's activations at its own row (x_row_is_y_row), into down_out.
+GemvParams gate_gemv(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeExpertsCall& c) {
+  return on_stack(GemvParams{.n_rows = w.ffn,
+                             .k = w.hidden,
+                             .x = c.x,
+                             .x_stride = c.x_stride,
+                             .y = ws.gate_out.data(),
+                             .y_stride = w.ffn,
+                             .x_q = c.x_q,
+                             .x_q_stride = c.x_q_stride},
+                  w.gate);
+}
+GemvParams down_gemv(const MoeExpertWeights& w, MoeWorkspace& ws) {
+  GemvParams d = on_stack(GemvParams{.n_rows = w.hidden,
+                                     .k = w.ffn,
+                                     .x = ws.gate_out.data(),
+                                     .x_stride = w.ffn,
+                                     .y = ws.down_out.data(),
+                                     .y_stride = w.hidden},
+                          w.down);
+  d.x_row_is_y_row = true;
+  return d;
+}
+
 // out[t] (+)= sum_j weights[t, j] * down_out[slot of pair (t, j)].
 /// The combine waits for the call's addend (a shared expert on another stream) where it has one.
 void wait_for_add(const MoeExpertsCall& c, cudaStream_t stream) {
@@ -97,17 +122,9 @@ int moe_group_tokens(int pairs, int n_experts, int n_tokens, bool wide) {
 // One token, every expert held, split-int8 GEMVs: choice j of the token goes through expert ids[j] into
 // slot j, straight from the router's ids (no sort into groups), and the combine reads the slots in order.
 void decode_one_token(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeExpertsCall& c, cudaStream_t stream) {
-  GemvParams g = on_stack(GemvParams{.n_rows = w.ffn,
-                                     .k = w.hidden,
-                                     .x = c.x,
-                                     .x_stride = c.x_stride,
-                                     .y = ws.gate_out.data(),
-                                     .y_stride = w.ffn,
-                                     .max_groups = c.k,
-                                     .x_q = c.x_q,
-                                     .x_q_stride = c.x_q_stride,
-                                     .choice_ids = c.ids},
-                          w.gate);
+  GemvParams g = gate_gemv(w, ws, c);
+  g.max_groups = c.k;
+  g.choice_ids = c.ids;
   g.weight_up = w.up.data;
   if (c.route != nullptr) g.route = *c.route;
   gemv_quant(g, stream);
@@ -123,19 +140,12 @@ void decode_one_token(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeExpe
                      .out_stride = stride},
                     stream);
   }
-  GemvParams d = on_stack(GemvParams{.n_rows = w.hidden,
-                                     .k = w.ffn,
-                                     .x = ws.gate_out.data(),
-                                     .x_stride = w.ffn,
-                                     .y = ws.down_out.data(),
-                                     .y_stride = w.hidden,
-                                     .max_groups = c.k,
-                                     .x_row_is_y_row = true,
-                                     .x_q = records ? ws.act_q.data() : nullptr,
-                                     .x_q_stride = records ? stride : 0,
-                                     .choice_ids = c.ids,
-                                     .x_quantize = !records},
-                          w.down);
+  GemvParams d = down_gemv(w, ws);
+  d.max_groups = c.k;
+  d.x_q = records ? ws.act_q.data() : nullptr;
+  d.x_q_stride = records ? stride : 0;
+  d.choice_ids = c.ids;
+  d.x_quantize = !records;
   gemv_quant(d, stream);
   wait_for_add(c, stream);
   moe_combine({.expert_out = ws.down_out.data(),
@@ -209,29 +219,12 @@ void moe_experts_decode(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeEx
   if (c.route != nullptr) moe_route(*c.route, stream);
   const bool fused =
       w.gate.type == w.up.type && w.gate.matrix_stride_bytes == w.up.matrix_stride_bytes && w.gate.bytes == w.up.bytes;
-  GemvParams g = on_stack(GemvParams{.n_rows = w.ffn,
-                                     .k = w.hidden,
-                                     .x = c.x,
-                                     .x_stride = c.x_stride,
-                                     .y = ws.gate_out.data(),
-                                     .y_stride = w.ffn,
-                                     .groups = ws.groups.data(),
-                                     .n_groups = ws.counts.data() + 1,
-                                     .x_q = c.x_q,
-                                     .x_q_stride = c.x_q_stride},
-                          w.gate);
+  GemvParams g = gate_gemv(w, ws, c);
   if (fused) g.weight_up = w.up.data;  // y = silu(gate x) * (up x), both read in one pass
   // down: group i's x rows are its slots (the gated activations), y rows the same slots
-  GemvParams d = on_stack(GemvParams{.n_rows = w.hidden,
-                                     .k = w.ffn,
-                                     .x = ws.gate_out.data(),
-                                     .x_stride = w.ffn,
-                                     .y = ws.down_out.data(),
-                                     .y_stride = w.hidden,
-                                     .groups = ws.groups.data(),
-                                     .n_groups = ws.counts.data() + 1},
-                          w.down);
-  d.x_row_is_y_row = true;  // the groups' x rows are tokens; down reads the slot's activations
+  GemvParams d = down_gemv(w, ws);
+  g.groups = d.groups = ws.groups.data();
+  g.n_groups = d.n_groups = ws.counts.data() + 1;
   const int64_t act_stride = x_int8_record_bytes(w.ffn);
   const bool act_records =
       c.x_q != nullptr && ws.act_q.size() >= static_cast<size_t>(pairs) * static_cast<size_t>(act_stride);
