@@ -99,7 +99,7 @@ struct GemvParams {
   int x_async_tokens = gemv_max_tokens;
   /// Set by the tensor-core GEMV's gathered launches (LATTE_GEMV_MMA_DEAL): the groups that exist are dealt over
   /// the grid's first deal_blocks blocks (one wave of resident blocks, every SM's slots filled), the rest exit;
-  /// 0: over the whole grid.
+  /// 0, or fewer than the groups that exist: over the whole grid.
   int deal_blocks = 0;
 };
 

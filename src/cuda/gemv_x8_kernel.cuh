@@ -176,7 +176,11 @@ __device__ __forceinline__ bool x8_group(const GemvParams& p, X8Rows<NT>& r, uin
   const int slots = static_cast<int>(gridDim.y);
   int group = j;
   const int64_t grid_blocks = static_cast<int64_t>(slots) * gridDim.x;
-  const int64_t total = p.deal_blocks > 0 ? min(grid_blocks, static_cast<int64_t>(p.deal_blocks)) : grid_blocks;
+  // deal_blocks only where it gives every group a block (more groups than one wave: a row of blocks each, as
+  // without it)
+  const int64_t total = p.deal_blocks >= n_groups && p.deal_blocks > 0
+                            ? min(grid_blocks, static_cast<int64_t>(p.deal_blocks))
+                            : grid_blocks;
   if (n_groups > 0 && (n_groups < slots || total < grid_blocks)) {
     // group g takes blocks [ceil(g total / n), ceil((g + 1) total / n)) of the first `total` in linear order
     const int64_t linear = static_cast<int64_t>(j) * gridDim.x + blockIdx.x;

@@ -1234,6 +1234,81 @@ TEST_CASE("gemv on split-int8 x: groups of more than 8 tokens only where the ten
   CHECK_THROWS_AS(latte::cuda::gemv_quant(p, nullptr), latte::Error);
 }
 
+TEST_CASE("gemv on split-int8 x: more expert groups than one wave of resident blocks, 8- and 16-token builds") {
+  // 450 groups (DeepSeek-V3's 256 experts x 8 choices at 128 sequences make up to 384): more than one wave of
+  // either build's blocks on an H100 (264 / 396), so the launch cannot deal its groups over one wave and every
+  // group still needs its blocks; a few group slots stay empty
+  Rng rng;
+  const GgmlType type = GgmlType::q4_k;
+  const int64_t rows = 32, k = 2048;
+  const int experts = 3, n_x = 12, n_groups = 450;
+  const Matrix w = random_matrix(type, rows * experts, k, rng);
+  const auto dw = upload(w.bytes);
+  const int64_t matrix_bytes = static_cast<int64_t>(latte::row_bytes(type, k)) * rows;
+  const auto x = random_vector(static_cast<size_t>(n_x * k), rng);
+  const auto dx = upload(x);
+  const auto rec = records_of(dx, n_x, static_cast<int>(k));
+  const auto rec_host = download(rec.data(), rec.size());
+  const int64_t stride = latte::cuda::x_int8_record_bytes(k);
+  std::vector<DecodedRecord> decoded;
+  for (int r = 0; r < n_x; ++r) {
+    decoded.push_back(decode_record(
+        std::vector<uint8_t>(rec_host.begin() + r * stride, rec_host.begin() + (r + 1) * stride), static_cast<int>(k)));
+  }
+  latte::cuda::DeviceBuffer<float> x_nan(static_cast<size_t>(n_x * k));
+  poison(x_nan.data(), x_nan.bytes());
+  for (const int bound : {8, 16}) {
+    if (bound > 8 && !takes_wide_groups(type, rows, k)) continue;
+    CAPTURE(bound);
+    std::vector<latte::cuda::GemvGroup> groups;
+    int y_rows = 0;
+    for (int i = 0; i < n_groups; ++i) {
+      latte::cuda::GemvGroup g{.matrix = i % experts, .count = 1 + (7 * i) % bound, .x_row = {}, .y_row = {}};
+      for (int t = 0; t < g.count; ++t) {
+        g.x_row[t] = rng.uniform_int(0, n_x - 1);
+        g.y_row[t] = y_rows++;
+      }
+      groups.push_back(g);
+    }
+    const std::vector<int32_t> count = {n_groups};
+    const auto dgroups = upload(groups);
+    const auto dn = upload(count);
+    latte::cuda::DeviceBuffer<float> y(static_cast<size_t>(y_rows * rows));
+    poison(y.data(), y.bytes());
+    latte::cuda::gemv_quant({.type = type,
+                             .weight = dw.data(),
+                             .weight_bytes = static_cast<int64_t>(w.bytes.size()),
+                             .matrix_stride_bytes = matrix_bytes,
+                             .n_rows = static_cast<int>(rows),
+                             .k = static_cast<int>(k),
+                             .x = x_nan.data(),
+                             .x_stride = k,
+                             .y = y.data(),
+                             .y_stride = rows,
+                             .groups = dgroups.data(),
+                             .n_groups = dn.data(),
+                             .max_groups = n_groups + 5,
+                             .max_tokens_per_group = bound,
+                             .x_q = rec.data(),
+                             .x_q_stride = stride},
+                            nullptr);
+    const auto got = download(y.data(), y.size());
+    int bad = 0;
+    for (const auto& g : groups) {
+      for (int t = 0; t < g.count; ++t) {
+        const float* xt = &x[static_cast<size_t>(g.x_row[t] * k)];
+        for (int64_t r = 0; r < rows; ++r) {
+          const float* wr = &w.values[static_cast<size_t>((g.matrix * rows + r) * k)];
+          const double want = dot(wr, xt, k);
+          const double bound_r = x8_bound(wr, xt, decoded[static_cast<size_t>(g.x_row[t])].dx, k);
+          bad += !(std::abs(got[static_cast<size_t>(g.y_row[t] * rows + r)] - want) <= bound_r);
+        }
+      }
+    }
+    CHECK(bad == 0);
+  }
+}
+
 TEST_CASE("gemv on split-int8 x: groups of several tokens on the tensor cores, gated and plain, every build") {
   Rng rng;
   struct Shape {
