@@ -153,6 +153,8 @@ template <int NT>
 struct MmaTokenTiles {
   MmaTokens x[kMmaTokenTiles<NT>];
   int live;
+  /// Whether tile q holds a token: tile 0 always (a block has at least one), so its products need no test.
+  __device__ __forceinline__ bool has(int q) const { return q == 0 || q < live; }
 };
 
 template <int NT>
@@ -188,6 +190,15 @@ __device__ __forceinline__ void mma_finish(const GemvParams& p, const MmaTokens&
   for (int j = 0; j < 2; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
+}
+
+/// mma_finish for each of the block's token tiles (tile q's sums in acc[q]).
+template <int NT>
+__device__ __forceinline__ void mma_finish_tiles(const GemvParams& p, const MmaTokenTiles<NT>& tokens,
+                                                 const int (&first_row)[2], int g,
+                                                 float (&acc)[kMmaTokenTiles<NT>][2][4]) {
+#pragma unroll
+  for (int q = 0; q < kMmaTokenTiles<NT>; ++q) mma_finish(p, tokens.x[q], first_row, g, acc[q]);
 }
 
 /// Shared memory after a block's records that the split-K reduction of gemv_mma_kernel takes: each warp's
@@ -290,7 +301,6 @@ __global__ void __launch_bounds__(128, MinBlocks) gemv_mma_kernel(const GemvPara
   const MmaTokenTiles<NT> tokens =
       mma_token_tiles(rows, reinterpret_cast<const uint8_t*>(x_record), token_bytes, n, g, t);
   const MmaTokens(&x)[kTiles] = tokens.x;
-  const int live_tiles = tokens.live;
 
   float acc[kTiles][2][4] = {};
   // acc += step sb of the rows in w
@@ -303,7 +313,7 @@ __global__ void __launch_bounds__(128, MinBlocks) gemv_mma_kernel(const GemvPara
       float dx[kTiles][2][2], xsum[kTiles][2][2];  // [token tile][sub-block][token]
 #pragma unroll
       for (int q = 0; q < kTiles; ++q) {
-        if (q > 0 && q >= live_tiles) break;
+        if (!tokens.has(q)) break;
 #pragma unroll
         for (int s = 0; s < 2; ++s) {
           xh[q][s] = *reinterpret_cast<const uint2*>(x[q].xb + 16 * (u + s));
@@ -328,7 +338,7 @@ __global__ void __launch_bounds__(128, MinBlocks) gemv_mma_kernel(const GemvPara
         }
 #pragma unroll
         for (int q = 0; q < kTiles; ++q) {
-          if (q > 0 && q >= live_tiles) break;
+          if (!tokens.has(q)) break;
 #pragma unroll
           for (int s = 0; s < 2; ++s) {
             int ch[4], cl[4];
@@ -348,8 +358,7 @@ __global__ void __launch_bounds__(128, MinBlocks) gemv_mma_kernel(const GemvPara
   // a warp's finished tile (rows first_row(tile, 0 / 1)) for each token tile
   auto finish = [&](int tile) {
     const int first[2] = {first_row(tile, 0), first_row(tile, 1)};
-#pragma unroll
-    for (int q = 0; q < kTiles; ++q) mma_finish(p, x[q], first, g, acc[q]);
+    mma_finish_tiles(p, tokens, first, g, acc);
   };
 
   if constexpr (!Split) {
@@ -588,7 +597,6 @@ __global__ void __launch_bounds__(128, NT > 8 ? 2 : MmaStaging<T>::min_blocks)
   const MmaTokenTiles<NT> tokens =
       mma_token_tiles(rows, reinterpret_cast<const uint8_t*>(x_record), token_bytes, n, g, t);
   const MmaTokens(&x)[kTiles] = tokens.x;
-  const int live_tiles = tokens.live;
 
   float acc[kTiles][2][4] = {};
   while (tile < tiles) {
@@ -629,7 +637,7 @@ __global__ void __launch_bounds__(128, NT > 8 ? 2 : MmaStaging<T>::min_blocks)
           const int u = 8 * s + 4 * half + q;
 #pragma unroll
           for (int z = 0; z < kTiles; ++z) {  // token tile
-            if (z > 0 && z >= live_tiles) break;
+            if (!tokens.has(z)) break;
             const uint2 xh = *reinterpret_cast<const uint2*>(x[z].xb + 16 * u);
             const uint2 xl = *reinterpret_cast<const uint2*>(x[z].xb + 16 * (2 * n + u));
             // x with the other half's positions zeroed: [values 0-15, 16-31]
@@ -677,7 +685,7 @@ __global__ void __launch_bounds__(128, NT > 8 ? 2 : MmaStaging<T>::min_blocks)
         int xsum[kTiles][2];
 #pragma unroll
         for (int z = 0; z < kTiles; ++z) {  // token tile
-          if (z > 0 && z >= live_tiles) break;
+          if (!tokens.has(z)) break;
           xh[z] = *reinterpret_cast<const uint2*>(x[z].xb + 16 * u);
           xl[z] = *reinterpret_cast<const uint2*>(x[z].xb + 16 * (2 * n + u));
 #pragma unroll
@@ -699,7 +707,7 @@ __global__ void __launch_bounds__(128, NT > 8 ? 2 : MmaStaging<T>::min_blocks)
           a[0] = w[0][0], a[1] = w[1][0], a[2] = w[0][1], a[3] = w[1][1];
 #pragma unroll
           for (int z = 0; z < kTiles; ++z) {
-            if (z > 0 && z >= live_tiles) break;
+            if (!tokens.has(z)) break;
             int ch[4], cl[4];
             mma::mma_u8s8_16832(ch, a, xh[z].x, xh[z].y);
             mma::mma_u8s8_16832(cl, a, xl[z].x, xl[z].y);
@@ -725,8 +733,7 @@ __global__ void __launch_bounds__(128, NT > 8 ? 2 : MmaStaging<T>::min_blocks)
       if constexpr (Split) {
         mma_split_finish(p, x[0], first, g, warp, lane, red, acc[0]);
       } else {
-#pragma unroll
-        for (int z = 0; z < kTiles; ++z) mma_finish(p, x[z], first, g, acc[z]);
+        mma_finish_tiles(p, tokens, first, g, acc);
       }
     }
     __syncwarp();  // every lane has read slot b before the step after next copies into it

@@ -252,10 +252,8 @@ void moe_experts_decode(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeEx
   moe_sort(sort, stream);
   g.max_groups = d.max_groups = max_groups;
   g.max_tokens_per_group = d.max_tokens_per_group = group_tokens;
-  if (fused) {
-    gemv_quant(g, stream);
-  } else {
-    gemv_quant(g, stream);
+  gemv_quant(g, stream);
+  if (!fused) {  // up in a launch of its own, then silu(gate) * up
     GemvParams u = on_stack(g, w.up);
     u.y = ws.up_out.data();
     gemv_quant(u, stream);

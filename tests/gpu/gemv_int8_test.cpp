@@ -62,6 +62,18 @@ latte::cuda::DeviceBuffer<uint8_t> records_of(const latte::cuda::DeviceBuffer<fl
   return rec;
 }
 
+/// decode_record of each of the `rows` device records in `rec` (rows of x_int8_record_bytes(k) bytes).
+std::vector<DecodedRecord> decode_records(const latte::cuda::DeviceBuffer<uint8_t>& rec, int rows, int64_t k) {
+  const auto host = download(rec.data(), rec.size());
+  const int64_t stride = latte::cuda::x_int8_record_bytes(k);
+  std::vector<DecodedRecord> decoded;
+  for (int r = 0; r < rows; ++r) {
+    decoded.push_back(decode_record(std::vector<uint8_t>(host.begin() + r * stride, host.begin() + (r + 1) * stride),
+                                    static_cast<int>(k)));
+  }
+  return decoded;
+}
+
 /// A dense launch of n rows of x (records) against rows x k of `type`, as a probe of what the GEMV takes: the
 /// addresses are only checked for alignment.
 latte::cuda::GemvParams dense_probe(GgmlType type, int64_t rows, int64_t k, int n) {
@@ -1248,13 +1260,8 @@ TEST_CASE("gemv on split-int8 x: more expert groups than one wave of resident bl
   const auto x = random_vector(static_cast<size_t>(n_x * k), rng);
   const auto dx = upload(x);
   const auto rec = records_of(dx, n_x, static_cast<int>(k));
-  const auto rec_host = download(rec.data(), rec.size());
   const int64_t stride = latte::cuda::x_int8_record_bytes(k);
-  std::vector<DecodedRecord> decoded;
-  for (int r = 0; r < n_x; ++r) {
-    decoded.push_back(decode_record(
-        std::vector<uint8_t>(rec_host.begin() + r * stride, rec_host.begin() + (r + 1) * stride), static_cast<int>(k)));
-  }
+  const std::vector<DecodedRecord> decoded = decode_records(rec, n_x, k);
   latte::cuda::DeviceBuffer<float> x_nan(static_cast<size_t>(n_x * k));
   poison(x_nan.data(), x_nan.bytes());
   for (const int bound : {8, 16}) {
@@ -1345,14 +1352,8 @@ TEST_CASE("gemv on split-int8 x: groups of several tokens on the tensor cores, g
       x[static_cast<size_t>(5 * k + 40)] *= 60.0f;  // a unit with a wide range
       const auto dx = upload(x);
       const auto rec = records_of(dx, n_x, static_cast<int>(k));
-      const auto rec_host = download(rec.data(), rec.size());
       const int64_t stride = latte::cuda::x_int8_record_bytes(k);
-      std::vector<DecodedRecord> decoded;
-      for (int r = 0; r < n_x; ++r) {
-        decoded.push_back(
-            decode_record(std::vector<uint8_t>(rec_host.begin() + r * stride, rec_host.begin() + (r + 1) * stride),
-                          static_cast<int>(k)));
-      }
+      const std::vector<DecodedRecord> decoded = decode_records(rec, n_x, k);
       latte::cuda::DeviceBuffer<float> x_nan(static_cast<size_t>(n_x * k));
       poison(x_nan.data(), x_nan.bytes());
       const int y_rows = 40;
