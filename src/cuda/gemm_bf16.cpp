@@ -107,6 +107,26 @@ void gemm_bf16_batched(BlasHandle& blas, const Bf16BatchedGemmParams& p, cudaStr
              f32 ? "cublasGemmStridedBatchedEx (fp32 out)" : "cublasGemmStridedBatchedEx (bf16 out)");
 }
 
+void gemm_f32_batched(BlasHandle& blas, const F32BatchedGemmParams& p, cudaStream_t stream) {
+  const auto fits = [](int64_t v) { return v >= 0 && v <= INT32_MAX; };
+  if (p.a == nullptr || p.w == nullptr || p.c == nullptr || p.m < 0 || p.n <= 0 || p.k <= 0 || p.batch < 1 ||
+      p.lda < p.k || p.ldw < p.k || p.ldc < p.n || !fits(p.lda) || !fits(p.ldw) || !fits(p.ldc) || p.stride_a < 0 ||
+      p.stride_w < 0 || p.stride_c < 0) {
+    throw Error(ErrorCode::invalid_argument, "gemm_f32_batched: invalid shape m=" + std::to_string(p.m) +
+                                                 " n=" + std::to_string(p.n) + " k=" + std::to_string(p.k) +
+                                                 " batch=" + std::to_string(p.batch) + " or strides");
+  }
+  if (p.m == 0) return;
+  check_blas(cublasSetStream(blas.get(), stream), "cublasSetStream");
+  const float alpha = 1.0f, beta = 0.0f;
+  // Column-major view as in gemm_ex: C_b^T[n, m] = W_b (op T) * A_b^T; PEDANTIC: no TF32 rounding of the inputs.
+  check_blas(cublasGemmStridedBatchedEx(blas.get(), CUBLAS_OP_T, CUBLAS_OP_N, p.n, p.m, p.k, &alpha, p.w, CUDA_R_32F,
+                                        static_cast<int>(p.ldw), p.stride_w, p.a, CUDA_R_32F, static_cast<int>(p.lda),
+                                        p.stride_a, &beta, p.c, CUDA_R_32F, static_cast<int>(p.ldc), p.stride_c,
+                                        p.batch, CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT),
+             "cublasGemmStridedBatchedEx (f32)");
+}
+
 void gemm_f32(BlasHandle& blas, const F32GemmParams& p, cudaStream_t stream) {
   // PEDANTIC keeps fp32 products (no TF32 rounding of the inputs).
   gemm_ex("f32", blas, p, CUDA_R_32F, CUBLAS_COMPUTE_32F_PEDANTIC, stream);

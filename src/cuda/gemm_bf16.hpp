@@ -70,6 +70,25 @@ struct Bf16BatchedGemmParams {
 /// Runs the strided-batched cuBLAS GEMM on `stream`. Throws Error on invalid arguments or a cuBLAS failure.
 void gemm_bf16_batched(BlasHandle& blas, const Bf16BatchedGemmParams& p, cudaStream_t stream);
 
+/// For b in [0, batch): C_b[m, n] (fp32, ldc, at c + b * stride_c) = A_b[m, k] (fp32, lda, at a + b * stride_a)
+/// * W_b[n, k]^T (fp32, ldw, at w + b * stride_w), fp32 products throughout (no TF32): the mla backend's W_UK /
+/// W_UV of a decode step over fp32 copies of the weights, as exact as the fp32 reference.
+struct F32BatchedGemmParams {
+  const float* a = nullptr;
+  int64_t lda = 0;
+  int64_t stride_a = 0;  ///< elements between A_b and A_{b+1}; 0: one A for every b
+  const float* w = nullptr;
+  int64_t ldw = 0;
+  int64_t stride_w = 0;  ///< elements between W_b and W_{b+1}
+  float* c = nullptr;
+  int64_t ldc = 0;
+  int64_t stride_c = 0;  ///< elements between C_b and C_{b+1}
+  int m = 0, n = 0, k = 0, batch = 0;
+};
+
+/// Runs the strided-batched fp32 cuBLAS GEMM on `stream`. Throws Error on invalid arguments or a cuBLAS failure.
+void gemm_f32_batched(BlasHandle& blas, const F32BatchedGemmParams& p, cudaStream_t stream);
+
 /// C[m, n] (fp32, ldc) = A[m, k] (fp32, lda) * W[n, k]^T (fp32, ldw) (+ C when accumulate), fp32 products
 /// throughout: for small fp32 weights (the MoE router) where rounding to bf16 could change the routing.
 struct F32GemmParams {
