@@ -349,10 +349,10 @@ class CudaMlaBackend final : public CudaAttentionBackend {
     }
     keep_heads_f32(stream);
     const bool heads_blas = heads_through_blas(T);  // never with the DSA indexer (see there)
-    const bool heads_f32 = heads_blas && heads_f32_ready();
+    const bool f32 = heads_f32(T);
     float* o_lat = nullptr;               // the attention output: fp32 for the per-head GEMV and the
     __nv_bfloat16* o_lat_bf16 = nullptr;  // fp32 cuBLAS product, or bf16 for the bf16 one
-    if (heads_f32) {
+    if (f32) {
       // q_lat in fp32 from the fp32 q_nope and W_UK, then as bf16 for the kernel
       float* q_lat_f32 = grow_scratch(q_lat_f32_, TN * L, "mla q_lat fp32");
       heads_product_f32(w.k_b, L, in.q, static_cast<int64_t>(N) * qk, qk, P, T, q_lat_f32, L, stream);
@@ -398,7 +398,7 @@ class CudaMlaBackend final : public CudaAttentionBackend {
     run_mla_decode(p, plan, ws, plan.workspace_bytes, stream);
 
     // out[t, h] = W_UV_h o_lat[t, h].
-    if (heads_f32) {
+    if (f32) {
       heads_product_f32(w.v_b, V, o_lat, static_cast<int64_t>(N) * L, L, L, T, in.out, V, stream);
     } else if (heads_blas) {
       heads_product(w.v_b, V, o_lat_bf16, L, T, nullptr, in.out, V, stream);
@@ -431,9 +431,8 @@ class CudaMlaBackend final : public CudaAttentionBackend {
 
   /// Whether a decode step of T rows multiplies the heads' queries by W_UK and their attention outputs by
   /// W_UV as cuBLAS products (below, per-head GEMVs that read each head's matrix once per group of 8 tokens:
-  /// 20 + 22 us per layer at 32 rows on an H200): from LATTE_MLA_HEADS_BLAS_ROWS rows (default 2) where every
-  /// layer's W_UK and W_UV have fp32 copies (heads_f32_ready: fp32 products, as exact as the reference), else
-  /// from Linear's row count (LATTE_BLAS_MIN_ROWS) as bf16 products, each dequantizing its matrix in every step.
+  /// 20 + 22 us per layer at 32 rows on an H200): from Linear's row count (LATTE_BLAS_MIN_ROWS) as bf16
+  /// products, each dequantizing its matrix in every step, and below it as fp32 products where heads_f32 says so.
   /// LATTE_MLA_HEADS_BLAS=0: always the GEMVs, to compare. Models with the DSA indexer keep the GEMVs: the
   /// bf16 roundings of q_nope, the weights and the attention output move the next layers' index scores
   /// enough to flip top-k positions on near-ties (on an H200 with it on, the glm-dsa truncated-session test
@@ -441,61 +440,34 @@ class CudaMlaBackend final : public CudaAttentionBackend {
   /// just over its 0.02 bound; every dense model's oracle and session tests stayed within theirs).
   [[nodiscard]] bool heads_through_blas(int T) const {
     static const bool on = latte::detail::env_flag("LATTE_MLA_HEADS_BLAS", true);
+    return on && !c_.has_indexer() && (T >= Linear::blas_min_rows() || heads_f32(T));
+  }
+
+  /// Whether a decode step of T rows below Linear's row count, from LATTE_MLA_HEADS_BLAS_ROWS (default 2), runs
+  /// W_UK and W_UV as fp32 cuBLAS products over fp32 copies of the weights (heads_f32_ready): as exact as the
+  /// reference, where the GEMVs read split-int8 records. Measured on an H100 (BENCHMARKS.md, twenty-third round):
+  /// x4 +2.5%, x8 +3.2%; at 32 and 128 rows they lost 1.5% to the bf16 products.
+  [[nodiscard]] bool heads_f32(int T) const {
+    static const bool on = latte::detail::env_flag("LATTE_MLA_HEADS_BLAS", true);
     static const int f32_rows = latte::detail::env_int("LATTE_MLA_HEADS_BLAS_ROWS", 2);
-    if (!on || c_.has_indexer() || T < 2) return false;
-    return T >= (heads_f32_ready() ? f32_rows : Linear::blas_min_rows());
+    return on && !c_.has_indexer() && T >= std::max(2, f32_rows) && T < Linear::blas_min_rows() && heads_f32_ready();
   }
 
   /// Whether every layer's W_UK and W_UV of the bound weights have fp32 copies (keep_heads_f32).
-  [[nodiscard]] bool heads_f32_ready() const { return weights_ && heads_f32_for_.lock() == weights_; }
+  [[nodiscard]] bool heads_f32_ready() const { return weights_ && weights_->heads_f32_ready(); }
 
-  /// Makes fp32 copies of every layer's W_UK and W_UV, once per bound model, where all of them together take at
-  /// most LATTE_MLA_HEADS_F32_MB MB of device memory (default 1024; 0: never) and the memory is there; never
-  /// inside a graph capture (a step's first run of its shape is not captured). DeepSeek-V2-Lite: 8 MB a layer,
-  /// 216 MB in all; DeepSeek-V3: 64 MB a layer, over the tensor-parallel ranks. Once made, heads_f32_ready only
-  /// turns true between a step's query_targets and its forward_device: the rope launch then wrote q_nope records
-  /// that nothing reads, never the other way round.
+  /// Has the bound model make fp32 copies of every layer's W_UK and W_UV (DeviceWeights::make_heads_f32, shared by
+  /// its sessions), where all of them take at most LATTE_MLA_HEADS_F32_MB MB (default 1024; 0: never) and half the
+  /// free device memory: DeepSeek-V2-Lite 8 MB a layer, 216 MB in all; DeepSeek-V3 64 MB a layer over the
+  /// tensor-parallel ranks. Never inside a graph capture (a step's first run of its shape is not captured). Once
+  /// made, heads_f32_ready only turns true between a step's query_targets and its forward_device: the rope launch
+  /// then wrote q_nope records that nothing reads, never the other way round.
   void keep_heads_f32(cudaStream_t stream) {
-    if (!weights_ || heads_f32_ready() || heads_f32_refused_.lock() == weights_) return;
     static const int64_t budget_mb = latte::detail::env_int("LATTE_MLA_HEADS_F32_MB", 1024);
-    if (c_.has_indexer()) return;  // heads_through_blas: never
+    if (!weights_ || heads_f32_ready() || budget_mb == 0 || c_.has_indexer()) return;
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     LATTE_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-    if (capture != cudaStreamCaptureStatusNone) return;
-    heads_f32_.clear();
-    heads_f32_for_.reset();
-    int64_t bytes = 0;
-    for (const DeviceLayer& l : weights_->layers) {
-      for (const DeviceMatrix* m : {&l.k_b, &l.v_b}) {
-        if (*m) bytes += m->rows * bf16_weight_stride(m->k) * static_cast<int64_t>(sizeof(float));
-      }
-    }
-    size_t free_bytes = 0, total_bytes = 0;
-    LATTE_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-    // leave room: the copies may take at most half of what is free
-    if (bytes == 0 || bytes > budget_mb * 1024 * 1024 || static_cast<size_t>(bytes) > free_bytes / 2) {
-      heads_f32_refused_ = weights_;
-      return;
-    }
-    for (const DeviceLayer& l : weights_->layers) {
-      for (const DeviceMatrix* m : {&l.k_b, &l.v_b}) {
-        if (!*m || heads_f32_.contains(m->data)) continue;
-        const int64_t stride = bf16_weight_stride(m->k);
-        DeviceBuffer<float> copy(static_cast<size_t>(m->rows * stride), "mla W_UK / W_UV fp32 copy");
-        dequantize_rows({.type = m->type,
-                         .weight = m->data,
-                         .weight_bytes = m->bytes(),
-                         .n_source_rows = static_cast<int>(m->rows),
-                         .n_rows = static_cast<int>(m->rows),
-                         .k = static_cast<int>(m->k),
-                         .out = copy.data(),
-                         .out_stride = stride,
-                         .out_type = DequantOut::f32},
-                        stream);
-        heads_f32_.emplace(m->data, std::move(copy));
-      }
-    }
-    heads_f32_for_ = weights_;
+    if (capture == cudaStreamCaptureStatusNone) weights_->make_heads_f32(budget_mb * 1024 * 1024, stream);
   }
 
   /// For every head h: C_h[T, n] = A_h[T, k] W_h^T (fp32, ldc N c_head_stride) with W_h the rows [h n, (h + 1) n)
@@ -508,7 +480,7 @@ class CudaMlaBackend final : public CudaAttentionBackend {
                      {.a = a,
                       .lda = a_token_stride,
                       .stride_a = a_head_stride,
-                      .w = heads_f32_.at(stack.data).data(),
+                      .w = weights_->heads_f32(stack),
                       .ldw = ldw,
                       .stride_w = n * ldw,
                       .c = c,
@@ -712,9 +684,6 @@ class CudaMlaBackend final : public CudaAttentionBackend {
   std::optional<Stream> side_;              // start_query's stream (fork_ / join_ order it)
   std::optional<Event> fork_, join_;
   DeviceBuffer<std::byte> workspace_;
-  // keep_heads_f32: the weights whose copies these are (or that were refused them), the copies by matrix data
-  std::weak_ptr<const DeviceWeights> heads_f32_for_, heads_f32_refused_;
-  std::map<const void*, DeviceBuffer<float>> heads_f32_;
 };
 
 // ---- standard ---------------------------------------------------------------------------------

@@ -4,13 +4,18 @@
 #include "attention/up_projections.hpp"
 #include "cpu/matmul.hpp"
 #include "cuda/check.hpp"
+#include "cuda/dequantize.hpp"
+#include "cuda/gemm_bf16.hpp"
 #include "cuda/gemv_quant.hpp"
 
 #include <latte/error.hpp>
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <string>
 
 namespace latte::cuda {
@@ -27,6 +32,67 @@ void use_device(int ordinal) {
                                                  " present)");
   }
   LATTE_CUDA_CHECK(cudaSetDevice(ordinal));
+}
+
+struct DeviceWeights::HeadCopies {
+  std::mutex mutex;
+  std::atomic<bool> ready{false};
+  bool decided = false;                               // under mutex: made, or refused for good
+  std::map<const void*, DeviceBuffer<float>> copies;  // by the matrix's device data
+};
+
+DeviceWeights::DeviceWeights() : heads_(std::make_shared<HeadCopies>()) {}
+
+bool DeviceWeights::make_heads_f32(int64_t budget_bytes, cudaStream_t stream) const {
+  if (heads_f32_ready()) return true;
+  const std::lock_guard lock(heads_->mutex);
+  if (heads_->decided) return heads_->ready.load();
+  heads_->decided = true;
+  int64_t bytes = 0;
+  for (const DeviceLayer& l : layers) {
+    for (const DeviceMatrix* m : {&l.k_b, &l.v_b}) {
+      if (*m) bytes += m->rows * bf16_weight_stride(m->k) * static_cast<int64_t>(sizeof(float));
+    }
+  }
+  size_t free_bytes = 0, total = 0;
+  LATTE_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+  if (bytes == 0 || bytes > budget_bytes || static_cast<size_t>(bytes) > free_bytes / 2) return false;
+  try {
+    for (const DeviceLayer& l : layers) {
+      for (const DeviceMatrix* m : {&l.k_b, &l.v_b}) {
+        if (!*m || heads_->copies.contains(m->data)) continue;
+        const int64_t stride = bf16_weight_stride(m->k);
+        DeviceBuffer<float> copy(static_cast<size_t>(m->rows * stride), "fp32 copy of W_UK / W_UV");
+        dequantize_rows({.type = m->type,
+                         .weight = m->data,
+                         .weight_bytes = m->bytes(),
+                         .n_source_rows = static_cast<int>(m->rows),
+                         .n_rows = static_cast<int>(m->rows),
+                         .k = static_cast<int>(m->k),
+                         .out = copy.data(),
+                         .out_stride = stride,
+                         .out_type = DequantOut::f32},
+                        stream);
+        heads_->copies.emplace(m->data, std::move(copy));
+      }
+    }
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::out_of_memory) throw;
+    heads_->copies.clear();  // the memory went elsewhere since it was asked: the products stay as they were
+    return false;
+  }
+  LATTE_CUDA_CHECK(cudaStreamSynchronize(stream));  // other sessions' streams read them from now on
+  heads_->ready.store(true);
+  return true;
+}
+
+bool DeviceWeights::heads_f32_ready() const noexcept { return heads_->ready.load(); }
+
+const float* DeviceWeights::heads_f32(const DeviceMatrix& m) const {
+  if (heads_f32_ready()) {
+    if (const auto it = heads_->copies.find(m.data); it != heads_->copies.end()) return it->second.data();
+  }
+  throw Error(ErrorCode::internal, "device weights: no fp32 copy of that W_UK / W_UV matrix");
 }
 
 const std::byte* DeviceWeights::add(const void* host, size_t bytes, const char* what) {

@@ -16,6 +16,8 @@
 
 #include <latte/quant.hpp>
 
+#include <cuda_runtime.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -86,6 +88,7 @@ struct DeviceLayer {
 /// Every device tensor of a model, owning the allocations.
 class DeviceWeights {
  public:
+  DeviceWeights();
   int ordinal = 0;
   DeviceMatrix token_embd;             ///< {H, vocab}
   const float* output_norm = nullptr;  ///< [H]
@@ -96,8 +99,20 @@ class DeviceWeights {
   /// Allocates and fills device memory for `bytes` bytes; returns the device copy.
   const std::byte* add(const void* host, size_t bytes, const char* what);
 
+  /// fp32 copies of every layer's W_UK and W_UV (k_b, v_b; rows of bf16_weight_stride(k) values), shared by the
+  /// model's sessions (the mla backend's decode steps of a few rows multiply them with cuBLAS): made once, by the
+  /// first call, on `stream` and waited for, where all of them take at most `budget_bytes` and half the free
+  /// device memory; later calls return at once. Thread-safe. Returns whether the copies exist.
+  bool make_heads_f32(int64_t budget_bytes, cudaStream_t stream) const;
+  /// Whether make_heads_f32 made the copies (false, then true, never back).
+  [[nodiscard]] bool heads_f32_ready() const noexcept;
+  /// The fp32 copy of `m` (k_b or v_b of one of the layers) once heads_f32_ready; Error(internal) otherwise.
+  [[nodiscard]] const float* heads_f32(const DeviceMatrix& m) const;
+
  private:
+  struct HeadCopies;
   std::vector<DeviceBuffer<std::byte>> buffers_;
+  std::shared_ptr<HeadCopies> heads_;  // make_heads_f32's state
 };
 
 /// What an upload holds beyond the blocks.

@@ -422,6 +422,9 @@ inline bool gemv_six_blocks() {
 /// Shared memory kXRows may take for x (NT rows of k floats).
 inline constexpr int kGemvRowsMaxBytes = 64 * 1024;
 
+/// Blocks of `kernel` (128 threads, `smem` dynamic bytes) resident on one SM of the current device.
+int gemv_resident_blocks(const void* kernel, int smem);
+
 template <GgmlType T, int NT, int XMode, int MinBlocks = 4>
 void launch_gemv_as(const GemvParams& p, GemvShape shape, dim3 grid, cudaStream_t stream) {
   auto* kernel = gemv_kernel<T, NT, XMode, MinBlocks>;

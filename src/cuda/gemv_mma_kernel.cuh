@@ -202,16 +202,15 @@ __device__ __forceinline__ void mma_finish_tiles(const GemvParams& p, const MmaT
 }
 
 /// Shared memory after a block's records that the split-K reduction of gemv_mma_kernel takes: each warp's
-/// accumulators, `warps` warps x 32 lanes x 8 floats.
-constexpr int mma_split_smem_bytes(int warps) { return warps * 32 * 8 * 4; }
-inline constexpr int kMmaSplitSmemBytes = mma_split_smem_bytes(4);
+/// accumulators, 4 warps x 32 lanes x 8 floats.
+inline constexpr int kMmaSplitSmemBytes = 4 * 32 * 8 * 4;
 
-/// The end of a tile whose K the block's kWarps warps shared (Split): every warp leaves its accumulators in `red`
-/// (mma_split_smem_bytes), warp 0 adds the others' in warp order and writes the tile; every warp's sums are zero
+/// The end of a tile whose K the block's four warps shared (Split): every warp leaves its accumulators in `red`
+/// (kMmaSplitSmemBytes), warp 0 adds warps 1-3's in warp order and writes the tile; every warp's sums are zero
 /// after it. All the block's threads call it, once per tile.
-template <int kWarps = 4>
 __device__ __forceinline__ void mma_split_finish(const GemvParams& p, const MmaTokens& x, const int (&first_row)[2],
                                                  int g, int warp, int lane, float* red, float (&acc)[2][4]) {
+  constexpr int kWarps = 4;
 #pragma unroll
   for (int j = 0; j < 2; ++j)
 #pragma unroll
@@ -235,20 +234,17 @@ __device__ __forceinline__ void mma_split_finish(const GemvParams& p, const MmaT
 }
 
 /// Without Split each warp owns its tiles (32 rows, or 16 gated) and walks all of K. With Split (dense
-/// launches with too few tiles to fill the GPU: an 8-token step's projections) the block's `Warps` warps share
-/// each tile, warp w taking super-blocks w, w + Warps, ..., and warp 0 sums their accumulators (in warp order,
+/// launches with too few tiles to fill the GPU: an 8-token step's projections) the block's four warps share
+/// each tile, warp w taking super-blocks w, w + 4, ..., and warp 0 sums their accumulators (in warp order,
 /// through shared memory) before it writes the tile. A step is `Items` items of a super-block: 4 (all of it)
-/// or 2 (half: the loads in flight take 32 registers fewer, for more blocks per SM). Warps is 4, or 8 for a
-/// split launch whose tiles are no more than the SMs (one block each): a warp alone on its scheduler runs its
-/// chain of loads, tensor-core products and scaling one latency after the other, and 8 warps halve each one's.
-template <GgmlType T, int NT, bool Split, int MinBlocks = 3, int Items = 4, int Warps = 4>
-__global__ void __launch_bounds__(32 * Warps, MinBlocks) gemv_mma_kernel(const GemvParams p, const int tiles) {
+/// or 2 (half: the loads in flight take 32 registers fewer, for more blocks per SM).
+template <GgmlType T, int NT, bool Split, int MinBlocks = 3, int Items = 4>
+__global__ void __launch_bounds__(128, MinBlocks) gemv_mma_kernel(const GemvParams p, const int tiles) {
   static_assert(kGemvX8KQuant<T>);
   static_assert(Items == 4 || (Items == 2 && !Split));
   static_assert(!Split || NT <= 8, "the split's sums hold one token tile");
-  static_assert(Warps == 4 || (Warps == 8 && Split), "8 warps only share a split tile");
   constexpr int kParts = 4 / Items;  // steps per super-block
-  constexpr int kWarps = Warps;
+  constexpr int kWarps = 4;
   extern __shared__ __align__(16) uint4 x_record[];
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
@@ -398,7 +394,7 @@ __global__ void __launch_bounds__(32 * Warps, MinBlocks) gemv_mma_kernel(const G
       }
       sb = sb_first;
       const int first[2] = {first_row(tile, 0), first_row(tile, 1)};
-      mma_split_finish<kWarps>(p, x[0], first, g, warp, lane, red, acc[0]);
+      mma_split_finish(p, x[0], first, g, warp, lane, red, acc[0]);
     }
   }
 }
@@ -843,8 +839,7 @@ inline bool gemv_mma_applies(const GemvParams& p) {
     // weights' loads too few warps to hide their latency)
     int device = 0;
     LATTE_CUDA_CHECK(cudaGetDevice(&device));
-    // launch_gemv_mma_as: the K-quant builds may split over 8 warps
-    const int split_bytes = !gemv_mma_dense(p) ? 0 : mma_split_smem_bytes(kGemvX8KQuant<T> ? 8 : 4);
+    const int split_bytes = gemv_mma_dense(p) ? kMmaSplitSmemBytes : 0;  // launch_gemv_mma_as
     const int64_t block_bytes = gemv_mma_smem_bytes<T>(p) + split_bytes + 1024;
     const int64_t optin = device_caps(device).smem_per_block_optin;
     return gemv_mma_tokens(p) > gemv_max_tokens ? 2 * block_bytes <= optin + 1024 : block_bytes <= optin;
@@ -862,13 +857,6 @@ inline bool gemv_mma_deal_enabled() {
 /// warps (gemv_mma_kernel's Split; LATTE_GEMV_MMA_SPLIT=0: never).
 inline bool gemv_mma_split_enabled() {
   static const bool on = latte::detail::env_flag("LATTE_GEMV_MMA_SPLIT", true);
-  return on;
-}
-
-/// Whether a split K-quant launch with no more tiles than SMs (an 8-token step's q|kv_a and o_proj: 114 and 64 tiles)
-/// shares each tile among 8 warps instead of 4 (LATTE_GEMV_MMA_SPLIT8=0: 4).
-inline bool gemv_mma_split8_enabled() {
-  static const bool on = latte::detail::env_flag("LATTE_GEMV_MMA_SPLIT8", true);
   return on;
 }
 
@@ -895,10 +883,6 @@ void launch_gemv_mma_as(const GemvParams& p, cudaStream_t stream) {
   int steps = p.k / 256;
   if constexpr (kGemvMmaStaged<T>) steps = p.k / 32 / MmaStaging<T>::units / MmaStaging<T>::blocks;
   const bool split = gemv_mma_dense(p) && gemv_mma_split_enabled() && (warps + 3) / 4 * groups < sm_count && steps >= 8;
-  // a block per tile and SM: 8 warps share each tile where each still has a super-block (K-quant builds)
-  const bool split8 =
-      kGemvX8KQuant<T> && NT <= gemv_max_tokens && split && gemv_mma_split8_enabled() && warps * groups <= sm_count;
-  const int threads = split8 ? 256 : 128;
   void (*kernel)(const GemvParams, const int) = nullptr;
   if constexpr (NT > gemv_max_tokens) {
     // gathered groups only (never split), two blocks per SM: the registers of two token tiles' sums and x, and
@@ -911,27 +895,24 @@ void launch_gemv_mma_as(const GemvParams& p, cudaStream_t stream) {
   } else if constexpr (kGemvX8KQuant<T>) {
     if constexpr (T == GgmlType::q4_k) {
       const int wide = gemv_mma_wide();
-      kernel = split8      ? gemv_mma_kernel<T, NT, true, 1, 4, 8>
-               : split     ? gemv_mma_kernel<T, NT, true>
+      kernel = split       ? gemv_mma_kernel<T, NT, true>
                : wide == 1 ? gemv_mma_kernel<T, NT, false, 4>
                : wide == 2 ? gemv_mma_kernel<T, NT, false, 4, 2>
                            : gemv_mma_kernel<T, NT, false>;
     } else {
-      kernel = split8  ? gemv_mma_kernel<T, NT, true, 1, 4, 8>
-               : split ? gemv_mma_kernel<T, NT, true>
-                       : gemv_mma_kernel<T, NT, false>;
+      kernel = split ? gemv_mma_kernel<T, NT, true> : gemv_mma_kernel<T, NT, false>;
     }
   } else {
     kernel = split ? gemv_mma_staged_kernel<T, NT, true> : gemv_mma_staged_kernel<T, NT, false>;
   }
   const int tiles = static_cast<int>(split ? warps : (warps + 3) / 4);
   // the records (the legacy ring is static, Q6_K's after them), and the split's partial sums
-  int smem = static_cast<int>(gemv_mma_record_bytes(NT, p.k)) + (split ? mma_split_smem_bytes(threads / 32) : 0);
+  int smem = static_cast<int>(gemv_mma_record_bytes(NT, p.k)) + (split ? kMmaSplitSmemBytes : 0);
   if constexpr (kGemvMmaStaged<T>) smem += MmaStaging<T>::dynamic ? MmaStaging<T>::ring_bytes : 0;
   LATTE_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   // one wave of resident blocks over all groups; each walks an equal share of its group's tiles
   const int64_t resident =
-      static_cast<int64_t>(sm_count) * gemv_resident_blocks(reinterpret_cast<const void*>(kernel), smem, threads);
+      static_cast<int64_t>(sm_count) * gemv_resident_blocks(reinterpret_cast<const void*>(kernel), smem);
   GemvParams q = p;
   int64_t per_group = std::max<int64_t>(1, resident / groups);
   if (!gemv_mma_dense(p) && gemv_mma_deal_enabled()) {
@@ -943,7 +924,7 @@ void launch_gemv_mma_as(const GemvParams& p, cudaStream_t stream) {
   }
   const int64_t per_block = (tiles + per_group - 1) / per_group;
   const dim3 grid(static_cast<unsigned>((tiles + per_block - 1) / per_block), static_cast<unsigned>(groups));
-  launch_kernel(kernel, grid, dim3(threads), static_cast<size_t>(smem), stream, q, tiles);
+  launch_kernel(kernel, grid, dim3(128), static_cast<size_t>(smem), stream, q, tiles);
 }
 
 template <GgmlType T>

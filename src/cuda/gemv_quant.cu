@@ -191,16 +191,16 @@ void gemv_quant(const GemvParams& p, cudaStream_t stream) {
   throw Error(ErrorCode::internal, "gemv_quant: dispatch missed type " + type_name);
 }
 
-int gemv_resident_blocks(const void* kernel, int smem, int threads) {
+int gemv_resident_blocks(const void* kernel, int smem) {
   static std::mutex mutex;
   static std::map<std::tuple<const void*, int, int>, int> known;  // (kernel, device, smem) -> blocks
   int device = 0;
   LATTE_CUDA_CHECK(cudaGetDevice(&device));
   const std::lock_guard lock(mutex);
-  const auto key = std::make_tuple(kernel, device, smem);  // a kernel has one block size
+  const auto key = std::make_tuple(kernel, device, smem);
   if (const auto it = known.find(key); it != known.end()) return it->second;
   int blocks = 0;
-  LATTE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, static_cast<size_t>(smem)));
+  LATTE_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, 128, static_cast<size_t>(smem)));
   blocks = std::max(blocks, 1);
   known.emplace(key, blocks);
   return blocks;

@@ -907,8 +907,7 @@ __global__ void __launch_bounds__(128, 4) gemv_x8_short_rows_kernel(const GemvPa
   }
 }
 
-/// Blocks of `kernel` (`threads` threads, `smem` dynamic bytes) resident on one SM of the current device.
-int gemv_resident_blocks(const void* kernel, int smem, int threads = 128);
+int gemv_resident_blocks(const void* kernel, int smem);
 
 /// Shared memory the records of x may take (one token: k up to 26214; 8 tokens: k up to 3276).
 inline constexpr int kGemvX8MaxRecordBytes = 64 * 1024;

@@ -292,6 +292,89 @@ TEST_CASE("gemm_bf16_batched with an A per head and fp32 output (W_UK / W_UV of 
   CHECK_THROWS_AS(cuda::gemm_bf16_batched(blas, both, nullptr), Error);
 }
 
+TEST_CASE("gemm_f32_batched keeps fp32 products: W_UK / W_UV of a decode step over fp32 weight copies") {
+  // C_b[m, n] = A_b W_b^T with A_b at b * a_head of each A row (token stride lda: a head's P values then R others
+  // skipped, as q_nope inside q), C_b at b * n of each output row (ldc = batch n + 3: a poisoned tail per row)
+  auto rng = make_rng("gemm_f32_batched");
+  cuda::BlasHandle blas;
+  for (const int m : {2, 7, 16}) {
+    CAPTURE(m);
+    const int n = 96, k = 128, batch = 5, a_head = k + 64;
+    const int64_t lda = static_cast<int64_t>(batch) * a_head, ldw = k + 8, stride_w = static_cast<int64_t>(n) * ldw;
+    const int64_t ldc = static_cast<int64_t>(batch) * n + 3;
+    const auto a = random_floats(static_cast<size_t>(m * lda), rng);
+    const auto w = random_floats(static_cast<size_t>(batch * stride_w), rng);
+    const auto da = upload(a);
+    const auto dw = upload(w);
+    DeviceBuffer<float> c(static_cast<size_t>(m * ldc));
+    poison(c.data(), c.bytes());
+    const cuda::F32BatchedGemmParams p{.a = da.data(),
+                                       .lda = lda,
+                                       .stride_a = a_head,
+                                       .w = dw.data(),
+                                       .ldw = ldw,
+                                       .stride_w = stride_w,
+                                       .c = c.data(),
+                                       .ldc = ldc,
+                                       .stride_c = n,
+                                       .m = m,
+                                       .n = n,
+                                       .k = k,
+                                       .batch = batch};
+    cuda::gemm_f32_batched(blas, p, nullptr);
+    const auto out = download(c.data(), c.size());
+    std::vector<float> got;
+    std::vector<double> want;
+    int64_t touched_tail = 0;
+    for (int i = 0; i < m; ++i) {
+      for (int64_t j = static_cast<int64_t>(batch) * n; j < ldc; ++j) {
+        touched_tail += !std::isnan(out[static_cast<size_t>(i * ldc + j)]);
+      }
+      for (int b = 0; b < batch; ++b) {
+        for (int j = 0; j < n; ++j) {
+          double s = 0;
+          for (int x = 0; x < k; ++x) {
+            s += static_cast<double>(a[static_cast<size_t>(i * lda + b * a_head + x)]) *
+                 w[static_cast<size_t>(b * stride_w + j * ldw + x)];
+          }
+          got.push_back(out[static_cast<size_t>(i * ldc + b * n + j)]);
+          want.push_back(s);
+        }
+      }
+    }
+    CHECK_MESSAGE(touched_tail == 0, touched_tail << " values past the heads' outputs were written");
+    // fp32 products and sums over k = 128 (a TF32 rounding of the inputs would be ~1e-3 off)
+    check_close("gemm_f32_batched", "m x 5 x 96, k 128", compare(got, want), 2e-6);
+  }
+  DeviceBuffer<float> buf(1024);
+  CHECK_THROWS_AS(cuda::gemm_f32_batched(blas,
+                                         {.a = buf.data(),
+                                          .lda = 8,
+                                          .w = buf.data(),
+                                          .ldw = 16,
+                                          .c = buf.data(),
+                                          .ldc = 4,
+                                          .m = 2,
+                                          .n = 4,
+                                          .k = 16,
+                                          .batch = 1},
+                                         nullptr),
+                  Error);  // lda < k
+  CHECK_THROWS_AS(cuda::gemm_f32_batched(blas,
+                                         {.a = buf.data(),
+                                          .lda = 16,
+                                          .w = buf.data(),
+                                          .ldw = 16,
+                                          .c = buf.data(),
+                                          .ldc = 4,
+                                          .m = 2,
+                                          .n = 4,
+                                          .k = 16,
+                                          .batch = 0},
+                                         nullptr),
+                  Error);  // no batch
+}
+
 TEST_CASE("gemm_quant rejects violated preconditions with latte::Error") {
   DeviceBuffer<uint8_t> buf(1 << 16);
   const auto* a = reinterpret_cast<const __nv_bfloat16*>(buf.data());

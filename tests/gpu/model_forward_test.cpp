@@ -16,6 +16,8 @@
 
 #include "cuda/cuda_attention.hpp"
 #include "cuda/cuda_forward.hpp"
+#include "cuda/device_weights.hpp"
+#include "cuda/gemm_bf16.hpp"
 #include "model/model_state.hpp"
 #include "model/presets.hpp"
 #include "session/kv_cache.hpp"
@@ -209,6 +211,44 @@ TEST_CASE("CUDA greedy continuation equals the CPU's for 32 tokens on a well-con
   std::printf("greedy: smallest CPU top-2 margin over 32 steps %.3f\n", best_margin);
   const auto got = latte::test::gpu::greedy(m.gpu, "mla", prompt, 32, nullptr);
   CHECK(got == expected);
+}
+
+TEST_CASE("the model's fp32 copies of W_UK / W_UV decode every layer's matrices bit for bit, within their budget") {
+  ModelPair& m = model_pair("test-v2-lite");
+  const latte::detail::ModelState& state = m.gpu.state();
+  // fresh uploads: the shared model's copies are its sessions' to make
+  const auto weights = latte::cuda::upload_weights(state, 0);
+  const auto refused = latte::cuda::upload_weights(state, 0);
+  latte::cuda::Stream stream;
+  CHECK_FALSE(refused->heads_f32_ready());
+  CHECK_FALSE(refused->make_heads_f32(1024, stream.get()));              // less than one layer's
+  CHECK_FALSE(refused->make_heads_f32(int64_t{1} << 32, stream.get()));  // decided once for the model
+  CHECK_FALSE(refused->heads_f32_ready());
+  CHECK_THROWS_AS((void)refused->heads_f32(refused->layers[0].k_b), latte::Error);
+  CHECK_FALSE(weights->heads_f32_ready());
+  REQUIRE(weights->make_heads_f32(int64_t{1} << 32, stream.get()));
+  CHECK(weights->heads_f32_ready());
+  int checked = 0;
+  for (const latte::cuda::DeviceLayer& l : weights->layers) {
+    for (const latte::cuda::DeviceMatrix* w : {&l.k_b, &l.v_b}) {
+      REQUIRE(*w);
+      const auto bytes = latte::test::gpu::download(w->data, static_cast<size_t>(w->bytes()));
+      std::vector<float> want(static_cast<size_t>(w->rows * w->k));
+      latte::dequantize_rows(w->type, bytes.data(), want.data(), w->rows, w->k);
+      const int64_t stride = latte::cuda::bf16_weight_stride(w->k);
+      const auto copy = latte::test::gpu::download(weights->heads_f32(*w), static_cast<size_t>(w->rows * stride));
+      int64_t differ = 0;
+      for (int64_t r = 0; r < w->rows; ++r) {
+        for (int64_t x = 0; x < w->k; ++x) {
+          differ += copy[static_cast<size_t>(r * stride + x)] != want[static_cast<size_t>(r * w->k + x)];
+        }
+      }
+      CHECK_MESSAGE(differ == 0, differ << " values of a " << w->rows << " x " << w->k << " copy differ");
+      ++checked;
+    }
+  }
+  CHECK(checked == 2 * state.config.n_layer_main());
+  CHECK_THROWS_AS((void)weights->heads_f32(weights->layers[0].attn_output), latte::Error);
 }
 
 TEST_CASE("batched decode of several sequences equals decoding each alone") {
