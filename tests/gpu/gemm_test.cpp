@@ -44,6 +44,38 @@ std::vector<double> reference_gemm(const std::vector<float>& a, const std::vecto
 
 int64_t gemm_k(GgmlType type) { return type_traits(type).block_values == 256 ? 768 : 1056; }
 
+/// A strided-batched product's check: the heads' outputs C_b[i, j] read back from `out` (rows ldc apart, C_b at
+/// b n), their float64 reference sum_x operand(A_b[i, x]) operand(W_b[j, x]), and how many values past the heads'
+/// outputs (columns batch n .. ldc) were written (poisoned NaN when not).
+struct BatchedCheck {
+  std::vector<float> got;
+  std::vector<double> want;
+  int64_t touched_tail = 0;
+};
+template <class Operand>
+BatchedCheck check_batched(const std::vector<float>& a, int64_t lda, int64_t stride_a, const std::vector<float>& w,
+                           int64_t ldw, int64_t stride_w, const std::vector<float>& out, int64_t ldc, int m, int n,
+                           int k, int batch, Operand operand) {
+  BatchedCheck r;
+  for (int i = 0; i < m; ++i) {
+    for (int64_t j = static_cast<int64_t>(batch) * n; j < ldc; ++j) {
+      r.touched_tail += !std::isnan(out[static_cast<size_t>(i * ldc + j)]);
+    }
+    for (int b = 0; b < batch; ++b) {
+      for (int j = 0; j < n; ++j) {
+        double s = 0;
+        for (int x = 0; x < k; ++x) {
+          s += static_cast<double>(operand(a[static_cast<size_t>(i * lda + b * stride_a + x)])) *
+               operand(w[static_cast<size_t>(b * stride_w + j * ldw + x)]);
+        }
+        r.got.push_back(out[static_cast<size_t>(i * ldc + b * n + j)]);
+        r.want.push_back(s);
+      }
+    }
+  }
+  return r;
+}
+
 }  // namespace
 
 TEST_CASE("gemm_quant (fused dequantize + mma.sync) matches float64 for every fused type, m = 1, 17, 130") {
@@ -264,29 +296,11 @@ TEST_CASE("gemm_bf16_batched with an A per head and fp32 output (W_UK / W_UV of 
                                 .k = k,
                                 .batch = batch};
   cuda::gemm_bf16_batched(blas, p, nullptr);
-  const auto out = download(c.data(), c.size());
-  std::vector<float> got;
-  std::vector<double> want;
-  int64_t touched_tail = 0;
-  for (int i = 0; i < m; ++i) {
-    for (int64_t j = static_cast<int64_t>(batch) * n; j < ldc; ++j) {
-      touched_tail += !std::isnan(out[static_cast<size_t>(i * ldc + j)]);
-    }
-    for (int b = 0; b < batch; ++b) {
-      for (int j = 0; j < n; ++j) {
-        double s = 0;
-        for (int x = 0; x < k; ++x) {
-          s += static_cast<double>(round_bf16(a[static_cast<size_t>(i * lda + b * k + x)])) *
-               round_bf16(w[static_cast<size_t>(b * stride_w + j * ldw + x)]);
-        }
-        got.push_back(out[static_cast<size_t>(i * ldc + b * n + j)]);
-        want.push_back(s);
-      }
-    }
-  }
-  CHECK_MESSAGE(touched_tail == 0, touched_tail << " values past the heads' outputs were written");
+  const auto r = check_batched(a, lda, k, w, ldw, stride_w, download(c.data(), c.size()), ldc, m, n, k, batch,
+                               [](float v) { return round_bf16(v); });
+  CHECK_MESSAGE(r.touched_tail == 0, r.touched_tail << " values past the heads' outputs were written");
   // exact bf16 products summed in fp32 over k = 48
-  check_close("gemm_bf16_batched fp32", "29 x 4 x 40, k 48", compare(got, want), 1e-5);
+  check_close("gemm_bf16_batched fp32", "29 x 4 x 40, k 48", compare(r.got, r.want), 1e-5);
   cuda::Bf16BatchedGemmParams both = p;
   both.c = reinterpret_cast<__nv_bfloat16*>(c.data());  // two outputs: rejected
   CHECK_THROWS_AS(cuda::gemm_bf16_batched(blas, both, nullptr), Error);
@@ -322,57 +336,29 @@ TEST_CASE("gemm_f32_batched keeps fp32 products: W_UK / W_UV of a decode step ov
                                        .k = k,
                                        .batch = batch};
     cuda::gemm_f32_batched(blas, p, nullptr);
-    const auto out = download(c.data(), c.size());
-    std::vector<float> got;
-    std::vector<double> want;
-    int64_t touched_tail = 0;
-    for (int i = 0; i < m; ++i) {
-      for (int64_t j = static_cast<int64_t>(batch) * n; j < ldc; ++j) {
-        touched_tail += !std::isnan(out[static_cast<size_t>(i * ldc + j)]);
-      }
-      for (int b = 0; b < batch; ++b) {
-        for (int j = 0; j < n; ++j) {
-          double s = 0;
-          for (int x = 0; x < k; ++x) {
-            s += static_cast<double>(a[static_cast<size_t>(i * lda + b * a_head + x)]) *
-                 w[static_cast<size_t>(b * stride_w + j * ldw + x)];
-          }
-          got.push_back(out[static_cast<size_t>(i * ldc + b * n + j)]);
-          want.push_back(s);
-        }
-      }
-    }
-    CHECK_MESSAGE(touched_tail == 0, touched_tail << " values past the heads' outputs were written");
+    const auto r = check_batched(a, lda, a_head, w, ldw, stride_w, download(c.data(), c.size()), ldc, m, n, k, batch,
+                                 [](float v) { return v; });
+    CHECK_MESSAGE(r.touched_tail == 0, r.touched_tail << " values past the heads' outputs were written");
     // fp32 products and sums over k = 128 (a TF32 rounding of the inputs would be ~1e-3 off)
-    check_close("gemm_f32_batched", "m x 5 x 96, k 128", compare(got, want), 2e-6);
+    check_close("gemm_f32_batched", "m x 5 x 96, k 128", compare(r.got, r.want), 2e-6);
   }
   DeviceBuffer<float> buf(1024);
-  CHECK_THROWS_AS(cuda::gemm_f32_batched(blas,
-                                         {.a = buf.data(),
-                                          .lda = 8,
-                                          .w = buf.data(),
-                                          .ldw = 16,
-                                          .c = buf.data(),
-                                          .ldc = 4,
-                                          .m = 2,
-                                          .n = 4,
-                                          .k = 16,
-                                          .batch = 1},
-                                         nullptr),
-                  Error);  // lda < k
-  CHECK_THROWS_AS(cuda::gemm_f32_batched(blas,
-                                         {.a = buf.data(),
-                                          .lda = 16,
-                                          .w = buf.data(),
-                                          .ldw = 16,
-                                          .c = buf.data(),
-                                          .ldc = 4,
-                                          .m = 2,
-                                          .n = 4,
-                                          .k = 16,
-                                          .batch = 0},
-                                         nullptr),
-                  Error);  // no batch
+  const cuda::F32BatchedGemmParams ok{.a = buf.data(),
+                                      .lda = 16,
+                                      .w = buf.data(),
+                                      .ldw = 16,
+                                      .c = buf.data(),
+                                      .ldc = 4,
+                                      .m = 2,
+                                      .n = 4,
+                                      .k = 16,
+                                      .batch = 1};
+  cuda::F32BatchedGemmParams bad = ok;
+  bad.lda = 8;  // < k
+  CHECK_THROWS_AS(cuda::gemm_f32_batched(blas, bad, nullptr), Error);
+  bad = ok;
+  bad.batch = 0;
+  CHECK_THROWS_AS(cuda::gemm_f32_batched(blas, bad, nullptr), Error);
 }
 
 TEST_CASE("gemm_quant rejects violated preconditions with latte::Error") {
