@@ -12,10 +12,7 @@
 
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <cstring>
-#include <map>
-#include <mutex>
 #include <string>
 
 namespace latte::cuda {
@@ -33,15 +30,6 @@ void use_device(int ordinal) {
   }
   LATTE_CUDA_CHECK(cudaSetDevice(ordinal));
 }
-
-struct DeviceWeights::HeadCopies {
-  std::mutex mutex;
-  std::atomic<bool> ready{false};
-  bool decided = false;                               // under mutex: made, or refused for good
-  std::map<const void*, DeviceBuffer<float>> copies;  // by the matrix's device data
-};
-
-DeviceWeights::DeviceWeights() : heads_(std::make_shared<HeadCopies>()) {}
 
 bool DeviceWeights::make_heads_f32(int64_t budget_bytes, cudaStream_t stream) const {
   if (heads_f32_ready()) return true;

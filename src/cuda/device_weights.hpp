@@ -18,8 +18,11 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -88,7 +91,6 @@ struct DeviceLayer {
 /// Every device tensor of a model, owning the allocations.
 class DeviceWeights {
  public:
-  DeviceWeights();
   int ordinal = 0;
   DeviceMatrix token_embd;             ///< {H, vocab}
   const float* output_norm = nullptr;  ///< [H]
@@ -110,9 +112,14 @@ class DeviceWeights {
   [[nodiscard]] const float* heads_f32(const DeviceMatrix& m) const;
 
  private:
-  struct HeadCopies;
+  struct HeadCopies {
+    std::mutex mutex;
+    std::atomic<bool> ready{false};
+    bool decided = false;                               // under mutex: made, or refused for good
+    std::map<const void*, DeviceBuffer<float>> copies;  // by the matrix's device data
+  };
   std::vector<DeviceBuffer<std::byte>> buffers_;
-  std::shared_ptr<HeadCopies> heads_;  // make_heads_f32's state
+  std::shared_ptr<HeadCopies> heads_ = std::make_shared<HeadCopies>();  // make_heads_f32's state
 };
 
 /// What an upload holds beyond the blocks.
