@@ -431,8 +431,8 @@ class CudaMlaBackend final : public CudaAttentionBackend {
 
   /// Whether a decode step of T rows multiplies the heads' queries by W_UK and their attention outputs by
   /// W_UV as cuBLAS products (below, per-head GEMVs that read each head's matrix once per group of 8 tokens:
-  /// 20 + 22 us per layer at 32 rows on an H200): over the fp32 copies where heads_f32 says so, else from Linear's
-  /// row count (LATTE_BLAS_MIN_ROWS) as bf16 products, each dequantizing its matrix in every step.
+  /// 20 + 22 us per layer at 32 rows on an H200): from Linear's row count (LATTE_BLAS_MIN_ROWS) as bf16
+  /// products, each dequantizing its matrix in every step, and below it as fp32 products where heads_f32 says so.
   /// LATTE_MLA_HEADS_BLAS=0: always the GEMVs, to compare. Models with the DSA indexer keep the GEMVs: the
   /// bf16 roundings of q_nope, the weights and the attention output move the next layers' index scores
   /// enough to flip top-k positions on near-ties (on an H200 with it on, the glm-dsa truncated-session test
@@ -443,23 +443,14 @@ class CudaMlaBackend final : public CudaAttentionBackend {
     return on && !c_.has_indexer() && (T >= Linear::blas_min_rows() || heads_f32(T));
   }
 
-  /// Whether a decode step of T rows, from LATTE_MLA_HEADS_BLAS_ROWS (default 2), runs W_UK and W_UV as cuBLAS
-  /// products over fp32 copies of the weights (heads_f32_ready): below Linear's row count with fp32 products, as
-  /// exact as the reference where the GEMVs read split-int8 records; from it with TF32 inputs (heads_tf32), where
-  /// the bf16 products dequantized both matrices in every step. Measured on an H100 (BENCHMARKS.md, twenty-third
-  /// round): x4 +2.5%, x8 +3.1%, x16 +1.7%; fp32 products at 32 and 128 rows lost 1.5% to the bf16 ones.
+  /// Whether a decode step of T rows below Linear's row count, from LATTE_MLA_HEADS_BLAS_ROWS (default 2), runs
+  /// W_UK and W_UV as fp32 cuBLAS products over fp32 copies of the weights (heads_f32_ready): as exact as the
+  /// reference, where the GEMVs read split-int8 records. Measured on an H100 (BENCHMARKS.md, twenty-third round):
+  /// x4 +2.5%, x8 +3.2%; at 32 and 128 rows they lost 1.5% to the bf16 products.
   [[nodiscard]] bool heads_f32(int T) const {
     static const bool on = latte::detail::env_flag("LATTE_MLA_HEADS_BLAS", true);
     static const int f32_rows = latte::detail::env_int("LATTE_MLA_HEADS_BLAS_ROWS", 2);
-    return on && !c_.has_indexer() && T >= std::max(2, f32_rows) && (T < Linear::blas_min_rows() || heads_tf32(T)) &&
-           heads_f32_ready();
-  }
-
-  /// Whether heads_f32's products of T rows (Linear's row count and more) round their inputs to TF32 for the
-  /// tensor cores (LATTE_MLA_HEADS_TF32=0: those rows keep the bf16 products over dequantized weights).
-  [[nodiscard]] static bool heads_tf32(int T) {
-    static const bool on = latte::detail::env_flag("LATTE_MLA_HEADS_TF32", true);
-    return on && T >= Linear::blas_min_rows();
+    return on && !c_.has_indexer() && T >= std::max(2, f32_rows) && T < Linear::blas_min_rows() && heads_f32_ready();
   }
 
   /// Whether every layer's W_UK and W_UV of the bound weights have fp32 copies (keep_heads_f32).
@@ -483,7 +474,7 @@ class CudaMlaBackend final : public CudaAttentionBackend {
   /// of `stack`'s fp32 copy, A_h at a + h a_head_stride (token stride a_token_stride), C_h at c + h c_head_stride.
   void heads_product_f32(const DeviceMatrix& stack, int64_t n, const float* a, int64_t a_token_stride,
                          int64_t a_head_stride, int64_t k, int T, float* c, int64_t c_head_stride,
-                         cudaStream_t stream) {  // (TF32 inputs where heads_tf32)
+                         cudaStream_t stream) {
     const int64_t ldw = bf16_weight_stride(stack.k);
     gemm_f32_batched(blas(),
                      {.a = a,
@@ -498,8 +489,7 @@ class CudaMlaBackend final : public CudaAttentionBackend {
                       .m = T,
                       .n = static_cast<int>(n),
                       .k = static_cast<int>(k),
-                      .batch = c_.n_head,
-                      .tf32 = heads_tf32(T)},
+                      .batch = c_.n_head},
                      stream);
   }
 

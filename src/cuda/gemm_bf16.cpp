@@ -120,12 +120,11 @@ void gemm_f32_batched(BlasHandle& blas, const F32BatchedGemmParams& p, cudaStrea
   check_blas(cublasSetStream(blas.get(), stream), "cublasSetStream");
   const float alpha = 1.0f, beta = 0.0f;
   // Column-major view as in gemm_ex: C_b^T[n, m] = W_b (op T) * A_b^T; PEDANTIC: no TF32 rounding of the inputs.
-  const cublasComputeType_t compute = p.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F_PEDANTIC;
   check_blas(cublasGemmStridedBatchedEx(blas.get(), CUBLAS_OP_T, CUBLAS_OP_N, p.n, p.m, p.k, &alpha, p.w, CUDA_R_32F,
                                         static_cast<int>(p.ldw), p.stride_w, p.a, CUDA_R_32F, static_cast<int>(p.lda),
                                         p.stride_a, &beta, p.c, CUDA_R_32F, static_cast<int>(p.ldc), p.stride_c,
-                                        p.batch, compute, CUBLAS_GEMM_DEFAULT),
-             p.tf32 ? "cublasGemmStridedBatchedEx (tf32)" : "cublasGemmStridedBatchedEx (f32)");
+                                        p.batch, CUBLAS_COMPUTE_32F_PEDANTIC, CUBLAS_GEMM_DEFAULT),
+             "cublasGemmStridedBatchedEx (f32)");
 }
 
 void gemm_f32(BlasHandle& blas, const F32GemmParams& p, cudaStream_t stream) {

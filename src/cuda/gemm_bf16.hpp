@@ -71,9 +71,8 @@ struct Bf16BatchedGemmParams {
 void gemm_bf16_batched(BlasHandle& blas, const Bf16BatchedGemmParams& p, cudaStream_t stream);
 
 /// For b in [0, batch): C_b[m, n] (fp32, ldc, at c + b * stride_c) = A_b[m, k] (fp32, lda, at a + b * stride_a)
-/// * W_b[n, k]^T (fp32, ldw, at w + b * stride_w), fp32 products throughout (no TF32), or with `tf32` on the
-/// tensor cores with A and W rounded to TF32 (10 mantissa bits; bf16 keeps 7): the mla backend's W_UK / W_UV of a
-/// decode step over fp32 copies of the weights.
+/// * W_b[n, k]^T (fp32, ldw, at w + b * stride_w), fp32 products throughout (no TF32): the mla backend's W_UK /
+/// W_UV of a decode step over fp32 copies of the weights, as exact as the fp32 reference.
 struct F32BatchedGemmParams {
   const float* a = nullptr;
   int64_t lda = 0;
@@ -85,7 +84,6 @@ struct F32BatchedGemmParams {
   int64_t ldc = 0;
   int64_t stride_c = 0;  ///< elements between C_b and C_{b+1}
   int m = 0, n = 0, k = 0, batch = 0;
-  bool tf32 = false;  ///< the inputs rounded to TF32 for the tensor cores (fp32 sums)
 };
 
 /// Runs the strided-batched fp32 cuBLAS GEMM on `stream`. Throws Error on invalid arguments or a cuBLAS failure.

@@ -306,12 +306,12 @@ TEST_CASE("gemm_bf16_batched with an A per head and fp32 output (W_UK / W_UV of 
   CHECK_THROWS_AS(cuda::gemm_bf16_batched(blas, both, nullptr), Error);
 }
 
-TEST_CASE("gemm_f32_batched with fp32 products or TF32 inputs: W_UK / W_UV of a decode step over fp32 copies") {
+TEST_CASE("gemm_f32_batched keeps fp32 products: W_UK / W_UV of a decode step over fp32 weight copies") {
   // C_b[m, n] = A_b W_b^T with A_b at b * a_head of each A row (token stride lda: a head's P values then R others
   // skipped, as q_nope inside q), C_b at b * n of each output row (ldc = batch n + 3: a poisoned tail per row)
   auto rng = make_rng("gemm_f32_batched");
   cuda::BlasHandle blas;
-  for (const int m : {2, 7, 16, 40}) {
+  for (const int m : {2, 7, 16}) {
     CAPTURE(m);
     const int n = 96, k = 128, batch = 5, a_head = k + 64;
     const int64_t lda = static_cast<int64_t>(batch) * a_head, ldw = k + 8, stride_w = static_cast<int64_t>(n) * ldw;
@@ -341,15 +341,6 @@ TEST_CASE("gemm_f32_batched with fp32 products or TF32 inputs: W_UK / W_UV of a 
     CHECK_MESSAGE(r.touched_tail == 0, r.touched_tail << " values past the heads' outputs were written");
     // fp32 products and sums over k = 128 (a TF32 rounding of the inputs would be ~1e-3 off)
     check_close("gemm_f32_batched", "m x 5 x 96, k 128", compare(r.got, r.want), 2e-6);
-    // TF32 inputs: each rounded to 10 mantissa bits (relative 2^-11), the sums in fp32
-    cuda::F32BatchedGemmParams tf32 = p;
-    tf32.tf32 = true;
-    poison(c.data(), c.bytes());
-    cuda::gemm_f32_batched(blas, tf32, nullptr);
-    const auto t = check_batched(a, lda, a_head, w, ldw, stride_w, download(c.data(), c.size()), ldc, m, n, k, batch,
-                                 [](float v) { return v; });
-    CHECK(t.touched_tail == 0);
-    check_close("gemm_f32_batched tf32", "m x 5 x 96, k 128", compare(t.got, t.want), 2e-3);
   }
   DeviceBuffer<float> buf(1024);
   const cuda::F32BatchedGemmParams ok{.a = buf.data(),
