@@ -446,7 +446,7 @@ class CudaMlaBackend final : public CudaAttentionBackend {
   /// Whether a decode step of T rows below Linear's row count, from LATTE_MLA_HEADS_BLAS_ROWS (default 2), runs
   /// W_UK and W_UV as fp32 cuBLAS products over fp32 copies of the weights (heads_f32_ready): as exact as the
   /// reference, where the GEMVs read split-int8 records. Measured on an H100 (BENCHMARKS.md, twenty-third round):
-  /// x4 +2.5%, x8 +3.2%; at 32 and 128 rows they lost 1.5% to the bf16 products.
+  /// x4 +2.5%, x8 +3.1%, x16 +1.7%; at 32 and 128 rows they lost 1.5% to the bf16 products (and TF32 inputs tied).
   [[nodiscard]] bool heads_f32(int T) const {
     static const bool on = latte::detail::env_flag("LATTE_MLA_HEADS_BLAS", true);
     static const int f32_rows = latte::detail::env_int("LATTE_MLA_HEADS_BLAS_ROWS", 2);
