@@ -129,7 +129,7 @@ int dense_x8_misses(GgmlType type, int64_t rows, int64_t k, int n, bool with_res
   x[static_cast<size_t>((n - 1) * k + 3)] *= 50.0f;  // the last token has a unit with a wide range
   const auto dx = upload(x);
   const auto rec = records_of(dx, n, static_cast<int>(k));
-  const auto rec_host = download(rec.data(), rec.size());
+  const std::vector<DecodedRecord> decoded = decode_records(rec, n, k);
   const int64_t stride = latte::cuda::x_int8_record_bytes(k);
   latte::cuda::DeviceBuffer<float> x_nan(static_cast<size_t>(n * k));
   poison(x_nan.data(), x_nan.bytes());
@@ -154,8 +154,7 @@ int dense_x8_misses(GgmlType type, int64_t rows, int64_t k, int n, bool with_res
   const auto got = download(y.data(), y.size());
   int bad = 0;
   for (int t = 0; t < n; ++t) {
-    const std::vector<uint8_t> row(rec_host.begin() + t * stride, rec_host.begin() + (t + 1) * stride);
-    const DecodedRecord d = decode_record(row, static_cast<int>(k));
+    const DecodedRecord& d = decoded[static_cast<size_t>(t)];
     const float* xt = &x[static_cast<size_t>(t * k)];
     for (int64_t r = 0; r < rows; ++r) {
       const float* wr = &w.values[static_cast<size_t>(r * k)];
@@ -259,7 +258,7 @@ TEST_CASE("gemv on split-int8 x: gated + residual over gathered single-token gro
     const auto residual = random_vector(static_cast<size_t>(3 * rows), rng);
     const auto dx = upload(x), dres = upload(residual);
     const auto rec = records_of(dx, 2, static_cast<int>(k));
-    const auto rec_host = download(rec.data(), rec.size());
+    const std::vector<DecodedRecord> decoded = decode_records(rec, 2, k);
     const int64_t stride = latte::cuda::x_int8_record_bytes(k);
     latte::cuda::DeviceBuffer<float> x_nan(static_cast<size_t>(2 * k));
     poison(x_nan.data(), x_nan.bytes());
@@ -288,9 +287,7 @@ TEST_CASE("gemv on split-int8 x: gated + residual over gathered single-token gro
     int bad = 0, untouched = 0;
     for (const auto& g : groups) {
       if (g.count == 0) continue;
-      const std::vector<uint8_t> row(rec_host.begin() + g.x_row[0] * stride,
-                                     rec_host.begin() + (g.x_row[0] + 1) * stride);
-      const DecodedRecord d = decode_record(row, static_cast<int>(k));
+      const DecodedRecord& d = decoded[static_cast<size_t>(g.x_row[0])];
       const float* xt = &x[static_cast<size_t>(g.x_row[0] * k)];
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t m = g.matrix * rows + r;
@@ -629,7 +626,7 @@ TEST_CASE("gemv on split-int8 x: legacy types over gathered groups reading x at 
     const auto x = random_vector(static_cast<size_t>(3 * k), rng);
     const auto dx = upload(x);
     const auto rec = records_of(dx, 3, static_cast<int>(k));
-    const auto rec_host = download(rec.data(), rec.size());
+    const std::vector<DecodedRecord> decoded = decode_records(rec, 3, k);
     const int64_t stride = latte::cuda::x_int8_record_bytes(k);
     latte::cuda::DeviceBuffer<float> x_nan(static_cast<size_t>(3 * k));
     poison(x_nan.data(), x_nan.bytes());
@@ -657,8 +654,7 @@ TEST_CASE("gemv on split-int8 x: legacy types over gathered groups reading x at 
     int bad = 0;
     for (const auto& g : groups) {
       const int slot = g.y_row[0];
-      const std::vector<uint8_t> row(rec_host.begin() + slot * stride, rec_host.begin() + (slot + 1) * stride);
-      const DecodedRecord d = decode_record(row, static_cast<int>(k));
+      const DecodedRecord& d = decoded[static_cast<size_t>(slot)];
       for (int64_t r = 0; r < rows; ++r) {
         const float* wr = &w.values[static_cast<size_t>((g.matrix * rows + r) * k)];
         const float* xs = &x[static_cast<size_t>(slot * k)];
@@ -686,7 +682,7 @@ TEST_CASE("gemv on split-int8 x: a token's expert choices read straight from the
   const auto x = random_vector(static_cast<size_t>(3 * k), rng);
   const auto dx = upload(x);
   const auto rec = records_of(dx, 3, static_cast<int>(k));
-  const auto rec_host = download(rec.data(), rec.size());
+  const std::vector<DecodedRecord> decoded = decode_records(rec, 3, k);
   const int64_t stride = latte::cuda::x_int8_record_bytes(k);
   latte::cuda::DeviceBuffer<float> x_nan(static_cast<size_t>(3 * k));
   poison(x_nan.data(), x_nan.bytes());
@@ -715,8 +711,7 @@ TEST_CASE("gemv on split-int8 x: a token's expert choices read straight from the
     int bad = 0;
     for (int j = 0; j < 3; ++j) {
       const int xr = per_slot ? j : 0;
-      const std::vector<uint8_t> row(rec_host.begin() + xr * stride, rec_host.begin() + (xr + 1) * stride);
-      const DecodedRecord d = decode_record(row, static_cast<int>(k));
+      const DecodedRecord& d = decoded[static_cast<size_t>(xr)];
       const float* xt = &x[static_cast<size_t>(xr * k)];
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t m = used[static_cast<size_t>(j)] * rows + r;
@@ -767,7 +762,7 @@ TEST_CASE("gemv on split-int8 x: per-head short rows (W_UK-like, k = 128) over g
     const auto x = random_vector(static_cast<size_t>(heads * k), rng);
     const auto dx = upload(x);
     const auto rec = records_of(dx, static_cast<int>(heads), static_cast<int>(k));
-    const auto rec_host = download(rec.data(), rec.size());
+    const std::vector<DecodedRecord> decoded = decode_records(rec, static_cast<int>(heads), k);
     const int64_t stride = latte::cuda::x_int8_record_bytes(k);
     latte::cuda::DeviceBuffer<float> x_nan(static_cast<size_t>(heads * k));
     poison(x_nan.data(), x_nan.bytes());
@@ -793,8 +788,7 @@ TEST_CASE("gemv on split-int8 x: per-head short rows (W_UK-like, k = 128) over g
     const auto got = download(y.data(), y.size());
     int bad = 0;
     for (int h = 0; h < heads; ++h) {
-      const std::vector<uint8_t> row(rec_host.begin() + h * stride, rec_host.begin() + (h + 1) * stride);
-      const DecodedRecord d = decode_record(row, static_cast<int>(k));
+      const DecodedRecord& d = decoded[static_cast<size_t>(h)];
       const float* xh = &x[static_cast<size_t>(h * k)];
       for (int64_t r = 0; r < rows; ++r) {
         const float* wr = &w.values[static_cast<size_t>((h * rows + r) * k)];
@@ -869,7 +863,7 @@ TEST_CASE("gemv on split-int8 x: 9-128 dense rows in one tensor-core launch, pla
     const auto x = random_vector(static_cast<size_t>(n * k), rng);
     const auto dx = upload(x);
     const auto rec = records_of(dx, n, static_cast<int>(k));
-    const auto rec_host = download(rec.data(), rec.size());
+    const std::vector<DecodedRecord> decoded = decode_records(rec, n, k);
     const int64_t stride = latte::cuda::x_int8_record_bytes(k);
     latte::cuda::DeviceBuffer<float> x_nan(static_cast<size_t>(n * k));
     poison(x_nan.data(), x_nan.bytes());
@@ -892,9 +886,7 @@ TEST_CASE("gemv on split-int8 x: 9-128 dense rows in one tensor-core launch, pla
     const auto got = download(y.data(), y.size());
     int bad = 0;
     for (int t = 0; t < n; ++t) {
-      const DecodedRecord d =
-          decode_record(std::vector<uint8_t>(rec_host.begin() + t * stride, rec_host.begin() + (t + 1) * stride),
-                        static_cast<int>(k));
+      const DecodedRecord& d = decoded[static_cast<size_t>(t)];
       const float* xt = &x[static_cast<size_t>(t * k)];
       for (int64_t r = 0; r < rows; ++r) {
         const float* gw = &gate.values[static_cast<size_t>(r * k)];
@@ -1121,13 +1113,12 @@ TEST_CASE("gemv on split-int8 x: gated groups of several tokens, and choices of 
     const auto x = random_vector(static_cast<size_t>(n_x * k), rng);
     const auto dx = upload(x);
     const auto rec = records_of(dx, n_x, static_cast<int>(k));
-    const auto rec_host = download(rec.data(), rec.size());
+    const std::vector<DecodedRecord> decoded = decode_records(rec, n_x, k);
     const int64_t stride = latte::cuda::x_int8_record_bytes(k);
     latte::cuda::DeviceBuffer<float> x_nan(static_cast<size_t>(n_x * k));
     poison(x_nan.data(), x_nan.bytes());
     auto want_at = [&](int matrix, int xr, int64_t r, double& bound) {
-      const std::vector<uint8_t> row(rec_host.begin() + xr * stride, rec_host.begin() + (xr + 1) * stride);
-      const DecodedRecord d = decode_record(row, static_cast<int>(k));
+      const DecodedRecord& d = decoded[static_cast<size_t>(xr)];
       const float* xt = &x[static_cast<size_t>(xr * k)];
       const int64_t m = matrix * rows + r;
       const float* gw = &gate.values[static_cast<size_t>(m * k)];
