@@ -439,8 +439,19 @@ class CudaMlaBackend final : public CudaAttentionBackend {
   /// went from passing to a 0.023 median logits error, and the glm-5-sparse oracle to 2 of 24 positions
   /// just over its 0.02 bound; every dense model's oracle and session tests stayed within theirs).
   [[nodiscard]] bool heads_through_blas(int T) const {
+    return T >= Linear::blas_min_rows() ? heads_blas_allowed() : heads_f32(T);
+  }
+
+  /// Whether this model's W_UK / W_UV may run as cuBLAS products at all (heads_through_blas).
+  [[nodiscard]] bool heads_blas_allowed() const {
     static const bool on = latte::detail::env_flag("LATTE_MLA_HEADS_BLAS", true);
-    return on && !c_.has_indexer() && (T >= Linear::blas_min_rows() || heads_f32(T));
+    return on && !c_.has_indexer();
+  }
+
+  /// Fewest rows of heads_f32's products (LATTE_MLA_HEADS_BLAS_ROWS, at least 2).
+  static int heads_f32_rows() {
+    static const int rows = std::max(2, latte::detail::env_int("LATTE_MLA_HEADS_BLAS_ROWS", 2));
+    return rows;
   }
 
   /// Whether a decode step of T rows below Linear's row count, from LATTE_MLA_HEADS_BLAS_ROWS (default 2), runs
@@ -448,9 +459,7 @@ class CudaMlaBackend final : public CudaAttentionBackend {
   /// reference, where the GEMVs read split-int8 records. Measured on an H100 (BENCHMARKS.md, twenty-third round):
   /// x4 +2.5%, x8 +3.1%, x16 +1.7%; at 32 and 128 rows they lost 1.5% to the bf16 products (and TF32 inputs tied).
   [[nodiscard]] bool heads_f32(int T) const {
-    static const bool on = latte::detail::env_flag("LATTE_MLA_HEADS_BLAS", true);
-    static const int f32_rows = latte::detail::env_int("LATTE_MLA_HEADS_BLAS_ROWS", 2);
-    return on && !c_.has_indexer() && T >= std::max(2, f32_rows) && T < Linear::blas_min_rows() && heads_f32_ready();
+    return heads_blas_allowed() && T >= heads_f32_rows() && T < Linear::blas_min_rows() && heads_f32_ready();
   }
 
   /// Whether every layer's W_UK and W_UV of the bound weights have fp32 copies (keep_heads_f32).
@@ -459,12 +468,16 @@ class CudaMlaBackend final : public CudaAttentionBackend {
   /// Has the bound model make fp32 copies of every layer's W_UK and W_UV (DeviceWeights::make_heads_f32, shared by
   /// its sessions), where all of them take at most LATTE_MLA_HEADS_F32_MB MB (default 1024; 0: never) and half the
   /// free device memory: DeepSeek-V2-Lite 8 MB a layer, 216 MB in all; DeepSeek-V3 64 MB a layer over the
-  /// tensor-parallel ranks. Never inside a graph capture (a step's first run of its shape is not captured). Once
+  /// tensor-parallel ranks. Not where heads_f32 would never take them (no cuBLAS products, or its rows start at
+  /// Linear's row count), and never inside a graph capture (a step's first run of its shape is not captured). Once
   /// made, heads_f32_ready only turns true between a step's query_targets and its forward_device: the rope launch
   /// then wrote q_nope records that nothing reads, never the other way round.
   void keep_heads_f32(cudaStream_t stream) {
     static const int64_t budget_mb = latte::detail::env_int("LATTE_MLA_HEADS_F32_MB", 1024);
-    if (!weights_ || heads_f32_ready() || budget_mb == 0 || c_.has_indexer()) return;
+    if (!weights_ || heads_f32_ready() || budget_mb == 0 || !heads_blas_allowed() ||
+        heads_f32_rows() >= Linear::blas_min_rows()) {
+      return;
+    }
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
     LATTE_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
     if (capture == cudaStreamCaptureStatusNone) weights_->make_heads_f32(budget_mb * 1024 * 1024, stream);

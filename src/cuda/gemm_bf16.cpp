@@ -83,11 +83,22 @@ void gemm_bf16(BlasHandle& blas, const Bf16GemmParams& p, cudaStream_t stream) {
   gemm_ex("bf16", blas, p, CUDA_R_16BF, CUBLAS_COMPUTE_32F, stream);
 }
 
-void gemm_bf16_batched(BlasHandle& blas, const Bf16BatchedGemmParams& p, cudaStream_t stream) {
+namespace {
+
+/// The shape and strides of a strided-batched product (either operand struct): inputs set, m >= 0, n, k and batch
+/// positive, leading dimensions within cuBLAS's int and no smaller than the rows, strides not negative.
+template <class Params>
+bool batched_shape_valid(const Params& p) {
   const auto fits = [](int64_t v) { return v >= 0 && v <= INT32_MAX; };
-  if (p.a == nullptr || p.w == nullptr || (p.c == nullptr) == (p.c_f32 == nullptr) || p.m < 0 || p.n <= 0 ||
-      p.k <= 0 || p.batch < 1 || p.lda < p.k || p.ldw < p.k || p.ldc < p.n || !fits(p.lda) || !fits(p.ldw) ||
-      !fits(p.ldc) || p.stride_a < 0 || p.stride_w < 0 || p.stride_c < 0) {
+  return p.a != nullptr && p.w != nullptr && p.m >= 0 && p.n > 0 && p.k > 0 && p.batch >= 1 && p.lda >= p.k &&
+         p.ldw >= p.k && p.ldc >= p.n && fits(p.lda) && fits(p.ldw) && fits(p.ldc) && p.stride_a >= 0 &&
+         p.stride_w >= 0 && p.stride_c >= 0;
+}
+
+}  // namespace
+
+void gemm_bf16_batched(BlasHandle& blas, const Bf16BatchedGemmParams& p, cudaStream_t stream) {
+  if (!batched_shape_valid(p) || (p.c == nullptr) == (p.c_f32 == nullptr)) {
     throw Error(ErrorCode::invalid_argument, "gemm_bf16_batched: invalid shape m=" + std::to_string(p.m) +
                                                  " n=" + std::to_string(p.n) + " k=" + std::to_string(p.k) +
                                                  " batch=" + std::to_string(p.batch) +
@@ -108,10 +119,7 @@ void gemm_bf16_batched(BlasHandle& blas, const Bf16BatchedGemmParams& p, cudaStr
 }
 
 void gemm_f32_batched(BlasHandle& blas, const F32BatchedGemmParams& p, cudaStream_t stream) {
-  const auto fits = [](int64_t v) { return v >= 0 && v <= INT32_MAX; };
-  if (p.a == nullptr || p.w == nullptr || p.c == nullptr || p.m < 0 || p.n <= 0 || p.k <= 0 || p.batch < 1 ||
-      p.lda < p.k || p.ldw < p.k || p.ldc < p.n || !fits(p.lda) || !fits(p.ldw) || !fits(p.ldc) || p.stride_a < 0 ||
-      p.stride_w < 0 || p.stride_c < 0) {
+  if (!batched_shape_valid(p) || p.c == nullptr) {
     throw Error(ErrorCode::invalid_argument, "gemm_f32_batched: invalid shape m=" + std::to_string(p.m) +
                                                  " n=" + std::to_string(p.n) + " k=" + std::to_string(p.k) +
                                                  " batch=" + std::to_string(p.batch) + " or strides");
