@@ -493,7 +493,7 @@ class CudaForward final : public CudaRankForward {
   }
 
   void linear(const DeviceMatrix& w, const float* x, int64_t x_stride, int rows, float* y, int64_t y_stride,
-              const float* residual = nullptr, const uint8_t* x_q = nullptr) {
+              const float* residual = nullptr, const uint8_t* x_q = nullptr, const __nv_bfloat16* w_bf16 = nullptr) {
     linear_(w,
             {.x = x,
              .x_stride = x_stride,
@@ -502,7 +502,8 @@ class CudaForward final : public CudaRankForward {
              .y_stride = y_stride,
              .residual = residual,
              .x_q = x_q,
-             .x_q_stride = x_int8_record_bytes(x_stride)},
+             .x_q_stride = x_int8_record_bytes(x_stride),
+             .w_bf16 = w_bf16},
             stream());
   }
 
@@ -1076,8 +1077,10 @@ class CudaForward final : public CudaRankForward {
     const int n_out = static_cast<int>(batch.logit_rows.size());
     if (n_out == 0) return;
     Activations& a = act_;
+    const __nv_bfloat16* const head_bf16 = output_copy(n_out);
     // Normalise the wanted rows into out_rows, one launch per run of consecutive rows.
-    uint8_t* const records = hidden_record(n_out);  // row i's record at i * x_int8_record_bytes(H)
+    uint8_t* const records =
+        head_bf16 ? nullptr : hidden_record(n_out);  // row i's record at i * x_int8_record_bytes(H)
     for (int i = 0; i < n_out;) {
       int j = i + 1;
       while (j < n_out && batch.logit_rows[j] == batch.logit_rows[j - 1] + 1) ++j;
@@ -1091,8 +1094,8 @@ class CudaForward final : public CudaRankForward {
     if (vocab_slice_ > 0) {
       // This rank's vocabulary rows, then every rank's slice gathered in rank order (rank 0 reorders
       // them per row on the host, in finish_logits).
-      linear(weights_->output, a.out_rows.data(), H, n_out, a.logits_slice.data(), vocab_slice_, nullptr,
-             hidden_record(n_out));
+      linear(weights_->output, a.out_rows.data(), H, n_out, a.logits_slice.data(), vocab_slice_, nullptr, records,
+             head_bf16);
       communicator_->all_gather(a.logits_slice.data(), logits, static_cast<size_t>(n_out) * vocab_slice_,
                                 detail::CollectiveType::f32);
       if (communicator_->rank() == 0 || logits_everywhere_) {
@@ -1103,14 +1106,34 @@ class CudaForward final : public CudaRankForward {
     if (logits_everywhere_) {
       // Rank 0 holds the whole head: its logits go to every rank.
       if (communicator_->rank() == 0) {
-        linear(weights_->output, a.out_rows.data(), H, n_out, logits, vocab, nullptr, hidden_record(n_out));
+        linear(weights_->output, a.out_rows.data(), H, n_out, logits, vocab, nullptr, records, head_bf16);
       }
       communicator_->broadcast(logits, static_cast<size_t>(n_out) * vocab, detail::CollectiveType::f32, 0);
       copy_logits_to_host(logits, n_out, vocab, vocab, logits_host_, stream());
       return;
     }
-    linear(weights_->output, a.out_rows.data(), H, n_out, logits, vocab, nullptr, hidden_record(n_out));
+    linear(weights_->output, a.out_rows.data(), H, n_out, logits, vocab, nullptr, records, head_bf16);
     copy_logits_to_host(logits, n_out, vocab, vocab, logits_host_, stream());
+  }
+
+  /// The bf16 copy of the output head for the logits of n_out rows (DeviceWeights::make_output_bf16, shared by the
+  /// model's sessions), or null. From LATTE_OUTPUT_BF16_ROWS rows (default Linear::blas_min_rows(), 17: where the
+  /// other projections already multiply bf16-rounded weights with cuBLAS), where the copy takes at most
+  /// LATTE_OUTPUT_BF16_MB MB (default 2048; 0: never) and half the free device memory: DeepSeek-V2-Lite's Q6_K head
+  /// 505 MiB, DeepSeek-V3's 1.7 GiB. Below those rows the head's tensor-core GEMV reads its split-int8 records;
+  /// beyond them it took 4 such launches of 8 rows or the fused GEMM, each decoding the whole head. Made at the
+  /// first such step outside a graph capture (a step's first run of its shape is not captured), so a captured
+  /// step never changes path.
+  const __nv_bfloat16* output_copy(int n_out) {
+    static const int64_t budget_mb = latte::detail::env_int("LATTE_OUTPUT_BF16_MB", 2048);
+    static const int min_rows =
+        std::max(gemv_max_tokens + 1, latte::detail::env_int("LATTE_OUTPUT_BF16_ROWS", Linear::blas_min_rows()));
+    if (budget_mb <= 0 || n_out < min_rows) return nullptr;
+    if (const __nv_bfloat16* copy = weights_->output_bf16()) return copy;
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    LATTE_CUDA_CHECK(cudaStreamIsCapturing(stream(), &capture));
+    if (capture == cudaStreamCaptureStatusNone) weights_->make_output_bf16(budget_mb * 1024 * 1024, stream());
+    return weights_->output_bf16();
   }
 
   void finish_logits(const detail::ForwardBatch& batch) {

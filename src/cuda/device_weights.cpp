@@ -31,56 +31,80 @@ void use_device(int ordinal) {
   LATTE_CUDA_CHECK(cudaSetDevice(ordinal));
 }
 
-bool DeviceWeights::make_heads_f32(int64_t budget_bytes, cudaStream_t stream) const {
-  if (heads_f32_ready()) return true;
-  const std::lock_guard lock(heads_->mutex);
-  if (heads_->decided) return heads_->ready.load();
-  heads_->decided = true;
+bool DeviceWeights::make_copies(Copies& set, const std::vector<const DeviceMatrix*>& matrices, DequantOut out,
+                                int64_t budget_bytes, cudaStream_t stream, const char* what) {
+  if (set.ready.load()) return true;
+  const std::lock_guard lock(set.mutex);
+  if (set.decided) return set.ready.load();
+  set.decided = true;
+  const int64_t elem_bytes = out == DequantOut::f32 ? 4 : 2;
   int64_t bytes = 0;
-  for (const DeviceLayer& l : layers) {
-    for (const DeviceMatrix* m : {&l.k_b, &l.v_b}) {
-      if (*m) bytes += m->rows * bf16_weight_stride(m->k) * static_cast<int64_t>(sizeof(float));
-    }
-  }
+  for (const DeviceMatrix* m : matrices) bytes += m->rows * bf16_weight_stride(m->k) * elem_bytes;
   size_t free_bytes = 0, total = 0;
   LATTE_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
   if (bytes == 0 || bytes > budget_bytes || static_cast<size_t>(bytes) > free_bytes / 2) return false;
   try {
-    for (const DeviceLayer& l : layers) {
-      for (const DeviceMatrix* m : {&l.k_b, &l.v_b}) {
-        if (!*m || heads_->copies.contains(m->data)) continue;
-        const int64_t stride = bf16_weight_stride(m->k);
-        DeviceBuffer<float> copy(static_cast<size_t>(m->rows * stride), "fp32 copy of W_UK / W_UV");
-        dequantize_rows({.type = m->type,
-                         .weight = m->data,
-                         .weight_bytes = m->bytes(),
-                         .n_source_rows = static_cast<int>(m->rows),
-                         .n_rows = static_cast<int>(m->rows),
-                         .k = static_cast<int>(m->k),
-                         .out = copy.data(),
-                         .out_stride = stride,
-                         .out_type = DequantOut::f32},
-                        stream);
-        heads_->copies.emplace(m->data, std::move(copy));
-      }
+    for (const DeviceMatrix* m : matrices) {
+      if (set.copies.contains(m->data)) continue;
+      const int64_t stride = bf16_weight_stride(m->k);
+      DeviceBuffer<std::byte> copy(static_cast<size_t>(m->rows * stride * elem_bytes), what);
+      dequantize_rows({.type = m->type,
+                       .weight = m->data,
+                       .weight_bytes = m->bytes(),
+                       .n_source_rows = static_cast<int>(m->rows),
+                       .n_rows = static_cast<int>(m->rows),
+                       .k = static_cast<int>(m->k),
+                       .out = copy.data(),
+                       .out_stride = stride,
+                       .out_type = out},
+                      stream);
+      set.copies.emplace(m->data, std::move(copy));
     }
   } catch (const Error& e) {
     if (e.code() != ErrorCode::out_of_memory) throw;
-    heads_->copies.clear();  // the memory went elsewhere since it was asked: the products stay as they were
+    set.copies.clear();  // the memory went elsewhere since it was asked: the products stay as they were
     return false;
   }
   LATTE_CUDA_CHECK(cudaStreamSynchronize(stream));  // other sessions' streams read them from now on
-  heads_->ready.store(true);
+  set.ready.store(true);
   return true;
+}
+
+bool DeviceWeights::make_heads_f32(int64_t budget_bytes, cudaStream_t stream) const {
+  if (heads_f32_ready()) return true;
+  std::vector<const DeviceMatrix*> matrices;
+  for (const DeviceLayer& l : layers) {
+    for (const DeviceMatrix* m : {&l.k_b, &l.v_b}) {
+      if (*m) matrices.push_back(m);
+    }
+  }
+  return make_copies(*heads_, matrices, DequantOut::f32, budget_bytes, stream, "fp32 copy of W_UK / W_UV");
 }
 
 bool DeviceWeights::heads_f32_ready() const noexcept { return heads_->ready.load(); }
 
 const float* DeviceWeights::heads_f32(const DeviceMatrix& m) const {
   if (heads_f32_ready()) {
-    if (const auto it = heads_->copies.find(m.data); it != heads_->copies.end()) return it->second.data();
+    if (const auto it = heads_->copies.find(m.data); it != heads_->copies.end()) {
+      return reinterpret_cast<const float*>(it->second.data());
+    }
   }
   throw Error(ErrorCode::internal, "device weights: no fp32 copy of that W_UK / W_UV matrix");
+}
+
+bool DeviceWeights::make_output_bf16(int64_t budget_bytes, cudaStream_t stream) const {
+  if (output_->ready.load()) return true;
+  // quantized heads only: a bf16 head is multiplied as it is, and f16 / f32 rows would lose bits
+  const bool quantized = output && output.type != GgmlType::f32 && output.type != GgmlType::f16 &&
+                         output.type != GgmlType::bf16 && gemv_supports(output.type) && output.k % 32 == 0;
+  std::vector<const DeviceMatrix*> matrices;
+  if (quantized) matrices.push_back(&output);
+  return make_copies(*output_, matrices, DequantOut::bf16, budget_bytes, stream, "bf16 copy of the output head");
+}
+
+const __nv_bfloat16* DeviceWeights::output_bf16() const noexcept {
+  if (!output_->ready.load() || output_->copies.empty()) return nullptr;
+  return reinterpret_cast<const __nv_bfloat16*>(output_->copies.begin()->second.data());
 }
 
 const std::byte* DeviceWeights::add(const void* host, size_t bytes, const char* what) {

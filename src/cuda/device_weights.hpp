@@ -11,14 +11,17 @@
 //   gemv(weights->layers[0].attn_output, ...);
 #pragma once
 
+#include "cuda/dequantize.hpp"
 #include "cuda/device_buffer.hpp"
 #include "model/model_state.hpp"
 
 #include <latte/quant.hpp>
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -111,15 +114,31 @@ class DeviceWeights {
   /// The fp32 copy of `m` (k_b or v_b of one of the layers) once heads_f32_ready; Error(internal) otherwise.
   [[nodiscard]] const float* heads_f32(const DeviceMatrix& m) const;
 
+  /// A bf16 copy of the output head (rows of bf16_weight_stride(k) values, each the dequantized value rounded
+  /// once, as the bf16 GEMMs' scratch holds them), shared by the model's sessions: the logits of many rows at once
+  /// multiply it with cuBLAS instead of decoding the quantized head for every 64 rows. Made once, by the first
+  /// call, on `stream` and waited for, where it takes at most `budget_bytes` and half the free device memory and
+  /// the head is of a quantized type dequantize_rows decodes; later calls return at once. Thread-safe. Returns
+  /// whether the copy exists.
+  bool make_output_bf16(int64_t budget_bytes, cudaStream_t stream) const;
+  /// The copy once make_output_bf16 made it (null before, and for good where it was refused).
+  [[nodiscard]] const __nv_bfloat16* output_bf16() const noexcept;
+
  private:
-  struct HeadCopies {
+  /// Copies of some of the matrices, made once (make_copies) and kept for the model's life.
+  struct Copies {
     std::mutex mutex;
     std::atomic<bool> ready{false};
-    bool decided = false;                               // under mutex: made, or refused for good
-    std::map<const void*, DeviceBuffer<float>> copies;  // by the matrix's device data
+    bool decided = false;                                   // under mutex: made, or refused for good
+    std::map<const void*, DeviceBuffer<std::byte>> copies;  // by the matrix's device data
   };
+  /// Dequantizes every matrix of `matrices` into a copy of rows of bf16_weight_stride(k) elements of `out` (all
+  /// or none of them; see make_heads_f32), once for `set`.
+  static bool make_copies(Copies& set, const std::vector<const DeviceMatrix*>& matrices, DequantOut out,
+                          int64_t budget_bytes, cudaStream_t stream, const char* what);
   std::vector<DeviceBuffer<std::byte>> buffers_;
-  std::shared_ptr<HeadCopies> heads_ = std::make_shared<HeadCopies>();  // make_heads_f32's state
+  std::shared_ptr<Copies> heads_ = std::make_shared<Copies>();   // make_heads_f32's state
+  std::shared_ptr<Copies> output_ = std::make_shared<Copies>();  // make_output_bf16's state
 };
 
 /// What an upload holds beyond the blocks.

@@ -120,6 +120,25 @@ void Linear::operator()(const DeviceMatrix& w, const LinearCall& c, cudaStream_t
   if (c.x_norm_weight != nullptr && (c.rows != 1 || c.x_q != nullptr || !linear_normalises(w))) {
     throw Error(ErrorCode::internal, "linear: x_norm_weight needs one row without records and the split-int8 GEMV");
   }
+  if (c.w_bf16 != nullptr) {
+    if (c.rows <= gemv_max_tokens || c.x_norm_weight != nullptr || w.k % 8 != 0) {
+      throw Error(ErrorCode::internal, "linear: a bf16 copy of the weights takes more than 8 rows of plain x");
+    }
+    residual_into_y(w, c, stream);
+    gemm_bf16(blas(),
+              {.a = staged(c.x, c.x_stride, c.rows, static_cast<int>(w.k), stream),
+               .lda = w.k,
+               .w = c.w_bf16,
+               .ldw = bf16_weight_stride(w.k),
+               .c = c.y,
+               .ldc = c.y_stride,
+               .m = c.rows,
+               .n = static_cast<int>(w.rows),
+               .k = static_cast<int>(w.k),
+               .accumulate = c.residual != nullptr},
+              stream);
+    return;
+  }
   if (c.x_q != nullptr && c.x_norm_weight == nullptr && gemv_rows(w, c.rows)) {
     // 9-64 rows with records: one tensor-core GEMV launch, a row of blocks per 8 rows
     gemv_quant(gemv_params(w, c.x, c.x_stride, c.y, c.y_stride, c.residual, c.rows, c.x_q, c.x_q_stride), stream);

@@ -49,6 +49,10 @@ struct LinearCall {
   /// this weight first (GemvParams::x_norm_weight).
   const float* x_norm_weight = nullptr;
   float x_norm_eps = 0.0f;
+  /// Optional, more than 8 rows without x_norm_weight: a bf16 copy of w (rows of bf16_weight_stride(k) values:
+  /// DeviceWeights::output_bf16). The product then runs on cuBLAS over the copy, x rounded to bf16, whatever
+  /// path w itself would take.
+  const __nv_bfloat16* w_bf16 = nullptr;
 };
 
 /// Whether Linear takes LinearCall::x_norm_weight for a product with w (one row, the split-int8 GEMV

@@ -18,6 +18,7 @@
 #include "cuda/cuda_forward.hpp"
 #include "cuda/device_weights.hpp"
 #include "cuda/gemm_bf16.hpp"
+#include "cuda/linear.hpp"
 #include "model/model_state.hpp"
 #include "model/presets.hpp"
 #include "session/kv_cache.hpp"
@@ -249,6 +250,119 @@ TEST_CASE("the model's fp32 copies of W_UK / W_UV decode every layer's matrices 
   }
   CHECK(checked == 2 * state.config.n_layer_main());
   CHECK_THROWS_AS((void)weights->heads_f32(weights->layers[0].attn_output), latte::Error);
+}
+
+TEST_CASE("a Q6_K output head's bf16 copy: bit for bit, within its budget, multiplied as given, logits of many rows") {
+  // Weights as downloaded: a Q6_K head, Q4_K where rows are whole super-blocks, Q8_0 elsewhere.
+  const latte::ModelConfig config = latte::model_preset("test-v2-lite");
+  latte::RandomModelOptions options{.seed = 17};
+  options.tensor_type = [](std::string_view name, std::span<const uint64_t> ne) {
+    if (ne.size() < 2) return latte::GgmlType::f32;
+    if (name == "output.weight") return latte::GgmlType::q6_k;
+    if (name == "token_embd.weight") return latte::GgmlType::bf16;
+    return ne[0] % 256 == 0 ? latte::GgmlType::q4_k : latte::GgmlType::q8_0;
+  };
+  const auto bytes = latte::random_model_bytes(config, options);
+  latte::Model cpu = latte::Model::from_file(latte::gguf::File::from_bytes(bytes, "q6k-head.gguf"));
+  latte::Model gpu = latte::Model::from_file(latte::gguf::File::from_bytes(bytes, "q6k-head.gguf"),
+                                             {.device = latte::Device::cuda(0)});
+  const latte::detail::ModelState& state = gpu.state();
+  latte::cuda::Stream stream;
+  const int64_t copy_bytes = int64_t{config.n_vocab} * latte::cuda::bf16_weight_stride(config.n_embd) * 2;
+
+  // Fresh uploads (the model's own copy is its sessions' to make): a budget one byte short is refused for good.
+  const auto refused = latte::cuda::upload_weights(state, 0);
+  CHECK(refused->output_bf16() == nullptr);
+  CHECK_FALSE(refused->make_output_bf16(copy_bytes - 1, stream.get()));
+  CHECK_FALSE(refused->make_output_bf16(int64_t{1} << 32, stream.get()));  // decided once for the model
+  CHECK(refused->output_bf16() == nullptr);
+  const auto weights = latte::cuda::upload_weights(state, 0);
+  REQUIRE(weights->output.type == latte::GgmlType::q6_k);
+  REQUIRE(weights->make_output_bf16(copy_bytes, stream.get()));
+  REQUIRE(weights->output_bf16() != nullptr);
+  const latte::cuda::DeviceMatrix& w = weights->output;
+  const int64_t stride = latte::cuda::bf16_weight_stride(w.k);
+  std::vector<float> dequantized(static_cast<size_t>(w.rows * w.k));
+  latte::dequantize_rows(w.type, latte::test::gpu::download(w.data, static_cast<size_t>(w.bytes())).data(),
+                         dequantized.data(), w.rows, w.k);
+  auto copy = latte::test::gpu::download(reinterpret_cast<const uint16_t*>(weights->output_bf16()),
+                                         static_cast<size_t>(w.rows * stride));
+  int64_t differ = 0;
+  for (int64_t r = 0; r < w.rows; ++r) {
+    for (int64_t x = 0; x < w.k; ++x) {
+      const float want = latte::test::gpu::round_bf16(dequantized[static_cast<size_t>(r * w.k + x)]);
+      differ += latte::test::gpu::bf16_to_float(copy[static_cast<size_t>(r * stride + x)]) != want;
+    }
+  }
+  CHECK_MESSAGE(differ == 0, differ << " of " << w.rows * w.k << " values of the copy differ");
+
+  // Linear multiplies the copy it is given, not the matrix: every value's sign flipped, the product flips.
+  for (uint16_t& bits : copy) bits ^= 0x8000;
+  const auto flipped = latte::test::gpu::upload(copy);
+  auto rng = latte::test::gpu::make_rng("output head copy");
+  latte::cuda::Linear linear;
+  for (const int rows : {9, 20}) {
+    for (const bool residual : {false, true}) {
+      CAPTURE(rows);
+      CAPTURE(residual);
+      const auto x = latte::test::gpu::random_floats(static_cast<size_t>(rows * w.k), rng);
+      const auto r = latte::test::gpu::random_floats(static_cast<size_t>(rows * w.rows), rng);
+      const auto x_d = latte::test::gpu::upload(x);
+      const auto r_d = latte::test::gpu::upload(r);
+      latte::cuda::DeviceBuffer<float> y(static_cast<size_t>(rows * w.rows));
+      latte::test::gpu::poison(y.data(), y.size() * sizeof(float));
+      linear(w,
+             {.x = x_d.data(),
+              .x_stride = w.k,
+              .rows = rows,
+              .y = y.data(),
+              .y_stride = w.rows,
+              .residual = residual ? r_d.data() : nullptr,
+              .w_bf16 = reinterpret_cast<const __nv_bfloat16*>(flipped.data())},
+             stream.get());
+      LATTE_CUDA_CHECK(cudaStreamSynchronize(stream.get()));
+      std::vector<double> want(static_cast<size_t>(rows * w.rows));
+      for (int t = 0; t < rows; ++t) {
+        for (int64_t n = 0; n < w.rows; ++n) {
+          double sum = residual ? r[static_cast<size_t>(t * w.rows + n)] : 0.0;
+          for (int64_t k = 0; k < w.k; ++k) {
+            sum -= static_cast<double>(latte::test::gpu::round_bf16(x[static_cast<size_t>(t * w.k + k)])) *
+                   latte::test::gpu::round_bf16(dequantized[static_cast<size_t>(n * w.k + k)]);
+          }
+          want[static_cast<size_t>(t * w.rows + n)] = sum;
+        }
+      }
+      // fp32 sums of k = n_embd bf16 products: ~1e-6
+      latte::test::gpu::check_close("linear over a bf16 copy", std::to_string(rows) + " rows",
+                                    latte::test::gpu::compare(latte::test::gpu::download(y.data(), y.size()), want),
+                                    1e-5);
+    }
+  }
+  CHECK_THROWS_AS(linear(w,
+                         {.x = nullptr,
+                          .x_stride = w.k,
+                          .rows = 8,
+                          .y = nullptr,
+                          .y_stride = w.rows,
+                          .w_bf16 = weights->output_bf16()},
+                         stream.get()),
+                  latte::Error);
+
+  // The model's logits of a 40-row prefill take its own copy (made at that step) and match the CPU.
+  CHECK(state.device_weights->output_bf16() == nullptr);
+  uint64_t seed = 0;
+  const auto tokens = latte::test::fresh_tokens(44, config.n_vocab, &seed);
+  const std::span<const latte::Token> prompt(tokens.data(), 40), decode(tokens.data() + 40, 4);
+  for (const std::string backend : {"mla", "standard"}) {
+    CAPTURE(backend);
+    CAPTURE(seed);
+    auto run = latte::test::gpu::run_recording(gpu, backend, prompt, decode);
+    CHECK(state.device_weights->output_bf16() != nullptr);
+    const auto reference = latte::test::gpu::forced_reference(cpu, prompt, decode, run);
+    char label[96];
+    std::snprintf(label, sizeof label, "cuda vs cpu  q6_k head %-8s prompt 40 + decode 4", backend.c_str());
+    latte::test::gpu::check_forced(run, reference, label, cpu.config(), 44, kBf16LogitsTolerance);
+  }
 }
 
 TEST_CASE("batched decode of several sequences equals decoding each alone") {
