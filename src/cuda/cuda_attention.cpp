@@ -532,7 +532,9 @@ class CudaMlaBackend final : public CudaAttentionBackend {
 
   /// `m` as bf16 rows bf16_weight_stride(m.k) apart, dequantized on `stream` into the one weight scratch
   /// (each copy is read by the products enqueued after it and before the next copy).
-  __nv_bfloat16* weight_bf16(const DeviceMatrix& m, cudaStream_t stream) {
+  const __nv_bfloat16* weight_bf16(const DeviceMatrix& m, cudaStream_t stream) {
+    // the model's own copy where it made them (CudaForward::keep_dense_copies): the same values, not dequantized again
+    if (const __nv_bfloat16* copy = weights_ ? weights_->dense_bf16(m) : nullptr) return copy;
     const size_t elems = static_cast<size_t>(m.rows) * static_cast<size_t>(bf16_weight_stride(m.k));
     __nv_bfloat16* out = grow_scratch(weight_bf16_, elems, "mla weight bf16");
     dequantize_weight_bf16({.type = m.type,
@@ -722,6 +724,7 @@ class CudaStandardBackend final : public CudaAttentionBackend {
 
     // [k_nope | v] per head = attn_kv_b c for the new rows, then into the cache with the shared k_pe.
     float* kv = grow_scratch(kv_, static_cast<size_t>(T) * N * (P + V), "standard decompressed kv");
+    linear_.use_copies(weights_.get());
     linear_(w.kv_b, {.x = in.latent, .x_stride = L, .rows = T, .y = kv, .y_stride = static_cast<int64_t>(N) * (P + V)},
             stream);
     const PagedRows<__nv_bfloat16> k_rows = row_pages<__nv_bfloat16>(base, pages, row, qk);

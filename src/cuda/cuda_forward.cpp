@@ -107,6 +107,8 @@ class CudaForward final : public CudaRankForward {
     }
     if (n_held_ == 0) n_held_ = c_.n_expert;
     backend_.bind(weights_);
+    linear_.use_copies(weights_.get());
+    side_linear_.use_copies(weights_.get());
     const RopeScaling& rs = c_.rope_scaling;
     rope_ = {.freq_base = c_.rope_freq_base};
     if (rs.type == RopeScalingType::linear) {
@@ -180,6 +182,7 @@ class CudaForward final : public CudaRankForward {
       return;
     }
     const int T = static_cast<int>(batch.tokens.size());
+    keep_dense_copies(T);
     LATTE_CUDA_CHECK(cudaMemcpyAsync(tokens_.data(), tokens_host_.data(), static_cast<size_t>(T) * sizeof(int32_t),
                                      cudaMemcpyHostToDevice, stream()));
     tables_.upload(stream());
@@ -1114,6 +1117,21 @@ class CudaForward final : public CudaRankForward {
     }
     linear(weights_->output, a.out_rows.data(), H, n_out, logits, vocab, nullptr, records, head_bf16);
     copy_logits_to_host(logits, n_out, vocab, vocab, logits_host_, stream());
+  }
+
+  /// Has the model make bf16 copies of its dense matrices (DeviceWeights::make_dense_bf16, shared by its sessions)
+  /// at the first step of Linear::copy_rows() rows or more (LATTE_DENSE_BF16_ROWS, default 17) outside a graph
+  /// capture, before any launch of the step, where all of them take at most LATTE_DENSE_BF16_MB MB (default 4096;
+  /// 0: never) and half the free device memory: DeepSeek-V2-Lite's Q4_K_M 1.6 GiB. From then on Linear and the mla
+  /// backend multiply the copies with cuBLAS in such steps, where they dequantized each matrix to a bf16 scratch in
+  /// every step (from 65 rows) or decoded it once per 8 rows on the tensor-core GEMV (17-64 rows). A captured step
+  /// never changes path: its shape's first run, never captured, made or refused them.
+  void keep_dense_copies(int T) {
+    static const int64_t budget_mb = latte::detail::env_int("LATTE_DENSE_BF16_MB", 4096);
+    if (budget_mb <= 0 || T < Linear::copy_rows() || weights_->dense_bf16_ready()) return;
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    LATTE_CUDA_CHECK(cudaStreamIsCapturing(stream(), &capture));
+    if (capture == cudaStreamCaptureStatusNone) weights_->make_dense_bf16(budget_mb * 1024 * 1024, stream());
   }
 
   /// The bf16 copy of the output head for the logits of n_out rows (DeviceWeights::make_output_bf16, shared by the

@@ -47,14 +47,17 @@ bool DeviceWeights::make_copies(Copies& set, const std::vector<const DeviceMatri
     for (const DeviceMatrix* m : matrices) {
       if (set.copies.contains(m->data)) continue;
       const int64_t stride = bf16_weight_stride(m->k);
-      DeviceBuffer<std::byte> copy(static_cast<size_t>(m->rows * stride * elem_bytes), what);
+      Copy copy{.values = DeviceBuffer<std::byte>(static_cast<size_t>(m->rows * stride * elem_bytes), what),
+                .type = m->type,
+                .rows = m->rows,
+                .k = m->k};
       dequantize_rows({.type = m->type,
                        .weight = m->data,
                        .weight_bytes = m->bytes(),
                        .n_source_rows = static_cast<int>(m->rows),
                        .n_rows = static_cast<int>(m->rows),
                        .k = static_cast<int>(m->k),
-                       .out = copy.data(),
+                       .out = copy.values.data(),
                        .out_stride = stride,
                        .out_type = out},
                       stream);
@@ -83,28 +86,74 @@ bool DeviceWeights::make_heads_f32(int64_t budget_bytes, cudaStream_t stream) co
 
 bool DeviceWeights::heads_f32_ready() const noexcept { return heads_->ready.load(); }
 
+const std::byte* DeviceWeights::find_copy(const Copies& set, const DeviceMatrix& m) noexcept {
+  if (!set.ready.load() || !m) return nullptr;
+  const auto it = set.copies.find(m.data);
+  if (it == set.copies.end()) return nullptr;
+  const Copy& c = it->second;
+  return c.type == m.type && c.k == m.k && c.rows >= m.rows ? c.values.data() : nullptr;
+}
+
 const float* DeviceWeights::heads_f32(const DeviceMatrix& m) const {
-  if (heads_f32_ready()) {
-    if (const auto it = heads_->copies.find(m.data); it != heads_->copies.end()) {
-      return reinterpret_cast<const float*>(it->second.data());
-    }
-  }
+  if (const std::byte* copy = find_copy(*heads_, m)) return reinterpret_cast<const float*>(copy);
   throw Error(ErrorCode::internal, "device weights: no fp32 copy of that W_UK / W_UV matrix");
 }
 
+namespace {
+
+/// Whether a bf16 copy of `m` is worth making: quantized rows dequantize_rows decodes (a bf16 matrix is multiplied
+/// as it is, and f16 / f32 rows would lose bits).
+bool takes_bf16_copy(const DeviceMatrix& m) {
+  return m && m.type != GgmlType::f32 && m.type != GgmlType::f16 && m.type != GgmlType::bf16 && gemv_supports(m.type) &&
+         m.k % 32 == 0;
+}
+
+}  // namespace
+
 bool DeviceWeights::make_output_bf16(int64_t budget_bytes, cudaStream_t stream) const {
   if (output_->ready.load()) return true;
-  // quantized heads only: a bf16 head is multiplied as it is, and f16 / f32 rows would lose bits
-  const bool quantized = output && output.type != GgmlType::f32 && output.type != GgmlType::f16 &&
-                         output.type != GgmlType::bf16 && gemv_supports(output.type) && output.k % 32 == 0;
   std::vector<const DeviceMatrix*> matrices;
-  if (quantized) matrices.push_back(&output);
+  if (takes_bf16_copy(output)) matrices.push_back(&output);
   return make_copies(*output_, matrices, DequantOut::bf16, budget_bytes, stream, "bf16 copy of the output head");
 }
 
 const __nv_bfloat16* DeviceWeights::output_bf16() const noexcept {
-  if (!output_->ready.load() || output_->copies.empty()) return nullptr;
-  return reinterpret_cast<const __nv_bfloat16*>(output_->copies.begin()->second.data());
+  return reinterpret_cast<const __nv_bfloat16*>(find_copy(*output_, output));
+}
+
+bool DeviceWeights::make_dense_bf16(int64_t budget_bytes, cudaStream_t stream) const {
+  if (dense_->ready.load()) return true;
+  std::vector<const DeviceMatrix*> matrices;
+  auto add = [&](const DeviceMatrix& m) {
+    if (takes_bf16_copy(m)) matrices.push_back(&m);
+  };
+  auto add_ffn = [&](const DeviceGatedFfn& f) {
+    if (f.gate_up) {
+      add(f.gate_up);
+    } else {
+      add(f.gate);
+      add(f.up);
+    }
+    add(f.down);
+  };
+  for (const DeviceLayer& l : layers) {
+    if (l.attn_input) {
+      add(l.attn_input);
+    } else {
+      add(l.attn_query);
+      add(l.attn_kv_a);
+    }
+    for (const DeviceMatrix* m : {&l.attn_q_b, &l.k_b, &l.v_b, &l.kv_b, &l.attn_output}) add(*m);
+    add_ffn(l.dense);
+    add_ffn(l.shared);
+  }
+  return make_copies(*dense_, matrices, DequantOut::bf16, budget_bytes, stream, "bf16 copy of a dense matrix");
+}
+
+bool DeviceWeights::dense_bf16_ready() const noexcept { return dense_->ready.load(); }
+
+const __nv_bfloat16* DeviceWeights::dense_bf16(const DeviceMatrix& m) const noexcept {
+  return reinterpret_cast<const __nv_bfloat16*>(find_copy(*dense_, m));
 }
 
 const std::byte* DeviceWeights::add(const void* host, size_t bytes, const char* what) {

@@ -124,14 +124,33 @@ class DeviceWeights {
   /// The copy once make_output_bf16 made it (null before, and for good where it was refused).
   [[nodiscard]] const __nv_bfloat16* output_bf16() const noexcept;
 
+  /// bf16 copies (as make_output_bf16's) of every layer's quantized dense matrices: the attention projections,
+  /// W_UK / W_UV and attn_kv_b, the dense FFNs and the shared experts (not the routed experts). Steps of many rows
+  /// multiply them with cuBLAS instead of dequantizing each matrix to a scratch in every step, or of decoding it
+  /// once per 8 rows on the tensor-core GEMV. Made as make_output_bf16 makes its copy: all of them or none.
+  bool make_dense_bf16(int64_t budget_bytes, cudaStream_t stream) const;
+  /// The copy of `m` once make_dense_bf16 made them, where `m` is one of those matrices, or the first rows of one
+  /// (a query inside the stacked attention input, a gate inside the stacked gate|up); null otherwise.
+  [[nodiscard]] const __nv_bfloat16* dense_bf16(const DeviceMatrix& m) const noexcept;
+  /// Whether make_dense_bf16 made them (false, then true, never back).
+  [[nodiscard]] bool dense_bf16_ready() const noexcept;
+
  private:
+  /// One matrix's copy: its values, and the matrix it was made from.
+  struct Copy {
+    DeviceBuffer<std::byte> values;
+    GgmlType type = GgmlType::f32;
+    int64_t rows = 0, k = 0;
+  };
   /// Copies of some of the matrices, made once (make_copies) and kept for the model's life.
   struct Copies {
     std::mutex mutex;
     std::atomic<bool> ready{false};
-    bool decided = false;                                   // under mutex: made, or refused for good
-    std::map<const void*, DeviceBuffer<std::byte>> copies;  // by the matrix's device data
+    bool decided = false;                // under mutex: made, or refused for good
+    std::map<const void*, Copy> copies;  // by the matrix's device data
   };
+  /// The copy in `set` whose first rows `m` is, once `set` is ready; null otherwise.
+  static const std::byte* find_copy(const Copies& set, const DeviceMatrix& m) noexcept;
   /// Dequantizes every matrix of `matrices` into a copy of rows of bf16_weight_stride(k) elements of `out` (all
   /// or none of them; see make_heads_f32), once for `set`.
   static bool make_copies(Copies& set, const std::vector<const DeviceMatrix*>& matrices, DequantOut out,
@@ -139,6 +158,7 @@ class DeviceWeights {
   std::vector<DeviceBuffer<std::byte>> buffers_;
   std::shared_ptr<Copies> heads_ = std::make_shared<Copies>();   // make_heads_f32's state
   std::shared_ptr<Copies> output_ = std::make_shared<Copies>();  // make_output_bf16's state
+  std::shared_ptr<Copies> dense_ = std::make_shared<Copies>();   // make_dense_bf16's state
 };
 
 /// What an upload holds beyond the blocks.

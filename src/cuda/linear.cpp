@@ -75,6 +75,11 @@ bool linear_normalises(const DeviceMatrix& w) {
   return on && w && gemv_self_quantize() && gemv_reads_x_int8(w.type, w.k, 1);
 }
 
+int Linear::copy_rows() {
+  static const int rows = latte::detail::env_int("LATTE_DENSE_BF16_ROWS", blas_min_rows());
+  return rows;
+}
+
 int Linear::blas_min_rows() {
   static_assert(gemv_max_tokens + 1 == 9, "LATTE_BLAS_MIN_ROWS's range in core/environment.cpp");
   static const int rows = latte::detail::env_int("LATTE_BLAS_MIN_ROWS", kBlasMinRows);
@@ -120,7 +125,9 @@ void Linear::operator()(const DeviceMatrix& w, const LinearCall& c, cudaStream_t
   if (c.x_norm_weight != nullptr && (c.rows != 1 || c.x_q != nullptr || !linear_normalises(w))) {
     throw Error(ErrorCode::internal, "linear: x_norm_weight needs one row without records and the split-int8 GEMV");
   }
-  if (c.w_bf16 != nullptr) {
+  const __nv_bfloat16* const copy =
+      c.w_bf16 != nullptr ? c.w_bf16 : (c.x_norm_weight == nullptr ? copy_of(w, c.rows) : nullptr);
+  if (copy != nullptr) {
     if (c.rows <= gemv_max_tokens || c.x_norm_weight != nullptr || w.k % 8 != 0) {
       throw Error(ErrorCode::internal, "linear: a bf16 copy of the weights takes more than 8 rows of plain x");
     }
@@ -128,7 +135,7 @@ void Linear::operator()(const DeviceMatrix& w, const LinearCall& c, cudaStream_t
     gemm_bf16(blas(),
               {.a = staged(c.x, c.x_stride, c.rows, static_cast<int>(w.k), stream),
                .lda = w.k,
-               .w = c.w_bf16,
+               .w = copy,
                .ldw = bf16_weight_stride(w.k),
                .c = c.y,
                .ldc = c.y_stride,
@@ -209,8 +216,10 @@ void Linear::gated(const DeviceGatedFfn& ffn, const float* x, int64_t x_stride, 
                    float* scratch, cudaStream_t stream, const uint8_t* x_q) {
   const int64_t F = ffn.gate.rows;
   const bool same = ffn.gate.type == ffn.up.type;
-  // up to 8 rows, or 9-64 with records on the tensor cores: silu(gate) * up from one GEMV launch
-  if (same && (rows <= gemv_max_tokens || (x_q != nullptr && ffn.gate.bytes() == ffn.up.bytes() &&
+  const bool copied = ffn.gate_up ? copy_of(ffn.gate_up, rows) != nullptr
+                                  : copy_of(ffn.gate, rows) != nullptr && copy_of(ffn.up, rows) != nullptr;
+  // up to 8 rows, or 9-64 with records on the tensor cores (without bf16 copies): silu(gate) * up from one GEMV
+  if (same && (rows <= gemv_max_tokens || (x_q != nullptr && !copied && ffn.gate.bytes() == ffn.up.bytes() &&
                                            gemv_rows(ffn.gate, rows) && gemv_rows(ffn.up, rows)))) {
     GemvParams p = gemv_params(ffn.gate, x, x_stride, y, y_stride, nullptr, rows, x_q, x_int8_record_bytes(x_stride));
     p.weight_up = ffn.up.data;

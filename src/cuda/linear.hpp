@@ -98,6 +98,12 @@ class Linear {
 
   void operator()(const DeviceMatrix& w, const LinearCall& call, cudaStream_t stream);
 
+  /// From copy_rows() rows, products with a matrix `weights` holds a bf16 copy of (DeviceWeights::dense_bf16) run on
+  /// cuBLAS over the copy (as LinearCall::w_bf16). `weights` must outlive this Linear's products; null: no copies.
+  void use_copies(const DeviceWeights* weights) noexcept { copies_ = weights; }
+  /// Fewest rows of a product over a copy: LATTE_DENSE_BF16_ROWS (9-4096), default blas_min_rows().
+  static int copy_rows();
+
   /// y = silu(x G^T) * (x U^T) [rows, F] for a gated FFN (GEMV gated mode; GEMM + silu_gate beyond 8
   /// rows, with `scratch` of rows * 2F floats).
   void gated(const DeviceGatedFfn& ffn, const float* x, int64_t x_stride, int rows, float* y, int64_t y_stride,
@@ -114,6 +120,11 @@ class Linear {
   DeviceBuffer<__nv_bfloat16> x_bf16_;
   DeviceBuffer<__nv_bfloat16> w_bf16_;  // a dequantized weight matrix (long prefill chunks)
   std::unique_ptr<BlasHandle> blas_;    // cuBLAS for fp32 weights and long chunks
+  const DeviceWeights* copies_ = nullptr;
+  /// The copy of w a product of `rows` rows multiplies (use_copies), or null.
+  [[nodiscard]] const __nv_bfloat16* copy_of(const DeviceMatrix& w, int rows) const noexcept {
+    return copies_ != nullptr && rows >= copy_rows() ? copies_->dense_bf16(w) : nullptr;
+  }
 };
 
 }  // namespace latte::cuda

@@ -252,7 +252,8 @@ TEST_CASE("the model's fp32 copies of W_UK / W_UV decode every layer's matrices 
   CHECK_THROWS_AS((void)weights->heads_f32(weights->layers[0].attn_output), latte::Error);
 }
 
-TEST_CASE("a Q6_K output head's bf16 copy: bit for bit, within its budget, multiplied as given, logits of many rows") {
+TEST_CASE(
+    "bf16 copies of a Q6_K head and the dense matrices: bit for bit, within budget, multiplied, many-row logits") {
   // Weights as downloaded: a Q6_K head, Q4_K where rows are whole super-blocks, Q8_0 elsewhere.
   const latte::ModelConfig config = latte::model_preset("test-v2-lite");
   latte::RandomModelOptions options{.seed = 17};
@@ -280,21 +281,81 @@ TEST_CASE("a Q6_K output head's bf16 copy: bit for bit, within its budget, multi
   REQUIRE(weights->output.type == latte::GgmlType::q6_k);
   REQUIRE(weights->make_output_bf16(copy_bytes, stream.get()));
   REQUIRE(weights->output_bf16() != nullptr);
+  auto dequantized_of = [](const latte::cuda::DeviceMatrix& m) {
+    std::vector<float> values(static_cast<size_t>(m.rows * m.k));
+    latte::dequantize_rows(m.type, latte::test::gpu::download(m.data, static_cast<size_t>(m.bytes())).data(),
+                           values.data(), m.rows, m.k);
+    return values;
+  };
+  // values of `copy` that are not m's dequantized values rounded once to bf16
+  auto differing = [&](const latte::cuda::DeviceMatrix& m, const __nv_bfloat16* copy_d) {
+    const int64_t ld = latte::cuda::bf16_weight_stride(m.k);
+    const auto want = dequantized_of(m);
+    const auto got =
+        latte::test::gpu::download(reinterpret_cast<const uint16_t*>(copy_d), static_cast<size_t>(m.rows * ld));
+    int64_t n = 0;
+    for (int64_t r = 0; r < m.rows; ++r) {
+      for (int64_t x = 0; x < m.k; ++x) {
+        n += latte::test::gpu::bf16_to_float(got[static_cast<size_t>(r * ld + x)]) !=
+             latte::test::gpu::round_bf16(want[static_cast<size_t>(r * m.k + x)]);
+      }
+    }
+    return n;
+  };
   const latte::cuda::DeviceMatrix& w = weights->output;
   const int64_t stride = latte::cuda::bf16_weight_stride(w.k);
-  std::vector<float> dequantized(static_cast<size_t>(w.rows * w.k));
-  latte::dequantize_rows(w.type, latte::test::gpu::download(w.data, static_cast<size_t>(w.bytes())).data(),
-                         dequantized.data(), w.rows, w.k);
+  const std::vector<float> dequantized = dequantized_of(w);
+  CHECK(differing(w, weights->output_bf16()) == 0);
   auto copy = latte::test::gpu::download(reinterpret_cast<const uint16_t*>(weights->output_bf16()),
                                          static_cast<size_t>(w.rows * stride));
-  int64_t differ = 0;
-  for (int64_t r = 0; r < w.rows; ++r) {
-    for (int64_t x = 0; x < w.k; ++x) {
-      const float want = latte::test::gpu::round_bf16(dequantized[static_cast<size_t>(r * w.k + x)]);
-      differ += latte::test::gpu::bf16_to_float(copy[static_cast<size_t>(r * stride + x)]) != want;
+
+  // The dense matrices' copies: every quantized one of every layer, bit for bit; a stack's first rows (the query
+  // inside the attention input, the gate inside gate|up) share its copy; nothing else has one.
+  CHECK_FALSE(refused->make_dense_bf16(1024, stream.get()));
+  CHECK_FALSE(refused->make_dense_bf16(int64_t{1} << 32, stream.get()));
+  CHECK(refused->dense_bf16(refused->layers[0].attn_output) == nullptr);
+  CHECK_FALSE(weights->dense_bf16_ready());
+  CHECK(weights->dense_bf16(weights->layers[0].attn_output) == nullptr);
+  REQUIRE(weights->make_dense_bf16(int64_t{1} << 32, stream.get()));
+  CHECK(weights->dense_bf16_ready());
+  int copied = 0;
+  for (const latte::cuda::DeviceLayer& l : weights->layers) {
+    std::vector<const latte::cuda::DeviceMatrix*> dense{&l.attn_q_b, &l.k_b, &l.v_b, &l.kv_b, &l.attn_output};
+    if (l.attn_input) {
+      dense.push_back(&l.attn_input);
+      CHECK(weights->dense_bf16(l.attn_query) == weights->dense_bf16(l.attn_input));
+      CHECK(weights->dense_bf16(l.attn_kv_a) == nullptr);
+    } else {
+      dense.insert(dense.end(), {&l.attn_query, &l.attn_kv_a});
+    }
+    for (const latte::cuda::DeviceGatedFfn* f : {&l.dense, &l.shared}) {
+      dense.push_back(&f->down);
+      if (f->gate_up) {
+        dense.push_back(&f->gate_up);
+        CHECK(weights->dense_bf16(f->gate) == weights->dense_bf16(f->gate_up));
+      } else {
+        dense.insert(dense.end(), {&f->gate, &f->up});
+      }
+    }
+    for (const latte::cuda::DeviceMatrix* m : dense) {
+      if (!*m) continue;
+      CAPTURE(m->rows);
+      CAPTURE(m->k);
+      if (m->type == latte::GgmlType::bf16 || m->type == latte::GgmlType::f32) {  // kv_b converted on the host
+        CHECK(weights->dense_bf16(*m) == nullptr);
+        continue;
+      }
+      REQUIRE(weights->dense_bf16(*m) != nullptr);
+      CHECK(differing(*m, weights->dense_bf16(*m)) == 0);
+      ++copied;
+    }
+    for (const latte::cuda::DeviceMatrix* m : {&l.experts.gate, &l.experts.up, &l.experts.down, &l.router}) {
+      CHECK(weights->dense_bf16(*m) == nullptr);
     }
   }
-  CHECK_MESSAGE(differ == 0, differ << " of " << w.rows * w.k << " values of the copy differ");
+  CHECK(copied >= 6 * config.n_layer_main());
+  CHECK(weights->dense_bf16(weights->output) == nullptr);
+  CHECK(weights->dense_bf16(weights->token_embd) == nullptr);
 
   // Linear multiplies the copy it is given, not the matrix: every value's sign flipped, the product flips.
   for (uint16_t& bits : copy) bits ^= 0x8000;
@@ -348,8 +409,9 @@ TEST_CASE("a Q6_K output head's bf16 copy: bit for bit, within its budget, multi
                          stream.get()),
                   latte::Error);
 
-  // The model's logits of a 40-row prefill take its own copy (made at that step) and match the CPU.
+  // The model's logits of a 40-row prefill take its own copies (made at that step) and match the CPU.
   CHECK(state.device_weights->output_bf16() == nullptr);
+  CHECK_FALSE(state.device_weights->dense_bf16_ready());
   uint64_t seed = 0;
   const auto tokens = latte::test::fresh_tokens(44, config.n_vocab, &seed);
   const std::span<const latte::Token> prompt(tokens.data(), 40), decode(tokens.data() + 40, 4);
@@ -358,6 +420,7 @@ TEST_CASE("a Q6_K output head's bf16 copy: bit for bit, within its budget, multi
     CAPTURE(seed);
     auto run = latte::test::gpu::run_recording(gpu, backend, prompt, decode);
     CHECK(state.device_weights->output_bf16() != nullptr);
+    CHECK(state.device_weights->dense_bf16_ready());
     const auto reference = latte::test::gpu::forced_reference(cpu, prompt, decode, run);
     char label[96];
     std::snprintf(label, sizeof label, "cuda vs cpu  q6_k head %-8s prompt 40 + decode 4", backend.c_str());
