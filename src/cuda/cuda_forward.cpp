@@ -765,7 +765,7 @@ class CudaForward final : public CudaRankForward {
     // split-int8 GEMV (one token: the GEMV quantizes them itself, Linear)
     uint8_t* attn_q = nullptr;
     if (T >= 2 && nv % 32 == 0 && a.xq.size() >= static_cast<size_t>(T * x_int8_record_bytes(nv)) &&
-        Linear::reads_records(w.attn_output, T)) {
+        Linear::reads_records(w.attn_output, T) && linear_.copy_of(w.attn_output, T) == nullptr) {
       attn_q = a.xq.data();
       quantize_x_int8({.x = a.attn.data(),
                        .x_stride = nv,
@@ -925,7 +925,7 @@ class CudaForward final : public CudaRankForward {
     lin.gated(f, a.xn.data(), c_.n_embd, T, a.hidden.data(), F, a.gate_up.data(), on, hidden_record(T));
     uint8_t* hq = nullptr;  // one token: the down GEMV quantizes the activations itself (Linear)
     if ((T >= 2 || !gemv_self_quantize()) && a.hq.size() >= static_cast<size_t>(T * x_int8_record_bytes(F)) &&
-        Linear::reads_records(f.down, T)) {
+        Linear::reads_records(f.down, T) && lin.copy_of(f.down, T) == nullptr) {
       hq = a.hq.data();  // the activations as records for the split-int8 down GEMV
       quantize_x_int8({.x = a.hidden.data(),
                        .x_stride = F,

@@ -103,6 +103,10 @@ class Linear {
   void use_copies(const DeviceWeights* weights) noexcept { copies_ = weights; }
   /// Fewest rows of a product over a copy: LATTE_DENSE_BF16_ROWS (9-4096), default blas_min_rows().
   static int copy_rows();
+  /// The copy of w a product of `rows` rows multiplies (use_copies), or null: such a product reads no records.
+  [[nodiscard]] const __nv_bfloat16* copy_of(const DeviceMatrix& w, int rows) const noexcept {
+    return copies_ != nullptr && rows >= copy_rows() ? copies_->dense_bf16(w) : nullptr;
+  }
 
   /// y = silu(x G^T) * (x U^T) [rows, F] for a gated FFN (GEMV gated mode; GEMM + silu_gate beyond 8
   /// rows, with `scratch` of rows * 2F floats).
@@ -121,10 +125,6 @@ class Linear {
   DeviceBuffer<__nv_bfloat16> w_bf16_;  // a dequantized weight matrix (long prefill chunks)
   std::unique_ptr<BlasHandle> blas_;    // cuBLAS for fp32 weights and long chunks
   const DeviceWeights* copies_ = nullptr;
-  /// The copy of w a product of `rows` rows multiplies (use_copies), or null.
-  [[nodiscard]] const __nv_bfloat16* copy_of(const DeviceMatrix& w, int rows) const noexcept {
-    return copies_ != nullptr && rows >= copy_rows() ? copies_->dense_bf16(w) : nullptr;
-  }
 };
 
 }  // namespace latte::cuda
