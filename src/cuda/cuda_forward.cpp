@@ -1120,11 +1120,11 @@ class CudaForward final : public CudaRankForward {
   }
 
   /// Has the model make bf16 copies of its dense matrices (DeviceWeights::make_dense_bf16, shared by its sessions)
-  /// at the first step of Linear::copy_rows() rows or more (LATTE_DENSE_BF16_ROWS, default 17) outside a graph
+  /// at the first step of Linear::copy_rows() rows or more (LATTE_DENSE_BF16_ROWS, default 9) outside a graph
   /// capture, before any launch of the step, where all of them take at most LATTE_DENSE_BF16_MB MB (default 4096;
   /// 0: never) and half the free device memory: DeepSeek-V2-Lite's Q4_K_M 1.6 GiB. From then on Linear and the mla
   /// backend multiply the copies with cuBLAS in such steps, where they dequantized each matrix to a bf16 scratch in
-  /// every step (from 65 rows) or decoded it once per 8 rows on the tensor-core GEMV (17-64 rows). A captured step
+  /// every step (from 65 rows) or decoded it once per 8 rows on the tensor-core GEMV (9-64 rows). A captured step
   /// never changes path: its shape's first run, never captured, made or refused them.
   void keep_dense_copies(int T) {
     static const int64_t budget_mb = latte::detail::env_int("LATTE_DENSE_BF16_MB", 4096);
@@ -1135,17 +1135,16 @@ class CudaForward final : public CudaRankForward {
   }
 
   /// The bf16 copy of the output head for the logits of n_out rows (DeviceWeights::make_output_bf16, shared by the
-  /// model's sessions), or null. From LATTE_OUTPUT_BF16_ROWS rows (default Linear::blas_min_rows(), 17: where the
-  /// other projections already multiply bf16-rounded weights with cuBLAS), where the copy takes at most
-  /// LATTE_OUTPUT_BF16_MB MB (default 2048; 0: never) and half the free device memory: DeepSeek-V2-Lite's Q6_K head
-  /// 505 MiB, DeepSeek-V3's 1.7 GiB. Below those rows the head's tensor-core GEMV reads its split-int8 records;
-  /// beyond them it took 4 such launches of 8 rows or the fused GEMM, each decoding the whole head. Made at the
+  /// model's sessions), or null. From LATTE_OUTPUT_BF16_ROWS rows (default Linear::kCopyMinRows, 9: as the dense
+  /// matrices' copies), where the copy takes at most LATTE_OUTPUT_BF16_MB MB (default 2048; 0: never) and half the
+  /// free device memory: DeepSeek-V2-Lite's Q6_K head 505 MiB, DeepSeek-V3's 1.7 GiB. Below those rows the head's
+  /// GEMV reads its split-int8 records; beyond them it took a tensor-core GEMV launch per 8 rows (x32: 583 us) or
+  /// the fused GEMM (x128: 713 us), each decoding the whole head (H100, BENCHMARKS.md). Made at the
   /// first such step outside a graph capture (a step's first run of its shape is not captured), so a captured
   /// step never changes path.
   const __nv_bfloat16* output_copy(int n_out) {
     static const int64_t budget_mb = latte::detail::env_int("LATTE_OUTPUT_BF16_MB", 2048);
-    static const int min_rows =
-        std::max(gemv_max_tokens + 1, latte::detail::env_int("LATTE_OUTPUT_BF16_ROWS", Linear::blas_min_rows()));
+    static const int min_rows = latte::detail::env_int("LATTE_OUTPUT_BF16_ROWS", Linear::kCopyMinRows);
     if (budget_mb <= 0 || n_out < min_rows) return nullptr;
     if (const __nv_bfloat16* copy = weights_->output_bf16()) return copy;
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;

@@ -76,7 +76,7 @@ bool linear_normalises(const DeviceMatrix& w) {
 }
 
 int Linear::copy_rows() {
-  static const int rows = latte::detail::env_int("LATTE_DENSE_BF16_ROWS", blas_min_rows());
+  static const int rows = latte::detail::env_int("LATTE_DENSE_BF16_ROWS", kCopyMinRows);
   return rows;
 }
 
@@ -128,8 +128,8 @@ void Linear::operator()(const DeviceMatrix& w, const LinearCall& c, cudaStream_t
   const __nv_bfloat16* const copy =
       c.w_bf16 != nullptr ? c.w_bf16 : (c.x_norm_weight == nullptr ? copy_of(w, c.rows) : nullptr);
   if (copy != nullptr) {
-    if (c.rows <= gemv_max_tokens || c.x_norm_weight != nullptr || w.k % 8 != 0) {
-      throw Error(ErrorCode::internal, "linear: a bf16 copy of the weights takes more than 8 rows of plain x");
+    if (c.x_norm_weight != nullptr || w.k % 8 != 0) {
+      throw Error(ErrorCode::internal, "linear: a bf16 copy of the weights takes plain x (no x_norm_weight)");
     }
     residual_into_y(w, c, stream);
     gemm_bf16(blas(),
@@ -218,9 +218,10 @@ void Linear::gated(const DeviceGatedFfn& ffn, const float* x, int64_t x_stride, 
   const bool same = ffn.gate.type == ffn.up.type;
   const bool copied = ffn.gate_up ? copy_of(ffn.gate_up, rows) != nullptr
                                   : copy_of(ffn.gate, rows) != nullptr && copy_of(ffn.up, rows) != nullptr;
-  // up to 8 rows, or 9-64 with records on the tensor cores (without bf16 copies): silu(gate) * up from one GEMV
-  if (same && (rows <= gemv_max_tokens || (x_q != nullptr && !copied && ffn.gate.bytes() == ffn.up.bytes() &&
-                                           gemv_rows(ffn.gate, rows) && gemv_rows(ffn.up, rows)))) {
+  // without bf16 copies, up to 8 rows, or 9-64 with records on the tensor cores: silu(gate) * up from one GEMV
+  if (same && !copied &&
+      (rows <= gemv_max_tokens || (x_q != nullptr && ffn.gate.bytes() == ffn.up.bytes() && gemv_rows(ffn.gate, rows) &&
+                                   gemv_rows(ffn.up, rows)))) {
     GemvParams p = gemv_params(ffn.gate, x, x_stride, y, y_stride, nullptr, rows, x_q, x_int8_record_bytes(x_stride));
     p.weight_up = ffn.up.data;
     gemv_quant(p, stream);

@@ -49,7 +49,7 @@ struct LinearCall {
   /// this weight first (GemvParams::x_norm_weight).
   const float* x_norm_weight = nullptr;
   float x_norm_eps = 0.0f;
-  /// Optional, more than 8 rows without x_norm_weight: a bf16 copy of w (rows of bf16_weight_stride(k) values:
+  /// Optional, without x_norm_weight: a bf16 copy of w (rows of bf16_weight_stride(k) values:
   /// DeviceWeights::output_bf16). The product then runs on cuBLAS over the copy, x rounded to bf16, whatever
   /// path w itself would take.
   const __nv_bfloat16* w_bf16 = nullptr;
@@ -101,8 +101,11 @@ class Linear {
   /// From copy_rows() rows, products with a matrix `weights` holds a bf16 copy of (DeviceWeights::dense_bf16) run on
   /// cuBLAS over the copy (as LinearCall::w_bf16). `weights` must outlive this Linear's products; null: no copies.
   void use_copies(const DeviceWeights* weights) noexcept { copies_ = weights; }
-  /// Fewest rows of a product over a copy: LATTE_DENSE_BF16_ROWS (9-4096), default blas_min_rows().
+  /// Fewest rows of a product over a copy: LATTE_DENSE_BF16_ROWS (2-4096), default kCopyMinRows. Measured on an H100
+  /// (BENCHMARKS.md, twenty-fourth round) against the tensor-core GEMV over records and the per-step dequantization:
+  /// x10 +8%, x16 +4%, x32 +12% (with the output head's copy), x64 +22%, x128 +12%, pp512 +4%.
   static int copy_rows();
+  static constexpr int kCopyMinRows = 9;
   /// The copy of w a product of `rows` rows multiplies (use_copies), or null: such a product reads no records.
   [[nodiscard]] const __nv_bfloat16* copy_of(const DeviceMatrix& w, int rows) const noexcept {
     return copies_ != nullptr && rows >= copy_rows() ? copies_->dense_bf16(w) : nullptr;
