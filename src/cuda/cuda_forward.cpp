@@ -1120,11 +1120,11 @@ class CudaForward final : public CudaRankForward {
   }
 
   /// Has the model make bf16 copies of its dense matrices (DeviceWeights::make_dense_bf16, shared by its sessions)
-  /// at the first step of Linear::copy_rows() rows or more (LATTE_DENSE_BF16_ROWS, default 9) outside a graph
+  /// at the first step of Linear::copy_rows() rows or more (LATTE_DENSE_BF16_ROWS, default 5) outside a graph
   /// capture, before any launch of the step, where all of them take at most LATTE_DENSE_BF16_MB MB (default 4096;
-  /// 0: never) and half the free device memory: DeepSeek-V2-Lite's Q4_K_M 1.6 GiB. From then on Linear and the mla
-  /// backend multiply the copies with cuBLAS in such steps, where they dequantized each matrix to a bf16 scratch in
-  /// every step (from 65 rows) or decoded it once per 8 rows on the tensor-core GEMV (9-64 rows). A captured step
+  /// 0: never) and half the free device memory: DeepSeek-V2-Lite's Q4_K_M about 1.7 GiB. From then on Linear and the
+  /// mla backend multiply the copies with cuBLAS in such steps, where they dequantized each matrix to a bf16 scratch in
+  /// every step (from 65 rows) or decoded it once per 8 rows on a GEMV (5-64 rows). A captured step
   /// never changes path: its shape's first run, never captured, made or refused them.
   void keep_dense_copies(int T) {
     static const int64_t budget_mb = latte::detail::env_int("LATTE_DENSE_BF16_MB", 4096);
@@ -1135,7 +1135,7 @@ class CudaForward final : public CudaRankForward {
   }
 
   /// The bf16 copy of the output head for the logits of n_out rows (DeviceWeights::make_output_bf16, shared by the
-  /// model's sessions), or null. From LATTE_OUTPUT_BF16_ROWS rows (default Linear::kCopyMinRows, 9: as the dense
+  /// model's sessions), or null. From LATTE_OUTPUT_BF16_ROWS rows (default Linear::kCopyMinRows, 5: as the dense
   /// matrices' copies), where the copy takes at most LATTE_OUTPUT_BF16_MB MB (default 2048; 0: never) and half the
   /// free device memory: DeepSeek-V2-Lite's Q6_K head 505 MiB, DeepSeek-V3's 1.7 GiB. Below those rows the head's
   /// GEMV reads its split-int8 records; beyond them it took a tensor-core GEMV launch per 8 rows (x32: 583 us) or

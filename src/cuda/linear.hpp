@@ -102,10 +102,11 @@ class Linear {
   /// cuBLAS over the copy (as LinearCall::w_bf16). `weights` must outlive this Linear's products; null: no copies.
   void use_copies(const DeviceWeights* weights) noexcept { copies_ = weights; }
   /// Fewest rows of a product over a copy: LATTE_DENSE_BF16_ROWS (2-4096), default kCopyMinRows. Measured on an H100
-  /// (BENCHMARKS.md, twenty-fourth round) against the tensor-core GEMV over records and the per-step dequantization:
-  /// x10 +8%, x16 +4%, x32 +12% (with the output head's copy), x64 +22%, x128 +12%, pp512 +4%.
+  /// (BENCHMARKS.md, twenty-fourth round) against the GEMVs over records and the per-step dequantization, with the
+  /// output head's copy: x5 +7%, x8 +4%, x10 +8%, x16 +4%, x32 +11%, x64 +21%, x128 +12%, pp512 +5%; from 2 rows x4
+  /// lost 1.2%.
   static int copy_rows();
-  static constexpr int kCopyMinRows = 9;
+  static constexpr int kCopyMinRows = 5;
   /// The copy of w a product of `rows` rows multiplies (use_copies), or null: such a product reads no records.
   [[nodiscard]] const __nv_bfloat16* copy_of(const DeviceMatrix& w, int rows) const noexcept {
     return copies_ != nullptr && rows >= copy_rows() ? copies_->dense_bf16(w) : nullptr;
