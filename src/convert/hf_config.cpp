@@ -22,12 +22,15 @@ struct KnownArchitecture {
   bool keeps_mtp;          // llama.cpp's converter writes the nextn blocks
   bool sigmoid_gating;     // gating when config.json has no scoring_func
   int default_dense_lead;  // transformers' default when the config names no dense blocks
+  // transformers' class reads rope_interleave (true: pairs (2i, 2i+1), false: rotate_half); the
+  // others have no such setting (their configs do not write it), so a false one there is not guessed at
+  bool rope_interleave;
 };
 constexpr KnownArchitecture known_architectures[] = {
-    {"DeepseekV2ForCausalLM", Architecture::deepseek2, false, false, 0},
-    {"DeepseekV3ForCausalLM", Architecture::deepseek2, false, true, 0},
-    {"Glm4MoeLiteForCausalLM", Architecture::deepseek2, true, true, 1},
-    {"GlmMoeDsaForCausalLM", Architecture::glm_dsa, true, true, 3},
+    {"DeepseekV2ForCausalLM", Architecture::deepseek2, false, false, 0, false},
+    {"DeepseekV3ForCausalLM", Architecture::deepseek2, false, true, 0, true},
+    {"Glm4MoeLiteForCausalLM", Architecture::deepseek2, true, true, 1, true},
+    {"GlmMoeDsaForCausalLM", Architecture::glm_dsa, true, true, 3, false},
 };
 
 // Typed access to config.json's keys with messages naming the file and the key.
@@ -157,6 +160,56 @@ void read_rope(const ConfigReader& in, const json& root, ModelConfig& c) {
   }
 }
 
+// Settings that change what the checkpoint computes in ways a GGUF of deepseek2 / glm-dsa cannot state:
+// refused by name rather than converted into a file that loads and computes another model.
+void read_unsupported_settings(const ConfigReader& in, const json& root, const KnownArchitecture& known) {
+  if (const auto act = in.string_opt(root, "hidden_act"); act && *act != "silu") {
+    in.unsupported("hidden_act", "is \"" + *act + "\"; latte's FFNs are SiLU-gated (\"silu\")");
+  }
+  if (in.bool_or("attention_bias", false)) {
+    in.unsupported("attention_bias", "is true; latte's attention projections have no biases");
+  }
+  if (known.arch != Architecture::glm_dsa) return;
+  // The indexer's RoPE: GLM-5 pairs (2i, 2i + 1) as the attention does; the half-split pairing
+  // (DeepSeek-V3.2's default) is not what latte's indexer computes.
+  if (!in.bool_or("indexer_rope_interleave", true)) {
+    in.unsupported("indexer_rope_interleave", "is false; latte's indexer RoPE pairs (2i, 2i + 1)");
+  }
+  // Blocks that reuse an earlier block's top-k selection instead of running their own indexer.
+  if (const json* types = in.find("indexer_types")) {
+    if (!types->is_array()) in.fail("indexer_types", "is " + types->dump() + ", not a list of names");
+    for (size_t i = 0; i < types->size(); ++i) {
+      const json& t = (*types)[i];
+      if (!t.is_string()) in.fail("indexer_types", "entry " + std::to_string(i) + " is " + t.dump() + ", not a name");
+      if (t != "full") {
+        in.unsupported("indexer_types", "entry " + std::to_string(i) + " is " + t.dump() +
+                                            "; latte runs every block's own indexer (\"full\")");
+      }
+    }
+  }
+  if (in.bool_or("use_index_cache", false)) {
+    if (const int freq = in.int_or("index_topk_freq", 1); freq != 1) {
+      in.unsupported("index_topk_freq",
+                     "is " + std::to_string(freq) + " with use_index_cache; latte runs every block's own indexer");
+    }
+    // "F" computes a block's own selection, "S" reuses the previous one: a string or a list of them
+    if (const json* pattern = in.find("index_topk_pattern")) {
+      bool shares = false;
+      if (pattern->is_string()) {
+        shares = pattern->get<std::string>().find('S') != std::string::npos;
+      } else if (pattern->is_array()) {
+        for (const json& p : *pattern) shares = shares || p == "S";
+      } else {
+        in.fail("index_topk_pattern", "is " + pattern->dump() + ", not a string or a list");
+      }
+      if (shares) {
+        in.unsupported("index_topk_pattern",
+                       "is " + pattern->dump() + " with use_index_cache; latte runs every block's own indexer");
+      }
+    }
+  }
+}
+
 }  // namespace
 
 HfModel read_hf_config(const std::string& text, const std::string& name, const HfConfigOptions& options) {
@@ -240,6 +293,14 @@ HfModel read_hf_config(const std::string& text, const std::string& name, const H
   c.v_head_dim = in.required_int("v_head_dim");
   c.rms_norm_eps = in.float_or("rms_norm_eps", 1e-6f);
   read_rope(in, root, c);
+  if (!in.bool_or("rope_interleave", true)) {
+    if (!known.rope_interleave) {
+      in.unsupported("rope_interleave", "is false, which transformers' " + std::string(known.hf_name) +
+                                            " does not read; latte's RoPE pairs (2i, 2i + 1)");
+    }
+    hf.rope_half_split = true;
+  }
+  read_unsupported_settings(in, root, known);
 
   if (c.arch == Architecture::glm_dsa) {
     c.indexer.n_head = in.required_int("index_n_heads");

@@ -32,6 +32,9 @@ struct HfModel {
   int n_checkpoint_mtp = 0;     ///< num_nextn_predict_layers: MTP blocks stored after the trunk
   bool tie_word_embeddings = false;
   bool fp8 = false;             ///< quantization_config.quant_method == "fp8"
+  /// rope_interleave false: the checkpoint's q_pe / k_pe dims pair as (i, i + R/2) (transformers'
+  /// rotate_half); the converter reorders those rows so that they pair as (2i, 2i + 1), the GGUF's RoPE.
+  bool rope_half_split = false;
   BlockScaleShape fp8_block{};  ///< quantization_config.weight_block_size
 };
 

@@ -43,6 +43,25 @@ void PlannedTensor::produce_rows(uint64_t first, uint64_t count, float* dst) con
       }
       return;
     }
+    case RowLayout::rope_pairs: {
+      for (uint64_t r = first; r < first + count;) {
+        const uint64_t block = r / rope_period, j = r % rope_period;
+        float* out = dst + (r - first) * cols;
+        if (j < rope_offset || j >= rope_offset + rope_dims) {
+          // up to the next rope row (or the end of the block): copied as they are
+          const uint64_t end = j < rope_offset ? rope_offset : rope_period;
+          const uint64_t n = std::min(first + count - r, end - j);
+          sources[0].decode_rows(r, n, out);
+          r += n;
+          continue;
+        }
+        const uint64_t i = j - rope_offset, half = rope_dims / 2;
+        const uint64_t source_i = i % 2 == 0 ? i / 2 : half + i / 2;
+        sources[0].decode_rows(block * rope_period + rope_offset + source_i, 1, out);
+        ++r;
+      }
+      return;
+    }
     case RowLayout::v_b: {
       for (uint64_t r = first; r < first + count;) {
         const uint64_t head = r / v_dim, v = r % v_dim;
@@ -129,6 +148,18 @@ class Planner {
     add(std::move(gguf_name), std::move(ne), RowLayout::rows, {std::move(m)});
   }
 
+  // A projection whose rows hold the R rope dims at `offset` of every `period` rows (q per head, kv_a's
+  // k_pe): copied row for row when the checkpoint pairs them (2i, 2i + 1) as the GGUF does, reordered
+  // when it pairs them (i, i + R/2) (rope_interleave false).
+  void add_rope_rows(std::string gguf_name, const std::string& hf_name, std::vector<uint64_t> torch_shape,
+                     uint64_t period, uint64_t offset, uint64_t rope_dims) {
+    add_rows(std::move(gguf_name), hf_name, std::move(torch_shape));
+    if (!model_.rope_half_split) return;
+    PlannedTensor& t = plan_.tensors.back();
+    t.layout = RowLayout::rope_pairs;
+    t.rope_period = period, t.rope_offset = offset, t.rope_dims = rope_dims;
+  }
+
   void add_if_present(std::string gguf_name, const std::string& hf_name, std::vector<uint64_t> torch_shape) {
     if (find(hf_name)) add_rows(std::move(gguf_name), hf_name, std::move(torch_shape));
   }
@@ -156,11 +187,11 @@ void Planner::plan_block(int il) {
   if (Lq > 0) {
     add_rows(blk + "attn_q_a.weight", hf + "self_attn.q_a_proj.weight", {Lq, H});
     add_rows(blk + "attn_q_a_norm.weight", hf + "self_attn.q_a_layernorm.weight", {Lq});
-    add_rows(blk + "attn_q_b.weight", hf + "self_attn.q_b_proj.weight", {N * (P + R), Lq});
+    add_rope_rows(blk + "attn_q_b.weight", hf + "self_attn.q_b_proj.weight", {N * (P + R), Lq}, P + R, P, R);
   } else {
-    add_rows(blk + "attn_q.weight", hf + "self_attn.q_proj.weight", {N * (P + R), H});
+    add_rope_rows(blk + "attn_q.weight", hf + "self_attn.q_proj.weight", {N * (P + R), H}, P + R, P, R);
   }
-  add_rows(blk + "attn_kv_a_mqa.weight", hf + "self_attn.kv_a_proj_with_mqa.weight", {L + R, H});
+  add_rope_rows(blk + "attn_kv_a_mqa.weight", hf + "self_attn.kv_a_proj_with_mqa.weight", {L + R, H}, L + R, L, R);
   add_rows(blk + "attn_kv_a_norm.weight", hf + "self_attn.kv_a_layernorm.weight", {L});
   {
     // kv_b_proj [N(P+V), L] becomes attn_k_b {P, L, N} (transposed per head) and attn_v_b {L, V, N}.

@@ -25,6 +25,8 @@ enum class RowLayout {
   stacked_experts,  ///< E sources of R rows each, expert after expert: ne = {cols, R, E}
   k_b,              ///< W_UK of kv_b_proj per head, transposed: ne = {P, L, N}; row h*L + l holds kv_b[h(P+V) + p][l]
   v_b,              ///< W_UV of kv_b_proj per head: ne = {L, V, N}; row h*V + v is kv_b row h(P+V) + P + v
+  rope_pairs,       ///< rows, except the R rope rows at `rope_offset` of every `rope_period` rows: rope row
+                    ///< 2i is the source's rope row i and 2i+1 its row i + R/2 (half-split pairs made adjacent)
 };
 
 /// One tensor of the output file.
@@ -35,6 +37,7 @@ struct PlannedTensor {
   RowLayout layout = RowLayout::rows;
   std::vector<SourceMatrix> sources;                      ///< one, or one per expert
   uint64_t n_head = 0, nope = 0, v_dim = 0, kv_lora = 0;  ///< N, P, V, L for k_b / v_b
+  uint64_t rope_period = 0, rope_offset = 0, rope_dims = 0;  ///< for rope_pairs
 
   /// Number of rows (the product of ne[1..]).
   [[nodiscard]] uint64_t n_rows() const noexcept;
