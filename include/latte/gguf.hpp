@@ -142,6 +142,7 @@ struct TensorInfo {
   std::array<uint64_t, max_dims> ne{1, 1, 1, 1};  ///< unused trailing dims are 1
   uint64_t offset = 0;                            ///< byte offset relative to the start of the data section
   uint64_t n_bytes = 0;                           ///< size of the tensor's data in bytes
+  uint32_t split = 0;  ///< the file of a split model that holds the data (0: the first; see File::open)
 
   /// Total number of elements.
   [[nodiscard]] uint64_t n_elements() const noexcept { return ne[0] * ne[1] * ne[2] * ne[3]; }
@@ -160,8 +161,16 @@ class File {
   /// Maps and parses `path`. Throws Error(not_found) when it does not exist, Error(io) when it cannot
   /// be opened or mapped, Error(invalid_file) naming the field (key or tensor) and byte offset when the
   /// content is malformed, and Error(unsupported) for GGUF v1 and big-endian files.
+  ///
+  /// A split model (llama.cpp's gguf-split: `split.count` > 1 files named PREFIX-00001-of-0000N.gguf
+  /// ...) is opened from its first file: the others are mapped too, and tensors() lists every
+  /// file's tensors (TensorInfo::split says which). The metadata is the first file's. Throws
+  /// Error(invalid_argument) naming the first file when `path` is another split, Error(not_found)
+  /// naming a missing split, and Error(invalid_file) when the splits disagree (their count or number,
+  /// a tensor in two of them, split.tensors.count against the tensors found).
   static File open(const std::string& path);
-  /// Parses a copy of an in-memory image (tests, fuzzing). `name` is used in error messages.
+  /// Parses a copy of an in-memory image (tests, fuzzing). `name` is used in error messages. A split
+  /// model's first file is refused (Error(unsupported)): its other files cannot be opened from memory.
   static File from_bytes(std::span<const std::byte> bytes, std::string name = "<memory>");
 
   File(File&&) noexcept;
@@ -170,7 +179,8 @@ class File {
 
   [[nodiscard]] const std::string& path() const noexcept;
   [[nodiscard]] uint32_t version() const noexcept;
-  [[nodiscard]] uint64_t file_size() const noexcept;
+  [[nodiscard]] uint64_t file_size() const noexcept;    ///< bytes; of all the files of a split model
+  [[nodiscard]] uint32_t split_count() const noexcept;  ///< files: 1, or a split model's split.count
   [[nodiscard]] uint32_t alignment() const noexcept;    ///< general.alignment or 32
   [[nodiscard]] uint64_t data_offset() const noexcept;  ///< absolute offset of the data section
 
@@ -208,6 +218,8 @@ class File {
  private:
   struct Impl;
   explicit File(std::unique_ptr<Impl> impl);
+  static File open_one(const std::string& path);
+  void open_other_splits();
   std::unique_ptr<Impl> impl_;
 };
 

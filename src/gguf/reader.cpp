@@ -6,6 +6,7 @@
 #include <latte/gguf.hpp>
 
 #include <cstdint>
+#include <cstdio>
 #include <optional>
 #include <type_traits>
 #include <utility>
@@ -17,7 +18,8 @@ struct File::Impl {
   std::optional<FileMapping> mapping;  // set by open()
   std::vector<std::byte> owned_bytes;  // set by from_bytes()
   std::span<const std::byte> bytes;    // the whole file image
-  ParsedHeader header;                 // its index views point into `bytes`
+  ParsedHeader header;                 // its index views point into `bytes` (or the splits' names)
+  std::vector<File> splits;            // a split model's other files, split.no 1, 2, ...
 };
 
 File::File(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -25,7 +27,30 @@ File::File(File&&) noexcept = default;
 File& File::operator=(File&&) noexcept = default;
 File::~File() = default;
 
-File File::open(const std::string& path) {
+namespace {
+
+// llama.cpp's split names: PREFIX-%05d-of-%05d.gguf, numbered from 1.
+std::string split_suffix(uint32_t number, uint32_t count) {
+  char text[48];
+  std::snprintf(text, sizeof text, "-%05u-of-%05u.gguf", number + 1, count);
+  return text;
+}
+
+// The split number and count a file states (1 file: count 1).
+std::pair<uint32_t, uint32_t> split_of(const File& file) {
+  if (!file.find("split.count")) return {0, 1};
+  const auto count = file.get<uint32_t>("split.count");
+  const auto number = file.get_or<uint32_t>("split.no", 0);
+  if (count == 0 || number >= count) {
+    throw Error(ErrorCode::invalid_file, file.path() + ": split.no " + std::to_string(number) + " of split.count " +
+                                             std::to_string(count) + " is not a split of the model");
+  }
+  return {number, count};
+}
+
+}  // namespace
+
+File File::open_one(const std::string& path) {
   auto impl = std::make_unique<Impl>();
   impl->path = path;
   impl->mapping.emplace(path);
@@ -34,18 +59,89 @@ File File::open(const std::string& path) {
   return File(std::move(impl));
 }
 
+File File::open(const std::string& path) {
+  File file = open_one(path);
+  file.open_other_splits();
+  return file;
+}
+
+void File::open_other_splits() {
+  Impl& m = *impl_;
+  const auto [number, count] = split_of(*this);
+  if (count == 1) return;
+  const std::string suffix = split_suffix(number, count);
+  const bool named = m.path.size() > suffix.size() && m.path.ends_with(suffix);
+  const std::string prefix = named ? m.path.substr(0, m.path.size() - suffix.size()) : std::string();
+  if (number != 0) {
+    throw Error(ErrorCode::invalid_argument,
+                m.path + " is split " + std::to_string(number + 1) + " of " + std::to_string(count) +
+                    " of a split model: open its first file" +
+                    (named ? ", " + prefix + split_suffix(0, count) : std::string(" (split.no 0)")));
+  }
+  if (!named) {
+    throw Error(ErrorCode::invalid_file, m.path + ": split 1 of " + std::to_string(count) +
+                                             " (split.count), but its name does not end in " + suffix +
+                                             ", which would name the other splits");
+  }
+  for (uint32_t i = 1; i < count; ++i) {
+    File split = open_one(prefix + split_suffix(i, count));
+    if (split_of(split) != std::pair{i, count}) {
+      const auto [n, c] = split_of(split);
+      throw Error(ErrorCode::invalid_file, split.path() + ": states split " + std::to_string(n + 1) + " of " +
+                                               std::to_string(c) + " where split " + std::to_string(i + 1) + " of " +
+                                               std::to_string(count) + " was expected");
+    }
+    for (TensorInfo t : split.tensors()) {
+      t.split = i;
+      m.header.tensors.push_back(std::move(t));
+    }
+    m.splits.push_back(std::move(split));
+  }
+  // The index, again over every file's names (views into the tensors' own names from here on).
+  NameIndex index;
+  index.reserve(m.header.tensors.size());
+  for (size_t i = 0; i < m.header.tensors.size(); ++i) index.add(m.header.tensors[i].name, i);
+  if (const auto duplicate = index.sort_and_find_duplicate()) {
+    const TensorInfo& a = m.header.tensors[duplicate->first];
+    const TensorInfo& b = m.header.tensors[duplicate->second];
+    throw Error(ErrorCode::invalid_file, m.path + ": tensor '" + a.name + "' is in split " +
+                                             std::to_string(a.split + 1) + " and in split " +
+                                             std::to_string(b.split + 1));
+  }
+  m.header.tensor_index = std::move(index);
+  if (find("split.tensors.count")) {
+    const auto expected = get<uint64_t>("split.tensors.count");
+    if (expected != m.header.tensors.size()) {
+      throw Error(ErrorCode::invalid_file, m.path + ": split.tensors.count is " + std::to_string(expected) +
+                                               " but the " + std::to_string(count) + " splits hold " +
+                                               std::to_string(m.header.tensors.size()) + " tensors");
+    }
+  }
+}
+
 File File::from_bytes(std::span<const std::byte> bytes, std::string name) {
   auto impl = std::make_unique<Impl>();
   impl->path = std::move(name);
   impl->owned_bytes.assign(bytes.begin(), bytes.end());
   impl->bytes = impl->owned_bytes;
   impl->header = parse_header(impl->bytes, impl->path);
-  return File(std::move(impl));
+  File file(std::move(impl));
+  if (const auto [number, count] = split_of(file); count > 1) {
+    throw Error(ErrorCode::unsupported, file.path() + ": split " + std::to_string(number + 1) + " of " +
+                                            std::to_string(count) +
+                                            " of a split model; the other splits cannot be opened from memory");
+  }
+  return file;
 }
 
 const std::string& File::path() const noexcept { return impl_->path; }
 uint32_t File::version() const noexcept { return impl_->header.version; }
-uint64_t File::file_size() const noexcept { return impl_->bytes.size(); }
+uint64_t File::file_size() const noexcept {
+  uint64_t bytes = impl_->bytes.size();
+  for (const File& split : impl_->splits) bytes += split.file_size();
+  return bytes;
+}
+uint32_t File::split_count() const noexcept { return 1 + static_cast<uint32_t>(impl_->splits.size()); }
 uint32_t File::alignment() const noexcept { return impl_->header.alignment; }
 uint64_t File::data_offset() const noexcept { return impl_->header.data_offset; }
 
@@ -65,7 +161,9 @@ const TensorInfo* File::find_tensor(std::string_view name) const noexcept {
 
 std::span<const std::byte> File::tensor_data(const TensorInfo& tensor) const noexcept {
   // Offsets and sizes were checked against the file size when the header was parsed.
-  return impl_->bytes.subspan(impl_->header.data_offset + tensor.offset, tensor.n_bytes);
+  if (tensor.split > impl_->splits.size()) return {};
+  const Impl& m = tensor.split == 0 ? *impl_ : *impl_->splits[tensor.split - 1].impl_;
+  return m.bytes.subspan(m.header.data_offset + tensor.offset, tensor.n_bytes);
 }
 
 namespace {

@@ -167,7 +167,8 @@ TensorTotals tensor_totals(const gguf::File& file) {
 
 void print_header_text(std::ostream& out, const gguf::File& file) {
   out << "file         " << file.path() << "\n"
-      << "size         " << file.file_size() << " bytes (" << human_bytes(file.file_size()) << ")\n"
+      << "size         " << file.file_size() << " bytes (" << human_bytes(file.file_size()) << ")"
+      << (file.split_count() > 1 ? " in " + std::to_string(file.split_count()) + " split files" : std::string()) << "\n"
       << "version      GGUF v" << file.version() << "\n"
       << "alignment    " << file.alignment() << " bytes\n"
       << "data offset  " << file.data_offset() << "\n"
@@ -236,6 +237,7 @@ void print_totals_text(std::ostream& out, const TensorTotals& totals) {
 nlohmann::ordered_json header_json(const gguf::File& file) {
   return {{"file", file.path()},
           {"file_size", file.file_size()},
+          {"split_count", file.split_count()},
           {"version", file.version()},
           {"alignment", file.alignment()},
           {"data_offset", file.data_offset()},
