@@ -126,10 +126,13 @@ TEST_CASE("chat templates expose BOS, EOG token texts and stop strings") {
   CHECK(glm.bos_text() == "[gMASK]<sop>");
   CHECK(std::vector<std::string>(glm.eog_token_texts().begin(), glm.eog_token_texts().end()) ==
         std::vector<std::string>{"<|endoftext|>", "<|user|>", "<|observation|>"});
+  const ChatTemplate v2 = ChatTemplate::named("deepseek-v2");
+  CHECK(std::vector<std::string>(v2.stop_strings().begin(), v2.stop_strings().end()) ==
+        std::vector<std::string>{"\n\nUser:", "\n\nAssistant:"});
   const ChatTemplate plain = ChatTemplate::named("plain");
   CHECK_FALSE(plain.renders_bos());
   CHECK(std::vector<std::string>(plain.stop_strings().begin(), plain.stop_strings().end()) ==
-        std::vector<std::string>{"\n\nUser:", "\n\nSystem:"});
+        std::vector<std::string>{"\n\nUser:", "\n\nSystem:", "\n\nAssistant:"});
   for (std::string_view name : ChatTemplate::names()) CHECK(ChatTemplate::named(name).name() == name);
 }
 

@@ -88,15 +88,21 @@ ChatTemplate::ChatTemplate(ChatFormat format) : format_(format) {
   switch (format) {
     case ChatFormat::deepseek_v3:
     case ChatFormat::deepseek_r1:
+      eog_token_texts_ = {std::string(chat::kDeepseekEos)};
+      break;
     case ChatFormat::deepseek_v2:
       eog_token_texts_ = {std::string(chat::kDeepseekEos)};
+      // Its turns are plain-text role markers after a blank line: a reply that starts another turn
+      // instead of ending with the end-of-sentence token has ended.
+      stop_strings_ = {"\n\nUser:", "\n\nAssistant:"};
       break;
     case ChatFormat::glm:
     case ChatFormat::glm45:
       eog_token_texts_ = {"<|endoftext|>", "<|user|>", "<|observation|>"};
       break;
     case ChatFormat::plain:
-      stop_strings_ = {"\n\nUser:", "\n\nSystem:"};
+      // a turn of any role after a blank line ends the reply (the model may start another of its own)
+      stop_strings_ = {"\n\nUser:", "\n\nSystem:", "\n\nAssistant:"};
       break;
   }
 }
