@@ -25,22 +25,12 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 namespace {
 
 using nlohmann::json;
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  REQUIRE(in);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // Rows [offset, offset + R) of every `period` rows of a row-major [rows, cols] tensor of `elem` bytes
 // per value, from interleaved order (rope dim 2i, 2i + 1 in rows offset + 2i, offset + 2i + 1) to
@@ -62,7 +52,7 @@ std::vector<std::byte> to_half_split(std::span<const std::byte> data, uint64_t r
 
 // The fixture at `src` rewritten into `dst` with half-split rope rows; config.json gets `changes`.
 void write_half_split_checkpoint(const std::string& src, const std::string& dst, const json& changes) {
-  json config = json::parse(read_text(src + "/config.json"));
+  json config = json::parse(latte::test::read_text_file(src + "/config.json"));
   const auto N = config["num_attention_heads"].get<uint64_t>(), P = config["qk_nope_head_dim"].get<uint64_t>();
   const auto R = config["qk_rope_head_dim"].get<uint64_t>(), L = config["kv_lora_rank"].get<uint64_t>();
   const latte::test::Safetensors in(src + "/model.safetensors");
@@ -86,7 +76,7 @@ void write_half_split_checkpoint(const std::string& src, const std::string& dst,
   config.update(changes);
   latte::test::write_text_file(dst + "/config.json", config.dump(2));
   for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
-    latte::test::write_text_file(dst + "/" + f, read_text(src + "/" + f));
+    latte::test::write_text_file(dst + "/" + f, latte::test::read_text_file(src + "/" + f));
   }
 }
 
@@ -169,9 +159,9 @@ TEST_CASE("config.json settings that latte cannot state are refused by name") {
     config.update(changes);
     CHECK_NOTHROW((void)latte::convert::read_hf_config(config.dump(), "config.json"));
   };
-  const json v2 = json::parse(read_text(root + "/deepseek-v2-lite/config.json"));
-  const json v3 = json::parse(read_text(root + "/deepseek-v3/config.json"));
-  const json glm5 = json::parse(read_text(root + "/glm-5-sparse/config.json"));
+  const json v2 = json::parse(latte::test::read_text_file(root + "/deepseek-v2-lite/config.json"));
+  const json v3 = json::parse(latte::test::read_text_file(root + "/deepseek-v3/config.json"));
+  const json glm5 = json::parse(latte::test::read_text_file(root + "/glm-5-sparse/config.json"));
 
   accept(v3, json::object());
   accept(v3, {{"hidden_act", "silu"}, {"attention_bias", false}, {"rope_interleave", true}});

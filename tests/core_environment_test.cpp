@@ -2,6 +2,7 @@
 // the sources and docs/environment.md name the same variables.
 #include "core/environment.hpp"
 #include "support/env_scope.hpp"
+#include "support/temp_dir.hpp"
 
 #include <latte/error.hpp>
 #include <latte/model.hpp>
@@ -11,10 +12,8 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -45,14 +44,6 @@ struct CleanEnvironment {
   }
   std::vector<std::unique_ptr<EnvScope>> scopes;
 };
-
-std::string read_text(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  REQUIRE_MESSAGE(in.good(), path.string());
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 }  // namespace
 
@@ -196,7 +187,7 @@ TEST_CASE("the table is sorted, and it, the sources' readers and docs/environmen
   for (const char* dir : {"src", "tools/latte", "include"}) {
     for (const auto& entry : std::filesystem::recursive_directory_iterator(root / dir)) {
       if (!entry.is_regular_file()) continue;
-      const std::string text = read_text(entry.path());
+      const std::string text = latte::test::read_text_file(entry.path().string());
       // reader("LATTE_NAME": a call of one of the readers, or of getenv, with a literal name
       for (const std::string reader : {"env_flag(", "env_int(", "env_real(", "env_choice(", "getenv("}) {
         for (size_t at = text.find(reader); at != std::string::npos; at = text.find(reader, at + 1)) {
@@ -216,7 +207,7 @@ TEST_CASE("the table is sorted, and it, the sources' readers and docs/environmen
   for (const std::string& name : read) CHECK_MESSAGE(table.count(name) == 1, name, " is read but not in the table");
   CHECK(read.size() >= 40);
 
-  const std::string doc = read_text(root / "docs" / "environment.md");
+  const std::string doc = latte::test::read_text_file((root / "docs" / "environment.md").string());
   for (const std::string& name : table) {
     CHECK_MESSAGE(doc.find("`" + name + "`") != std::string::npos, name, " is missing from docs/environment.md");
   }

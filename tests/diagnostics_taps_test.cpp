@@ -14,10 +14,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <numeric>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -44,13 +42,6 @@ const diag::TapRecord& find_tap(const std::vector<diag::TapRecord>& taps, const 
   }
   FAIL("no tap " << name);
   throw std::logic_error("unreachable");
-}
-
-std::string file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
 }
 
 /// mla with the output of one layer perturbed: a fault the comparison must localise.
@@ -309,7 +300,7 @@ TEST_CASE("tap dumps round-trip through .npy files that numpy can read") {
 
   // The exact bytes numpy.save writes for these shapes: magic, version 1.0, header length, the
   // dict padded to a 64-byte boundary, then little-endian float32 in C order.
-  const std::string bytes = file_bytes(dir.file("logits.npy"));
+  const std::string bytes = latte::test::read_text_file(dir.file("logits.npy"));
   const std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (7,), }";
   REQUIRE(bytes.size() == 128 + 7 * 4);
   CHECK(bytes.substr(0, 8) == std::string("\x93NUMPY\x01\x00", 8));
@@ -320,7 +311,7 @@ TEST_CASE("tap dumps round-trip through .npy files that numpy can read") {
   float first = 0;
   std::memcpy(&first, bytes.data() + 128, 4);
   CHECK(first == taps[1].data[0]);
-  const std::string bytes3 = file_bytes(dir.file("blk.0.q.npy"));
+  const std::string bytes3 = latte::test::read_text_file(dir.file("blk.0.q.npy"));
   CHECK(bytes3.find("'shape': (2, 3, 5), }") != std::string::npos);
 }
 
@@ -329,7 +320,7 @@ TEST_CASE("malformed .npy files and dumps give errors naming the file") {
   const std::vector<int64_t> shape{4};
   const std::vector<float> values{1, 2, 3, 4};
   diag::write_npy(dir.file("a.npy"), shape, values);
-  const std::string bytes = file_bytes(dir.file("a.npy"));
+  const std::string bytes = latte::test::read_text_file(dir.file("a.npy"));
   auto error_of = [](auto&& f) -> std::string {
     try {
       f();
@@ -352,7 +343,7 @@ TEST_CASE("malformed .npy files and dumps give errors naming the file") {
   CHECK(error_of([&] { (void)diag::read_npy(dir.file("huge.npy")); }).find("holds more than") != std::string::npos);
   // dimensions whose product passes 2^63 before the bound is reached (4294967295 x 999999999999)
   diag::write_npy(dir.file("ten.npy"), std::vector<int64_t>(10, 1), std::vector<float>{1});
-  std::string wrap = file_bytes(dir.file("ten.npy"));
+  std::string wrap = latte::test::read_text_file(dir.file("ten.npy"));
   const std::string ones = "(1, 1, 1, 1, 1, 1, 1, 1, 1, 1)", wide = "(4294967295, 999999999999, 1)";
   REQUIRE(wrap.find(ones) != std::string::npos);
   wrap.replace(wrap.find(ones), ones.size(), wide);

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include "support/gguf_image.hpp"
+#include "support/temp_dir.hpp"
 
 #include <latte/error.hpp>
 #include <latte/gguf.hpp>
@@ -160,14 +161,6 @@ std::string temp_path(const std::string& stem) {
   return (std::filesystem::temp_directory_path() / (stem + "." + std::to_string(::getpid()) + ".gguf")).string();
 }
 
-std::vector<std::byte> read_whole(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::vector<char> chars((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<std::byte> bytes(chars.size());
-  std::memcpy(bytes.data(), chars.data(), chars.size());
-  return bytes;
-}
-
 }  // namespace
 
 TEST_CASE("gguf round trip keeps every value type, array type and tensor") {
@@ -196,7 +189,7 @@ TEST_CASE("gguf file written with several threads equals the in-memory image and
     CAPTURE(threads);
     w.write(path, fill, threads);
     CHECK_FALSE(std::filesystem::exists(path + ".partial"));
-    CHECK(read_whole(path) == image);
+    CHECK(latte::test::read_binary_file(path) == image);
     check_file(File::open(path), kv, 64, seed);
   }
   std::filesystem::remove(path);
@@ -213,7 +206,7 @@ TEST_CASE("gguf writer removes the partial file and keeps the old one when a fil
   };
   CHECK_THROWS_WITH_AS(w.write(path, failing, 2), "stop", latte::Error);
   CHECK_FALSE(std::filesystem::exists(path + ".partial"));
-  CHECK(read_whole(path).size() == std::string("previous").size());
+  CHECK(latte::test::read_binary_file(path).size() == std::string("previous").size());
   std::filesystem::remove(path);
 }
 

@@ -17,7 +17,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <string>
 #include <vector>
@@ -189,10 +188,9 @@ TEST_CASE("split files that disagree, are missing or are opened out of order are
     std::filesystem::rename(split_name(p, 0, 3), dir.file("renamed.gguf"));
     expect_error(dir.file("renamed.gguf"), latte::ErrorCode::invalid_file, "-00001-of-00003.gguf");
     // nor can an image in memory
-    std::ifstream in(dir.file("renamed.gguf"), std::ios::binary);
-    std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::vector<std::byte> bytes = latte::test::read_binary_file(dir.file("renamed.gguf"));
     try {
-      (void)latte::gguf::File::from_bytes(std::as_bytes(std::span<const char>(bytes)), "image");
+      (void)latte::gguf::File::from_bytes(bytes, "image");
       FAIL("parsed a split file from memory");
     } catch (const latte::Error& e) {
       CHECK(e.code() == latte::ErrorCode::unsupported);

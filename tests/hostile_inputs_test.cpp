@@ -8,6 +8,7 @@
 #include "support/gguf_image.hpp"
 #include "support/random_models.hpp"
 #include "support/safetensors_writer.hpp"
+#include "support/temp_dir.hpp"
 #include "support/test_options.hpp"
 
 #include <latte/chat.hpp>
@@ -24,9 +25,7 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <functional>
-#include <iterator>
 #include <limits>
 #include <string>
 #include <vector>
@@ -72,13 +71,6 @@ void check_rejected_gguf(const std::vector<std::byte>& image, const std::vector<
   CHECK(std::string(e.what()).find("hostile.gguf") != std::string::npos);
   CHECK_MESSAGE(allocations.largest() <= image.size() + 65536, allocations.largest());
   CHECK_MESSAGE(allocations.total() <= 16 * image.size() + 65536, allocations.total());
-}
-
-std::vector<std::byte> read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  const std::vector<char> chars{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-  const auto* first = reinterpret_cast<const std::byte*>(chars.data());
-  return {first, first + chars.size()};
 }
 
 }  // namespace
@@ -318,7 +310,7 @@ TEST_CASE("inputs the fuzzers once crashed on now give latte::Error") {
   for (const auto& harness : std::filesystem::directory_iterator(root)) {
     if (!harness.is_directory()) continue;  // the README
     for (const auto& input : std::filesystem::directory_iterator(harness.path())) {
-      const std::vector<std::byte> bytes = read_file(input.path());
+      const std::vector<std::byte> bytes = latte::test::read_binary_file(input.path().string());
       const std::string name = harness.path().filename().string();
       INFO(input.path().string());
       if (name == "gguf" || name == "model_config") {

@@ -56,14 +56,6 @@ std::vector<latte::Token> generate(latte::Session& s, uint64_t seed, int n, std:
 std::vector<float> copy(std::span<const float> s) { return {s.begin(), s.end()}; }
 std::vector<latte::Token> copy(std::span<const latte::Token> s) { return {s.begin(), s.end()}; }
 
-std::vector<std::byte> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::vector<char> chars((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<std::byte> bytes(chars.size());
-  std::memcpy(bytes.data(), chars.data(), chars.size());
-  return bytes;
-}
-
 void write_file(const std::string& path, std::span<const std::byte> bytes) {
   std::ofstream out(path, std::ios::binary);
   out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
@@ -141,7 +133,7 @@ TEST_CASE("a state in memory equals the file and keeps every position's logits w
   latte::test::TempDir dir;
   s.save_state(dir.file("s.latte"));
   const auto bytes = s.save_state_to_memory();
-  CHECK(read_file(dir.file("s.latte")) == bytes);
+  CHECK(latte::test::read_binary_file(dir.file("s.latte")) == bytes);
 
   latte::Session restored(model, all);
   CHECK(restored.load_state_from_memory(bytes).empty());

@@ -3,25 +3,16 @@
 // tokenizer). add_special and parse_special are off, as in llama.cpp's test-tokenizer-0.
 #include <doctest/doctest.h>
 
+#include "support/temp_dir.hpp"
 #include "support/test_options.hpp"
 
 #include <latte/gguf.hpp>
 #include <latte/tokenizer.hpp>
 
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 namespace {
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  REQUIRE_MESSAGE(in.good(), "cannot open " << path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 std::vector<std::string> split_on(const std::string& text, const std::string& separator) {
   std::vector<std::string> parts;
@@ -54,9 +45,10 @@ TEST_CASE("deepseek-llm vocabulary reproduces llama.cpp's 46 reference tokenizat
   CHECK(tok.pre_tokenizer() == "deepseek-llm");
   CHECK(tok.n_vocab() == 102400);
 
-  auto inputs =
-      split_on(read_file(latte::test::data_path("ggml-vocab-deepseek-llm.gguf.inp")), "\n__ggml_vocab_test__\n");
-  auto outputs = split_on(read_file(latte::test::data_path("ggml-vocab-deepseek-llm.gguf.out")), "\n");
+  auto inputs = split_on(latte::test::read_text_file(latte::test::data_path("ggml-vocab-deepseek-llm.gguf.inp")),
+                         "\n__ggml_vocab_test__\n");
+  auto outputs =
+      split_on(latte::test::read_text_file(latte::test::data_path("ggml-vocab-deepseek-llm.gguf.out")), "\n");
   REQUIRE(inputs.size() == 47);  // 46 cases and the empty remainder after the last marker
   REQUIRE(outputs.size() == 47);
   inputs.pop_back();

@@ -4,7 +4,9 @@
 //   std::string path = dir.file("model.safetensors");
 #pragma once
 
+#include <cstddef>
 #include <string>
+#include <vector>
 
 namespace latte::test {
 
@@ -26,5 +28,8 @@ class TempDir {
 
 /// Writes `text` to `path` (replacing it). Throws std::runtime_error on failure.
 void write_text_file(const std::string& path, const std::string& text);
+/// The whole file at `path`, as text or as bytes. Throws std::runtime_error when it cannot be read.
+std::string read_text_file(const std::string& path);
+std::vector<std::byte> read_binary_file(const std::string& path);
 
 }  // namespace latte::test
