@@ -86,15 +86,14 @@ std::string render_plain(std::span<const Turn> turns, bool add_generation_prompt
 
 ChatTemplate::ChatTemplate(ChatFormat format) : format_(format) {
   switch (format) {
-    case ChatFormat::deepseek_v3:
-    case ChatFormat::deepseek_r1:
-      eog_token_texts_ = {std::string(chat::kDeepseekEos)};
-      break;
     case ChatFormat::deepseek_v2:
-      eog_token_texts_ = {std::string(chat::kDeepseekEos)};
       // Its turns are plain-text role markers after a blank line: a reply that starts another turn
       // instead of ending with the end-of-sentence token has ended.
       stop_strings_ = {"\n\nUser:", "\n\nAssistant:"};
+      [[fallthrough]];
+    case ChatFormat::deepseek_v3:
+    case ChatFormat::deepseek_r1:
+      eog_token_texts_ = {std::string(chat::kDeepseekEos)};
       break;
     case ChatFormat::glm:
     case ChatFormat::glm45:
