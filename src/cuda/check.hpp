@@ -23,3 +23,15 @@ inline void check(cudaError_t status, const char* what, const char* file, int li
 
 #define LATTE_CUDA_CHECK(expr) ::latte::cuda::check((expr), #expr, __FILE__, __LINE__)
 #define LATTE_CUDA_CHECK_LAUNCH() ::latte::cuda::check(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
+
+namespace latte::cuda {
+
+/// Whether `stream` is capturing a graph: what is made once (weight copies) is made only outside a capture, so a
+/// captured step never changes path and never records the one-off work.
+inline bool stream_is_capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  LATTE_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
+  return capture != cudaStreamCaptureStatusNone;
+}
+
+}  // namespace latte::cuda

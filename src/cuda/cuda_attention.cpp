@@ -478,9 +478,7 @@ class CudaMlaBackend final : public CudaAttentionBackend {
         heads_f32_rows() >= Linear::blas_min_rows()) {
       return;
     }
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    LATTE_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-    if (capture == cudaStreamCaptureStatusNone) weights_->make_heads_f32(budget_mb * 1024 * 1024, stream);
+    if (!stream_is_capturing(stream)) weights_->make_heads_f32(budget_mb * 1024 * 1024, stream);
   }
 
   /// For every head h: C_h[T, n] = A_h[T, k] W_h^T (fp32, ldc N c_head_stride) with W_h the rows [h n, (h + 1) n)

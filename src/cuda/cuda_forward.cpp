@@ -1129,9 +1129,7 @@ class CudaForward final : public CudaRankForward {
   void keep_dense_copies(int T) {
     static const int64_t budget_mb = latte::detail::env_int("LATTE_DENSE_BF16_MB", 4096);
     if (budget_mb <= 0 || T < Linear::copy_rows() || weights_->dense_bf16_ready()) return;
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    LATTE_CUDA_CHECK(cudaStreamIsCapturing(stream(), &capture));
-    if (capture == cudaStreamCaptureStatusNone) weights_->make_dense_bf16(budget_mb * 1024 * 1024, stream());
+    if (!stream_is_capturing(stream())) weights_->make_dense_bf16(budget_mb * 1024 * 1024, stream());
   }
 
   /// The bf16 copy of the output head for the logits of n_out rows (DeviceWeights::make_output_bf16, shared by the
@@ -1147,9 +1145,7 @@ class CudaForward final : public CudaRankForward {
     static const int min_rows = latte::detail::env_int("LATTE_OUTPUT_BF16_ROWS", Linear::kCopyMinRows);
     if (budget_mb <= 0 || n_out < min_rows) return nullptr;
     if (const __nv_bfloat16* copy = weights_->output_bf16()) return copy;
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    LATTE_CUDA_CHECK(cudaStreamIsCapturing(stream(), &capture));
-    if (capture == cudaStreamCaptureStatusNone) weights_->make_output_bf16(budget_mb * 1024 * 1024, stream());
+    if (!stream_is_capturing(stream())) weights_->make_output_bf16(budget_mb * 1024 * 1024, stream());
     return weights_->output_bf16();
   }
 

@@ -160,18 +160,27 @@ void dequantize_weight_bf16(const QuantGemmParams& p, __nv_bfloat16* scratch, si
                   stream);
 }
 
-void gemm_quant_via_bf16(BlasHandle& blas, const QuantGemmParams& p, __nv_bfloat16* scratch, size_t scratch_elems,
-                         cudaStream_t stream) {
-  if (p.tiles != nullptr) throw Error(ErrorCode::invalid_argument, "gemm_quant_via_bf16: dense mode only");
-  if (p.a_rows != nullptr) throw Error(ErrorCode::invalid_argument, "gemm_quant_via_bf16: no A row gather");
-  if (p.residual != nullptr && p.residual != p.c) {
-    throw Error(ErrorCode::invalid_argument, "gemm_quant_via_bf16: residual must be c itself (C += A W^T)");
-  }
-  dequantize_weight_bf16(p, scratch, scratch_elems, stream);
+namespace {
+
+// The shapes gemm_quant_over_bf16 takes: dense, A rows in place, the residual (if any) C itself.
+void check_dense_over_bf16(const QuantGemmParams& p, const char* what) {
+  const auto refuse = [what](const char* why) {
+    throw Error(ErrorCode::invalid_argument, std::string(what) + ": " + why);
+  };
+  if (p.tiles != nullptr) refuse("dense mode only");
+  if (p.a_rows != nullptr) refuse("no A row gather");
+  if (p.residual != nullptr && p.residual != p.c) refuse("residual must be c itself (C += A W^T)");
+}
+
+}  // namespace
+
+void gemm_quant_over_bf16(BlasHandle& blas, const QuantGemmParams& p, const __nv_bfloat16* w_bf16,
+                          cudaStream_t stream) {
+  check_dense_over_bf16(p, "gemm_quant_over_bf16");
   gemm_bf16(blas,
             {.a = p.a,
              .lda = p.lda,
-             .w = scratch,
+             .w = w_bf16,
              .ldw = bf16_weight_stride(p.k),
              .c = p.c,
              .ldc = p.ldc,
@@ -180,6 +189,13 @@ void gemm_quant_via_bf16(BlasHandle& blas, const QuantGemmParams& p, __nv_bfloat
              .k = p.k,
              .accumulate = p.residual != nullptr},
             stream);
+}
+
+void gemm_quant_via_bf16(BlasHandle& blas, const QuantGemmParams& p, __nv_bfloat16* scratch, size_t scratch_elems,
+                         cudaStream_t stream) {
+  check_dense_over_bf16(p, "gemm_quant_via_bf16");
+  dequantize_weight_bf16(p, scratch, scratch_elems, stream);
+  gemm_quant_over_bf16(blas, p, scratch, stream);
 }
 
 }  // namespace latte::cuda

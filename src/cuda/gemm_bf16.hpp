@@ -113,8 +113,13 @@ constexpr int64_t bf16_weight_stride(int64_t k) { return (k + 7) / 8 * 8; }
 void dequantize_weight_bf16(const QuantGemmParams& p, __nv_bfloat16* scratch, size_t scratch_elems,
                             cudaStream_t stream);
 
+/// C[m, n_rows] (+)= A W^T over `w_bf16`, a bf16 copy of p's weight (rows bf16_weight_stride(p.k) apart, as
+/// dequantize_weight_bf16 writes them): one gemm_bf16 call. p.weight is not read; p.residual must be null or equal
+/// p.c (accumulate), and p must be dense (no tiles, no A row gather).
+void gemm_quant_over_bf16(BlasHandle& blas, const QuantGemmParams& p, const __nv_bfloat16* w_bf16, cudaStream_t stream);
+
 /// Dense prefill GEMM for any dequantizable weight type: dequantizes p.weight into `scratch`
-/// (bf16, at least n_rows * k elements), then gemm_bf16. p.residual must be null or equal p.c.
+/// (bf16, at least n_rows * k elements), then gemm_quant_over_bf16. p.residual must be null or equal p.c.
 void gemm_quant_via_bf16(BlasHandle& blas, const QuantGemmParams& p, __nv_bfloat16* scratch, size_t scratch_elems,
                          cudaStream_t stream);
 

@@ -58,6 +58,20 @@ __nv_bfloat16* Linear::staged(const float* x, int64_t x_stride, int rows, int k,
   return a;
 }
 
+QuantGemmParams Linear::quant_gemm_params(const DeviceMatrix& w, const LinearCall& c, cudaStream_t stream) {
+  return {.type = w.type,
+          .weight = w.data,
+          .weight_bytes = w.bytes(),
+          .n_rows = static_cast<int>(w.rows),
+          .k = static_cast<int>(w.k),
+          .a = staged(c.x, c.x_stride, c.rows, static_cast<int>(w.k), stream),
+          .lda = w.k,
+          .c = c.y,
+          .ldc = c.y_stride,
+          .residual = c.residual,
+          .m = c.rows};
+}
+
 BlasHandle& Linear::blas() {
   if (!blas_) blas_ = std::make_unique<BlasHandle>();
   return *blas_;
@@ -132,18 +146,9 @@ void Linear::operator()(const DeviceMatrix& w, const LinearCall& c, cudaStream_t
       throw Error(ErrorCode::internal, "linear: a bf16 copy of the weights takes plain x (no x_norm_weight)");
     }
     residual_into_y(w, c, stream);
-    gemm_bf16(blas(),
-              {.a = staged(c.x, c.x_stride, c.rows, static_cast<int>(w.k), stream),
-               .lda = w.k,
-               .w = copy,
-               .ldw = bf16_weight_stride(w.k),
-               .c = c.y,
-               .ldc = c.y_stride,
-               .m = c.rows,
-               .n = static_cast<int>(w.rows),
-               .k = static_cast<int>(w.k),
-               .accumulate = c.residual != nullptr},
-              stream);
+    QuantGemmParams p = quant_gemm_params(w, c, stream);
+    p.residual = c.residual != nullptr ? c.y : nullptr;
+    gemm_quant_over_bf16(blas(), p, copy, stream);
     return;
   }
   if (c.x_q != nullptr && c.x_norm_weight == nullptr && gemv_rows(w, c.rows)) {
@@ -154,17 +159,7 @@ void Linear::operator()(const DeviceMatrix& w, const LinearCall& c, cudaStream_t
   const bool passes = c.x_q != nullptr && gemv_passes(w, c.rows);  // GEMV passes over the records (below)
   const bool gemm = !passes && bf16_operands(w, c.rows);
   if (gemm) {
-    QuantGemmParams p{.type = w.type,
-                      .weight = w.data,
-                      .weight_bytes = w.bytes(),
-                      .n_rows = static_cast<int>(w.rows),
-                      .k = static_cast<int>(w.k),
-                      .a = staged(c.x, c.x_stride, c.rows, static_cast<int>(w.k), stream),
-                      .lda = w.k,
-                      .c = c.y,
-                      .ldc = c.y_stride,
-                      .residual = c.residual,
-                      .m = c.rows};
+    QuantGemmParams p = quant_gemm_params(w, c, stream);
     if (dequantizes(w, c.rows)) {
       // Dequantize the matrix to bf16 once and let cuBLAS run the product: at 512 rows several times faster
       // than the fused kernel, which decodes every weight tile once per 64 rows of x with mma.sync, and at

@@ -122,6 +122,8 @@ class Linear {
   /// blas_min_rows() rows, for matrices of at most kMaxDequantizedElems values.
   static bool dequantizes(const DeviceMatrix& w, int rows);
   __nv_bfloat16* staged(const float* x, int64_t x_stride, int rows, int k, cudaStream_t stream);
+  /// The GEMM parameters of c over w, with c's rows of x staged as bf16 on `stream` (the residual as c gives it).
+  QuantGemmParams quant_gemm_params(const DeviceMatrix& w, const LinearCall& c, cudaStream_t stream);
   BlasHandle& blas();  // made on first use
   /// y = residual when the call has a residual other than y (the cuBLAS paths then accumulate into y).
   static void residual_into_y(const DeviceMatrix& w, const LinearCall& c, cudaStream_t stream);
