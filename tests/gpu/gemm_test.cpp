@@ -200,6 +200,63 @@ TEST_CASE("gemm_quant_via_bf16 (dequantize + cuBLAS) matches float64, including 
   }
 }
 
+TEST_CASE("gemm_quant_over_bf16 multiplies the copy it is given, accumulates into C and refuses other shapes") {
+  // A matrix's bf16 copy (a sign-flipped one: the product must come from the copy, not from p.weight) and a
+  // residual of C itself; against float64 of the copy's values.
+  auto rng = make_rng("gemm_quant_over_bf16");
+  cuda::BlasHandle blas;
+  const GgmlType type = GgmlType::q4_k;
+  const int64_t n = 96, k = gemm_k(type), ldw = cuda::bf16_weight_stride(k);
+  const auto host = random_rows(type, n, k, rng);
+  const auto wf = dequantize_reference(type, host, n, k);
+  std::vector<float> flipped(static_cast<size_t>(n * ldw), 0.0f);
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t x = 0; x < k; ++x) flipped[j * ldw + x] = -round_bf16(wf[j * k + x]);
+  }
+  const auto dw = upload(host);
+  const auto dcopy = upload(to_bf16_bits(flipped));
+  for (int m : {3, 9, 40}) {
+    trace("gemm_quant_over_bf16 rows " + std::to_string(m));
+    const auto a = random_floats(static_cast<size_t>(m * k), rng);
+    const auto residual = random_floats(static_cast<size_t>(m * n), rng);
+    const auto da = upload(to_bf16_bits(a));
+    auto dc = upload(residual);
+    cuda::QuantGemmParams p{.type = type,
+                            .weight = dw.data(),
+                            .weight_bytes = static_cast<int64_t>(host.size()),
+                            .n_rows = static_cast<int>(n),
+                            .k = static_cast<int>(k),
+                            .a = reinterpret_cast<const __nv_bfloat16*>(da.data()),
+                            .lda = k,
+                            .c = dc.data(),
+                            .ldc = n,
+                            .residual = dc.data(),
+                            .m = m};
+    cuda::gemm_quant_over_bf16(blas, p, reinterpret_cast<const __nv_bfloat16*>(dcopy.data()), nullptr);
+    std::vector<double> want(static_cast<size_t>(m * n));
+    for (int i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double acc = residual[static_cast<size_t>(i * n + j)];
+        for (int64_t x = 0; x < k; ++x) acc += static_cast<double>(round_bf16(a[i * k + x])) * flipped[j * ldw + x];
+        want[static_cast<size_t>(i * n + j)] = acc;
+      }
+    }
+    check_close("gemm_quant_over_bf16", type_label(type), compare(download(dc.data(), dc.size()), want), 1e-5);
+    // refused before anything is enqueued: grouped tiles, a row gather, a residual other than C
+    cuda::QuantGemmParams bad = p;
+    DeviceBuffer<float> other(static_cast<size_t>(m * n));
+    bad.residual = other.data();
+    CHECK_THROWS_AS(
+        cuda::gemm_quant_over_bf16(blas, bad, reinterpret_cast<const __nv_bfloat16*>(dcopy.data()), nullptr), Error);
+    CHECK_THROWS_AS(cuda::gemm_quant_via_bf16(blas, bad, nullptr, 0, nullptr), Error);
+    bad = p;
+    DeviceBuffer<int32_t> rows(static_cast<size_t>(m));
+    bad.a_rows = rows.data();
+    CHECK_THROWS_AS(
+        cuda::gemm_quant_over_bf16(blas, bad, reinterpret_cast<const __nv_bfloat16*>(dcopy.data()), nullptr), Error);
+  }
+}
+
 TEST_CASE("gemm_bf16_batched writes each head's bf16 product at its offset and nothing between") {
   // The mla decompression's shape in small: A rows of a wider cache row (lda > k, shared by every batch
   // entry), W_b every (n + gap_w) rows of one matrix, C_b at b * (n + gap_c) of each output row.
