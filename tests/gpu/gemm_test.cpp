@@ -24,6 +24,21 @@ std::vector<uint16_t> to_bf16_bits(const std::vector<float>& v) {
   return b;
 }
 
+/// Dense-mode parameters: C[m, n] = A[m, k] W^T for W, `host`'s n rows of `type` uploaded at `w`, A bf16 at `a`.
+cuda::QuantGemmParams dense_gemm_params(GgmlType type, const std::vector<uint8_t>& host, const void* w, int64_t n,
+                                        int64_t k, const void* a, float* c, int64_t m) {
+  return {.type = type,
+          .weight = w,
+          .weight_bytes = static_cast<int64_t>(host.size()),
+          .n_rows = static_cast<int>(n),
+          .k = static_cast<int>(k),
+          .a = reinterpret_cast<const __nv_bfloat16*>(a),
+          .lda = k,
+          .c = c,
+          .ldc = n,
+          .m = static_cast<int>(m)};
+}
+
 /// C[m][n] = sum_k A[a_row(m)][k] W[n][k] in float64, optionally on bf16-rounded operands.
 std::vector<double> reference_gemm(const std::vector<float>& a, const std::vector<float>& w, int64_t m, int64_t n,
                                    int64_t k, bool round_operands, const std::vector<int32_t>& a_rows = {}) {
@@ -94,17 +109,7 @@ TEST_CASE("gemm_quant (fused dequantize + mma.sync) matches float64 for every fu
       const auto da = upload(to_bf16_bits(a));
       DeviceBuffer<float> c(static_cast<size_t>(m * n));
       poison(c.data(), c.bytes());
-      cuda::gemm_quant({.type = type,
-                        .weight = dw.data(),
-                        .weight_bytes = static_cast<int64_t>(host.size()),
-                        .n_rows = static_cast<int>(n),
-                        .k = static_cast<int>(k),
-                        .a = reinterpret_cast<const __nv_bfloat16*>(da.data()),
-                        .lda = k,
-                        .c = c.data(),
-                        .ldc = n,
-                        .m = static_cast<int>(m)},
-                       nullptr);
+      cuda::gemm_quant(dense_gemm_params(type, host, dw.data(), n, k, da.data(), c.data(), m), nullptr);
       const auto got = download(c.data(), c.size());
       const std::string shape =
           type_label(type) + " m " + std::to_string(m) + " n " + std::to_string(n) + " k " + std::to_string(k);
@@ -183,17 +188,7 @@ TEST_CASE("gemm_quant_via_bf16 (dequantize + cuBLAS) matches float64, including 
     DeviceBuffer<__nv_bfloat16> scratch(static_cast<size_t>(n * k));
     DeviceBuffer<float> c(static_cast<size_t>(m * n));
     poison(c.data(), c.bytes());
-    cuda::gemm_quant_via_bf16(blas,
-                              {.type = type,
-                               .weight = dw.data(),
-                               .weight_bytes = static_cast<int64_t>(host.size()),
-                               .n_rows = static_cast<int>(n),
-                               .k = static_cast<int>(k),
-                               .a = reinterpret_cast<const __nv_bfloat16*>(da.data()),
-                               .lda = k,
-                               .c = c.data(),
-                               .ldc = n,
-                               .m = static_cast<int>(m)},
+    cuda::gemm_quant_via_bf16(blas, dense_gemm_params(type, host, dw.data(), n, k, da.data(), c.data(), m),
                               scratch.data(), scratch.size(), nullptr);
     check_close("gemm_quant_via_bf16", type_label(type),
                 compare(download(c.data(), c.size()), reference_gemm(a, wf, m, n, k, true)), 1e-5);
@@ -221,17 +216,8 @@ TEST_CASE("gemm_quant_over_bf16 multiplies the copy it is given, accumulates int
     const auto residual = random_floats(static_cast<size_t>(m * n), rng);
     const auto da = upload(to_bf16_bits(a));
     auto dc = upload(residual);
-    cuda::QuantGemmParams p{.type = type,
-                            .weight = dw.data(),
-                            .weight_bytes = static_cast<int64_t>(host.size()),
-                            .n_rows = static_cast<int>(n),
-                            .k = static_cast<int>(k),
-                            .a = reinterpret_cast<const __nv_bfloat16*>(da.data()),
-                            .lda = k,
-                            .c = dc.data(),
-                            .ldc = n,
-                            .residual = dc.data(),
-                            .m = m};
+    cuda::QuantGemmParams p = dense_gemm_params(type, host, dw.data(), n, k, da.data(), dc.data(), m);
+    p.residual = dc.data();
     cuda::gemm_quant_over_bf16(blas, p, reinterpret_cast<const __nv_bfloat16*>(dcopy.data()), nullptr);
     std::vector<double> want(static_cast<size_t>(m * n));
     for (int i = 0; i < m; ++i) {
