@@ -115,3 +115,73 @@ TEST_CASE("perplexity rejects what it cannot score") {
   params.stride = 5;
   CHECK_THROWS_AS(latte::perplexity(model, some, params), latte::Error);
 }
+
+TEST_CASE("second-half scoring: whole disjoint windows led by the window BOS, their second halves scored") {
+  const latte::Model model = latte::test::shared_random_model("test-v3");
+  const int n_vocab = model.config().n_vocab;
+  const auto tokens = latte::test::fresh_tokens(45, n_vocab);  // windows [0,14), [14,28), [28,42); 3 left out
+  const latte::Token bos = (tokens[14] + 1) % n_vocab;         // differs from every window's own first token
+  REQUIRE(tokens[0] != bos);
+  REQUIRE(tokens[28] != bos);
+  latte::PerplexityParams params;
+  params.n_ctx = 14;
+  params.session.attention = "mla";
+  params.scoring = latte::PerplexityScoring::second_half;
+  params.window_bos = bos;
+  const latte::PerplexityResult r = latte::perplexity(model, tokens, params);
+  // Each window evaluated as [bos, tokens[start + 1 .. start + 14)); positions 8..13 scored (14 / 2 + 1 on).
+  std::vector<double> expected;
+  for (int start = 0; start + 14 <= 45; start += 14) {
+    std::vector<latte::Token> window(tokens.begin() + start, tokens.begin() + start + 14);
+    window[0] = bos;
+    const auto w = window_nll(model, window, 0, 14, 8, "mla");
+    expected.insert(expected.end(), w.begin(), w.end());
+  }
+  REQUIRE(expected.size() == 18);
+  REQUIRE(r.nll.size() == expected.size());
+  CHECK(r.n_scored == 18);
+  CHECK(r.n_windows == 3);
+  CHECK(r.n_evaluated == 42);
+  double sum = 0;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    CHECK(r.nll[i] == doctest::Approx(expected[i]).epsilon(1e-6));
+    sum += expected[i];
+  }
+  CHECK(r.perplexity == doctest::Approx(std::exp(sum / 18.0)).epsilon(1e-6));
+  // The window BOS is what the windows start with: without it every window's second half sees other context.
+  params.window_bos.reset();
+  const latte::PerplexityResult own = latte::perplexity(model, tokens, params);
+  REQUIRE(own.nll.size() == 18);
+  int moved = 0;
+  for (size_t i = 0; i < 18; ++i) moved += std::abs(own.nll[i] - r.nll[i]) > 1e-6;
+  CHECK(moved > 9);
+  // An odd window: 7 / 2 = 3, positions 4..6 scored.
+  params.n_ctx = 7;
+  params.window_bos = bos;
+  const latte::PerplexityResult odd = latte::perplexity(model, tokens, params);
+  CHECK(odd.n_windows == 6);
+  CHECK(odd.n_scored == 18);
+  std::vector<latte::Token> last(tokens.begin() + 35, tokens.begin() + 42);
+  last[0] = bos;
+  const auto w = window_nll(model, last, 0, 7, 4, "mla");
+  for (size_t i = 0; i < 3; ++i) CHECK(odd.nll[15 + i] == doctest::Approx(w[i]).epsilon(1e-6));
+}
+
+TEST_CASE("second-half scoring rejects what it cannot score") {
+  const latte::Model model = latte::test::shared_random_model("test-v3");
+  const auto tokens = latte::test::fresh_tokens(20, model.config().n_vocab);
+  latte::PerplexityParams params;
+  params.scoring = latte::PerplexityScoring::second_half;
+  params.n_ctx = 21;  // no whole window
+  CHECK_THROWS_AS(latte::perplexity(model, tokens, params), latte::Error);
+  params.n_ctx = 2;  // nothing to score in a window
+  CHECK_THROWS_AS(latte::perplexity(model, tokens, params), latte::Error);
+  params.n_ctx = 8;
+  params.stride = 4;  // windows overlap
+  CHECK_THROWS_AS(latte::perplexity(model, tokens, params), latte::Error);
+  params.stride = 8;
+  CHECK(latte::perplexity(model, tokens, params).n_windows == 2);
+  params.scoring = latte::PerplexityScoring::from_second;
+  params.window_bos = latte::Token{1};  // only for second-half scoring
+  CHECK_THROWS_AS(latte::perplexity(model, tokens, params), latte::Error);
+}

@@ -8,6 +8,12 @@
 // by -log softmax(logits of token j-1)[token j], with both inside the window, so a window scores from
 // its 2nd token on; with stride < n_ctx, a window scores only the tokens that no earlier window
 // scored (later windows give them more context). The last window ends at the last token.
+//
+// PerplexityScoring::second_half is llama.cpp's llama-perplexity protocol, for figures comparable with its
+// output on the same GGUF and text: disjoint windows of n_ctx tokens (only whole ones: a shorter tail is not
+// evaluated), the first token of each replaced by `window_bos` where set (llama-perplexity puts the BOS there),
+// and only the tokens at window positions n_ctx/2 + 1 .. n_ctx - 1 scored, each with at least n_ctx/2 tokens
+// of context. The caller's tokens are what llama-perplexity tokenizes: the BOS, then the text.
 #pragma once
 
 #include <latte/model.hpp>
@@ -15,16 +21,25 @@
 #include <latte/token.hpp>
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
 namespace latte {
 
+/// Which tokens of a window are scored (see above).
+enum class PerplexityScoring {
+  from_second,  ///< every window from its 2nd token, no token twice (windows every `stride` tokens)
+  second_half,  ///< llama-perplexity's: disjoint whole windows, positions n_ctx/2 + 1 .. n_ctx - 1
+};
+
 /// How to cut the sequence.
 struct PerplexityParams {
-  int n_ctx = 256;          ///< tokens per window (>= 2)
+  int n_ctx = 256;          ///< tokens per window (>= 2; second_half: >= 3)
   int stride = 0;           ///< tokens between window starts (1 <= stride <= n_ctx); 0 means n_ctx
   SessionParams session{};  ///< attention backend and threads (n_ctx and logits_all are set here)
+  PerplexityScoring scoring = PerplexityScoring::from_second;
+  std::optional<Token> window_bos{};  ///< second_half: evaluated in place of each window's first token
 };
 
 /// The scores of a sequence.
@@ -36,11 +51,12 @@ struct PerplexityResult {
   int64_t n_evaluated = 0;  ///< tokens run through the model (windows overlap when stride < n_ctx)
   int n_windows = 0;
   double seconds = 0;         ///< wall time of the evaluation
-  std::vector<double> nll{};  ///< per scored token, in sequence order (token 1, 2, ... of the input)
+  std::vector<double> nll{};  ///< per scored token, in sequence order (from_second: token 1, 2, ... of the input)
 };
 
-/// Scores `tokens` (at least 2) with `model`. Throws Error(invalid_argument) for fewer than 2 tokens,
-/// n_ctx < 2 or a stride outside [1, n_ctx], and whatever Session throws (bad ids, backend names).
+/// Scores `tokens` (at least 2; second_half: at least n_ctx) with `model`. Throws Error(invalid_argument) for
+/// fewer tokens, n_ctx < 2 (second_half: < 3), a stride outside [1, n_ctx] (second_half: other than n_ctx), a
+/// window_bos without second_half, and whatever Session throws (bad ids, backend names).
 PerplexityResult perplexity(const Model& model, std::span<const Token> tokens, const PerplexityParams& params);
 
 }  // namespace latte

@@ -5,21 +5,50 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <string>
+#include <vector>
 
 namespace latte {
 
-PerplexityResult perplexity(const Model& model, std::span<const Token> tokens, const PerplexityParams& params) {
-  const int64_t n = static_cast<int64_t>(tokens.size());
-  if (n < 2) throw Error(ErrorCode::invalid_argument, "perplexity: needs at least 2 tokens, got " + std::to_string(n));
-  if (params.n_ctx < 2) {
-    throw Error(ErrorCode::invalid_argument,
-                "perplexity: n_ctx must be at least 2 (got " + std::to_string(params.n_ctx) + ")");
+namespace {
+
+// -log softmax(logits)[token], in double.
+double token_nll(std::span<const float> logits, Token token) {
+  const float max = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (float v : logits) sum += std::exp(static_cast<double>(v) - max);
+  return -(static_cast<double>(logits[static_cast<size_t>(token)]) - max - std::log(sum));
+}
+
+void check_params(int64_t n, const PerplexityParams& params) {
+  const auto refuse = [](const std::string& why) { throw Error(ErrorCode::invalid_argument, "perplexity: " + why); };
+  const bool halves = params.scoring == PerplexityScoring::second_half;
+  const int min_ctx = halves ? 3 : 2;
+  if (params.n_ctx < min_ctx) {
+    refuse("n_ctx must be at least " + std::to_string(min_ctx) + " (got " + std::to_string(params.n_ctx) + ")");
+  }
+  const int64_t min_tokens = halves ? params.n_ctx : 2;
+  if (n < min_tokens) {
+    refuse("needs at least " + std::to_string(min_tokens) + " tokens" + (halves ? " (one whole window)" : "") +
+           ", got " + std::to_string(n));
   }
   const int stride = params.stride == 0 ? params.n_ctx : params.stride;
   if (stride < 1 || stride > params.n_ctx) {
-    throw Error(ErrorCode::invalid_argument, "perplexity: stride " + std::to_string(params.stride) +
-                                                 " is outside [1, n_ctx = " + std::to_string(params.n_ctx) + "]");
+    refuse("stride " + std::to_string(params.stride) + " is outside [1, n_ctx = " + std::to_string(params.n_ctx) + "]");
   }
+  if (halves && stride != params.n_ctx) {
+    refuse("second-half scoring takes disjoint windows: stride " + std::to_string(params.stride) +
+           " is not n_ctx = " + std::to_string(params.n_ctx));
+  }
+  if (params.window_bos && !halves) refuse("window_bos applies to second-half scoring only");
+}
+
+}  // namespace
+
+PerplexityResult perplexity(const Model& model, std::span<const Token> tokens, const PerplexityParams& params) {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  check_params(n, params);
+  const int stride = params.stride == 0 ? params.n_ctx : params.stride;
   SessionParams sp = params.session;
   sp.n_ctx = params.n_ctx;
   sp.logits_all = true;
@@ -27,24 +56,34 @@ PerplexityResult perplexity(const Model& model, std::span<const Token> tokens, c
 
   PerplexityResult r;
   const auto t0 = std::chrono::steady_clock::now();
-  int64_t scored_end = 1;  // tokens [1, scored_end) are scored
-  for (int64_t start = 0; scored_end < n; start += stride) {
-    const int64_t end = std::min(n, start + params.n_ctx);
-    if (end <= scored_end) continue;  // cannot happen with stride <= n_ctx; kept for clarity
-    session.reset();
-    session.eval(tokens.subspan(static_cast<size_t>(start), static_cast<size_t>(end - start)));
-    r.n_evaluated += end - start;
-    ++r.n_windows;
-    for (int64_t j = std::max(scored_end, start + 1); j < end; ++j) {
-      const std::span<const float> logits = session.logits(static_cast<int>(j - 1 - start));
-      const float max = *std::max_element(logits.begin(), logits.end());
-      double sum = 0;
-      for (float v : logits) sum += std::exp(static_cast<double>(v) - max);
-      const double log_p =
-          static_cast<double>(logits[static_cast<size_t>(tokens[static_cast<size_t>(j)])]) - max - std::log(sum);
-      r.nll.push_back(-log_p);
+  if (params.scoring == PerplexityScoring::second_half) {
+    const int64_t first = params.n_ctx / 2;  // logits of positions first .. n_ctx - 2 score the next token
+    std::vector<Token> window(static_cast<size_t>(params.n_ctx));
+    for (int64_t start = 0; start + params.n_ctx <= n; start += params.n_ctx) {
+      std::copy_n(tokens.begin() + start, params.n_ctx, window.begin());
+      if (params.window_bos) window[0] = *params.window_bos;
+      session.reset();
+      session.eval(window);
+      r.n_evaluated += params.n_ctx;
+      ++r.n_windows;
+      for (int64_t j = first; j + 1 < params.n_ctx; ++j) {
+        r.nll.push_back(token_nll(session.logits(static_cast<int>(j)), window[static_cast<size_t>(j + 1)]));
+      }
     }
-    scored_end = end;
+  } else {
+    int64_t scored_end = 1;  // tokens [1, scored_end) are scored
+    for (int64_t start = 0; scored_end < n; start += stride) {
+      const int64_t end = std::min(n, start + params.n_ctx);
+      if (end <= scored_end) continue;  // cannot happen with stride <= n_ctx; kept for clarity
+      session.reset();
+      session.eval(tokens.subspan(static_cast<size_t>(start), static_cast<size_t>(end - start)));
+      r.n_evaluated += end - start;
+      ++r.n_windows;
+      for (int64_t j = std::max(scored_end, start + 1); j < end; ++j) {
+        r.nll.push_back(token_nll(session.logits(static_cast<int>(j - 1 - start)), tokens[static_cast<size_t>(j)]));
+      }
+      scored_end = end;
+    }
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.n_scored = static_cast<int64_t>(r.nll.size());

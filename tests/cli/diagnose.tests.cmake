@@ -81,8 +81,14 @@ latte_cli_test(NAME perplexity_of_a_text
 latte_cli_test(NAME perplexity_bad_stride
                ARGS perplexity --model ${_bytes_model} --file ${_text} --ctx 8 --stride 9
                EXPECT_EXIT 1 EXPECT_STDERR "stride 9 is outside \\[1, n_ctx = 8\\]")
+latte_cli_test(NAME perplexity_second_half
+               ARGS perplexity --model ${_bytes_model} --file ${_text} --ctx 8 --score second-half
+               EXPECT_STDOUT "^ppl [0-9.]+  mean nll [0-9.]+ \\+- [0-9.]+  tokens [0-9]+ scored of [0-9]+  windows [0-9]+  [0-9.]+ t/s\n$")
+latte_cli_test(NAME perplexity_bad_score
+               ARGS perplexity --model ${_bytes_model} --file ${_text} --score halves
+               EXPECT_EXIT 1 EXPECT_STDERR "--score must be from-second or second-half, got 'halves'")
 set_tests_properties(cli_diagnose_text_prompt cli_perplexity_of_a_text cli_perplexity_bad_stride
-                     PROPERTIES FIXTURES_REQUIRED cli_bytes_model)
+                     cli_perplexity_second_half cli_perplexity_bad_score PROPERTIES FIXTURES_REQUIRED cli_bytes_model)
 latte_cli_test(NAME perplexity_needs_a_tokenizer
                ARGS perplexity --model ${_model} --file ${_text}
                EXPECT_EXIT 1 EXPECT_STDERR "no tokenizer")
