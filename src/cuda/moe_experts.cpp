@@ -104,21 +104,6 @@ void combine_slots(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeExperts
               stream);
 }
 
-// Most tokens per GEMV group for `pairs` (token, choice) pairs over n_experts: the power of two at or above
-// twice the mean pairs per expert, within 1..min(8, n_tokens); 16 where the mean is over 8 and the launches take
-// groups that wide (`wide`): at 128 sequences x 6 of 64 experts an expert's ~12 tokens are then one group that
-// reads its weights once, where groups of 8 read them twice. LATTE_MOE_GROUP_TOKENS (1-16) fixes it (more than 8
-// only where `wide`).
-int moe_group_tokens(int pairs, int n_experts, int n_tokens, bool wide) {
-  static const int fixed = latte::detail::env_int("LATTE_MOE_GROUP_TOKENS", 0);
-  const int cap = std::min(wide ? gemv_group_max_tokens : gemv_max_tokens, std::max(1, n_tokens));
-  if (fixed > 0) return std::min(fixed, cap);
-  int g = 1;
-  while (g < std::min(cap, gemv_max_tokens) && g * n_experts < 2 * pairs) g *= 2;
-  if (g == gemv_max_tokens && cap > gemv_max_tokens && pairs > gemv_max_tokens * n_experts) g = cap;
-  return std::min(g, cap);
-}
-
 // One token, every expert held, split-int8 GEMVs: choice j of the token goes through expert ids[j] into
 // slot j, straight from the router's ids (no sort into groups), and the combine reads the slots in order.
 void decode_one_token(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeExpertsCall& c, cudaStream_t stream) {
@@ -165,6 +150,16 @@ void decode_one_token(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeExpe
 }
 
 }  // namespace
+
+int moe_group_tokens(int pairs, int n_experts, int n_tokens, bool wide) {
+  static const int fixed = latte::detail::env_int("LATTE_MOE_GROUP_TOKENS", 0);
+  const int cap = std::min(wide ? gemv_group_max_tokens : gemv_max_tokens, std::max(1, n_tokens));
+  if (fixed > 0) return std::min(fixed, cap);
+  const int64_t p = pairs, e = n_experts;
+  int g = 2 * p <= e ? 1 : 8 * p <= 13 * e ? 2 : gemv_max_tokens;
+  if (g == gemv_max_tokens && cap > gemv_max_tokens && p > gemv_max_tokens * e) g = cap;
+  return std::min(g, cap);
+}
 
 MoeWorkspace::MoeWorkspace(const MoeWorkspaceShape& shape) : shape_(shape) {
   if (shape.max_tokens <= 0 || shape.k <= 0 || shape.n_experts <= 0 || shape.hidden <= 0 || shape.ffn <= 0) {
@@ -241,8 +236,8 @@ void moe_experts_decode(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeEx
            (fused || gemv_takes_wide_groups(on_stack(gw, w.up)));
   }
   // Tokens per group: the GEMV is compiled for 1, 2, 4, 8 (and 16) of them, and a block pays for its build's
-  // count (registers, staged records) whatever its group holds; so groups of about twice the mean
-  // tokens per expert (8 tokens x 6 of 64 experts: groups of 2), an expert with more split in several.
+  // count (registers, staged records) whatever its group holds; groups of 1, 2 or 8 (16) by the mean tokens per
+  // expert (moe_group_tokens), an expert with more split in several.
   const int group_tokens = moe_group_tokens(pairs, w.n_experts, c.n_tokens, wide);
   const int max_groups = moe_max_groups(pairs, w.n_experts, group_tokens);
   MoeSortParams sort = sort_params(w, ws, c);

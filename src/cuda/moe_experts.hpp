@@ -103,6 +103,16 @@ struct MoeExpertsCall {
   RowNormTarget then_norm{};
 };
 
+/// Most tokens per GEMV group of the decode path for `pairs` (token, choice) pairs of n_tokens tokens over
+/// n_experts, within 1..min(8, n_tokens): 1 where the mean pairs per expert is at most 1/2, 2 up to a mean of
+/// 13/8, else 8; 16 where the mean is over 8 and the launches take groups that wide (`wide`): at 128 sequences x 6
+/// of 64 experts an expert's ~12 tokens are then one group that reads its weights once, where groups of 8 read
+/// them twice. Groups of 4 (the tensor-core GEMV's 4-token build) lost everywhere they were taken (H100, V2-Lite:
+/// 12 / 16 sequences, means 1.1 / 1.5, 1,468 / 1,774 t/s against 1,703 / 1,872 in groups of 2; 20 sequences, mean
+/// 1.9, 2,243 against 2,315 in groups of 8; BENCHMARKS.md). LATTE_MOE_GROUP_TOKENS (1-16) fixes it (more than 8
+/// only where `wide`).
+int moe_group_tokens(int pairs, int n_experts, int n_tokens, bool wide);
+
 /// Decode path (n_tokens <= moe_gemv_max_tokens, fp32 x): GEMVs over groups of at most 8 of an expert's
 /// tokens; with x_q they read split-int8 records, the down projection's made from the gated activations.
 /// Throws Error on violated preconditions.

@@ -457,11 +457,11 @@ void check_moe_experts(int E, int H, int F, int k, std::initializer_list<int> to
 TEST_CASE("moe_experts_decode and moe_experts_prefill match a float64 expert FFN") {
   auto rng = make_rng("moe_experts");
   // 8 experts, 3 choices: 29, 64 and 128 tokens make decode groups of at most 8 of an expert's tokens,
-  // several per expert; 3 tokens groups of 3; 130 tokens take the prefill path
+  // several per expert; 3 tokens groups of 2; 130 tokens take the prefill path
   check_moe_experts(8, 512, 160, 3, {1, 3, 8, 29, 64, 128, 130}, rng);
-  // 64 experts, 6 choices: 2 tokens in groups of 1, 8 in groups of 2, 20 in groups of 4, 128 in groups of 8
-  // (moe_group_tokens), about two per expert
-  check_moe_experts(64, 256, 64, 6, {2, 8, 20, 128}, rng);
+  // 64 experts, 6 choices: 2 tokens in groups of 1, 8 and 16 in groups of 2, 20 and 128 in groups of 8
+  // (moe_group_tokens)
+  check_moe_experts(64, 256, 64, 6, {2, 8, 16, 20, 128}, rng);
   // an FFN of 1024 (the Q8_0 down on the tensor cores): on records, 29, 64 and 128 tokens over 8 experts (11, 24
   // and 48 pairs each) make groups of 16 (the 16-token builds: a group of 11, groups of 16 and 8, three of 16)
   check_moe_experts(8, 512, 1024, 3, {29, 64, 128}, rng);
