@@ -30,6 +30,17 @@ std::vector<double> window_nll(const latte::Model& model, std::span<const latte:
   return out;
 }
 
+/// Checks r's per-token scores against `expected`, one by one; returns the sum of `expected`.
+double check_nll(const latte::PerplexityResult& r, const std::vector<double>& expected) {
+  REQUIRE(r.nll.size() == expected.size());
+  double sum = 0;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    CHECK(r.nll[i] == doctest::Approx(expected[i]).epsilon(1e-6));
+    sum += expected[i];
+  }
+  return sum;
+}
+
 }  // namespace
 
 TEST_CASE("perplexity scores disjoint windows from their second token") {
@@ -45,15 +56,10 @@ TEST_CASE("perplexity scores disjoint windows from their second token") {
     const auto w = window_nll(model, tokens, start, end, start + 1, "mla");
     expected.insert(expected.end(), w.begin(), w.end());
   }
-  REQUIRE(r.nll.size() == expected.size());  // 15 + 15 + 4
-  CHECK(r.n_scored == 34);
+  CHECK(r.n_scored == 34);  // 15 + 15 + 4
   CHECK(r.n_windows == 3);
   CHECK(r.n_evaluated == 37);
-  double sum = 0;
-  for (size_t i = 0; i < expected.size(); ++i) {
-    CHECK(r.nll[i] == doctest::Approx(expected[i]).epsilon(1e-6));
-    sum += expected[i];
-  }
+  const double sum = check_nll(r, expected);
   const double mean = sum / static_cast<double>(expected.size());
   double sq = 0;
   for (double v : expected) sq += (v - mean) * (v - mean);
@@ -82,9 +88,8 @@ TEST_CASE("overlapping windows score every token once, with the most context") {
     expected.insert(expected.end(), w.begin(), w.end());
     scored_end = end;
   }
-  REQUIRE(r.nll.size() == 29);
   REQUIRE(expected.size() == 29);
-  for (size_t i = 0; i < expected.size(); ++i) CHECK(r.nll[i] == doctest::Approx(expected[i]).epsilon(1e-6));
+  check_nll(r, expected);
   CHECK(r.n_windows == 5);
 }
 
@@ -138,15 +143,10 @@ TEST_CASE("second-half scoring: whole disjoint windows led by the window BOS, th
     expected.insert(expected.end(), w.begin(), w.end());
   }
   REQUIRE(expected.size() == 18);
-  REQUIRE(r.nll.size() == expected.size());
   CHECK(r.n_scored == 18);
   CHECK(r.n_windows == 3);
   CHECK(r.n_evaluated == 42);
-  double sum = 0;
-  for (size_t i = 0; i < expected.size(); ++i) {
-    CHECK(r.nll[i] == doctest::Approx(expected[i]).epsilon(1e-6));
-    sum += expected[i];
-  }
+  const double sum = check_nll(r, expected);
   CHECK(r.perplexity == doctest::Approx(std::exp(sum / 18.0)).epsilon(1e-6));
   // The window BOS is what the windows start with: without it every window's second half sees other context.
   params.window_bos.reset();
