@@ -26,7 +26,11 @@ translate() {
 }
 
 objects=()
-# compile SRC OBJ FLAGS_ARRAY_NAME DEP...: compiles when OBJ is missing or older than SRC or a DEP.
+jobs=${LATTE_JOBS:-$(nproc)}
+running=0
+failed=0
+# compile SRC OBJ FLAGS_ARRAY_NAME DEP...: compiles when OBJ is missing or older than SRC or a DEP, in the
+# background, at most $jobs at once (finish_compiles waits for the rest). A failed compile removes its object.
 compile() {
   local src=$1 obj=$2 stale=0
   local -n compile_flags=$3
@@ -37,15 +41,30 @@ compile() {
     for dep in "$src" "$@"; do [ "$dep" -nt "$obj" ] && stale=1 && break; done
   fi
   if [ $stale = 1 ]; then
+    if [ "$running" -ge "$jobs" ]; then
+      wait -n || failed=1
+      running=$((running - 1))
+    fi
     echo "compiling $(basename "$src")"
-    g++ "${compile_flags[@]}" -c "$src" -o "$obj"
+    { g++ "${compile_flags[@]}" -c "$src" -o "$obj.tmp" && mv "$obj.tmp" "$obj"; } || { rm -f "$obj.tmp"; exit 1; } &
+    running=$((running + 1))
+  fi
+}
+finish_compiles() {
+  while [ "$running" -gt 0 ]; do
+    wait -n || failed=1
+    running=$((running - 1))
+  done
+  if [ "$failed" != 0 ]; then
+    echo "tests/emulation/build.sh: a compile failed (above)" >&2
+    exit 1
   fi
 }
 
 sources=("$here/emulation.cpp" "$here/main.cpp" "$root/src/cuda/check.cpp" "$root/src/cuda/device_buffer.cpp"
          "$root/src/cuda/device_caps.cpp" "$root/src/cuda/decode_step.cpp")
-kernels=(split_kv_combine mla_decode mla_decode_wide standard_decode flash_prefill dsa_index_scores dsa_top_k kv_cache_append
-         gemv_quant gemv_quant_float gemv_quant_legacy gemv_quant_kquants x_int8 norms rope_yarn decode_step_kernel moe_router)
+kernels=(gemv_quant_legacy gemv_quant_kquants split_kv_combine mla_decode mla_decode_wide standard_decode flash_prefill
+         dsa_index_scores dsa_top_k kv_cache_append gemv_quant gemv_quant_float x_int8 norms rope_yarn decode_step_kernel moe_router)
 tests=("$root"/tests/gpu/attention_*.cpp "$root"/tests/gpu/decode_step_test.cpp "$here/gemv_test.cpp"
        "$root"/tests/gpu/gemv_int8_test.cpp)
 # LATTE_EMU_ONLY=fused: only the fused decode step and its test (what CI runs: a few minutes)
@@ -63,7 +82,7 @@ if [ "${LATTE_EMU_ONLY:-}" = decode-attention ]; then
 fi
 # LATTE_EMU_ONLY=gemv: only the GEMV kernels and their test
 if [ "${LATTE_EMU_ONLY:-}" = gemv ]; then
-  kernels=(gemv_quant gemv_quant_float gemv_quant_legacy gemv_quant_kquants x_int8 norms moe_router)
+  kernels=(gemv_quant_legacy gemv_quant_kquants gemv_quant gemv_quant_float x_int8 norms moe_router)
   tests=("$here/gemv_test.cpp" "$root"/tests/gpu/gemv_int8_test.cpp)
   sources=("${sources[@]/*decode_step.cpp/}")
 fi
@@ -79,11 +98,13 @@ mkdir -p "$out/src/cuda"
 for cuh in "$root"/src/cuda/*.cuh; do
   grep -q "extern __shared__" "$cuh" && translate "$cuh" "$out/src/cuda/$(basename "$cuh")"
 done
+# the kernels first, the longest compiles (the GEMVs' template instances) at the head of the list
+translated=()
 for name in "${kernels[@]}"; do
   translate "$root/src/cuda/$name.cu" "$out/src/$name.cpp"
-  sources+=("$out/src/$name.cpp")
+  translated+=("$out/src/$name.cpp")
 done
-sources+=("${tests[@]}")
+sources=("${translated[@]}" "${sources[@]}" "${tests[@]}")
 headers=("$here"/emulation.hpp "$here"/include/*/*.cuh "$here"/include/cub/block/*.cuh "$root"/src/cuda/*.hpp
          "$root"/src/cuda/*.cuh "$root"/tests/gpu/*.hpp "$out"/src/cuda/*.cuh)
 for src in "${sources[@]}"; do
@@ -96,5 +117,6 @@ for src in "$root"/src/quant/*.cpp "$root"/src/model/attention_scale.cpp "$root"
   compile "$src" "$out/obj/plain-$(basename "$src").o" common "$root"/src/quant/*.hpp "$root"/include/latte/quant.hpp \
           "$root"/src/core/environment.hpp
 done
+finish_compiles
 g++ "${flags[@]}" -o "$out/latte_emulated_gpu_tests" "${objects[@]}" -L"$cuda/lib64" -lcudart -Wl,-rpath,"$cuda/lib64"
 echo "$out/latte_emulated_gpu_tests"
