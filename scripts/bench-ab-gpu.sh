@@ -2,7 +2,7 @@
 # A/B speed comparison of kernel switches in ONE device call: builds latte (and the GPU tests) for the
 # GPU, converts the 27-block random DeepSeek-V2-Lite Q4_K_M model while the GPU tests run, then runs
 # `latte bench` once per case, alternating the cases so that drift shows as noise rather than as a
-# difference. Every case is a set of environment variables (LATTE_PDL, LATTE_GEMV_X, LATTE_GEMV_OCC, ...);
+# difference. Every case is a set of environment variables (LATTE_PDL, LATTE_GEMV_X, LATTE_GEMV_MMA, ...);
 # LATTE_AB_BINARY=baseline in a case runs the baseline build packed beside the new one
 # (LATTE_PACK_BASELINE=1 scripts/pack-gpu-binaries.sh), so a code change is compared in the same call too.
 #

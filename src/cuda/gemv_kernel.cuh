@@ -408,16 +408,12 @@ inline double gemv_waves() {
   return waves;
 }
 
-/// 1-token GEMVs of the K-quants (whose decode fits 80 registers without real spills) may be compiled
-/// for 6 resident blocks per SM instead of 4: 24 warps to hide the latency of each warp's load ->
-/// decode -> FMA chain instead of 16. LATTE_GEMV_OCC=4 selects the 4-block build, to compare.
+/// 1-token GEMVs of the K-quants (whose decode fits 80 registers without real spills) are compiled for 6
+/// resident blocks per SM instead of 4: 24 warps to hide the latency of each warp's load -> decode -> FMA
+/// chain instead of 16 (the 4-block build measured 287.6 t/s at tg128 against 293.4, BENCHMARKS.md,
+/// second decode round).
 template <GgmlType T>
 inline constexpr bool kGemvSixBlocks = T == GgmlType::q4_k || T == GgmlType::q5_k || T == GgmlType::q6_k;
-
-inline bool gemv_six_blocks() {
-  static const bool on = latte::detail::env_choice("LATTE_GEMV_OCC", "6") == "6";
-  return on;
-}
 
 /// Shared memory kXRows may take for x (NT rows of k floats).
 inline constexpr int kGemvRowsMaxBytes = 64 * 1024;
@@ -478,9 +474,10 @@ void launch_gemv(const GemvParams& p, cudaStream_t stream) {
       case 1:
         if (mode == kXRows) {
           if constexpr (kGemvSixBlocks<T>) {
-            if (gemv_six_blocks()) return launch_gemv_as<T, 1, kXRows, 6>(p, shape, grid, stream);
+            return launch_gemv_as<T, 1, kXRows, 6>(p, shape, grid, stream);
+          } else {
+            return launch_gemv_as<T, 1, kXRows>(p, shape, grid, stream);
           }
-          return launch_gemv_as<T, 1, kXRows>(p, shape, grid, stream);
         }
         if (mode == kXWarp) return launch_gemv_as<T, 1, kXWarp>(p, shape, grid, stream);
         return launch_gemv_as<T, 1, kXDirect>(p, shape, grid, stream);

@@ -860,16 +860,6 @@ inline bool gemv_mma_split_enabled() {
   return on;
 }
 
-/// Which build of the unsplit Q4_K tensor-core GEMV runs (LATTE_GEMV_MMA_WIDE, off by default: build 2 measured
-/// x32 -5% and x64 -4% on an H200, BENCHMARKS.md thirteenth round):
-/// 0, 3 blocks per SM (168 registers); 1, 4 blocks (128 registers, 160-200 bytes spilled); 2, 4 blocks with
-/// steps of half a super-block (the loads in flight in fewer registers). Q5_K spills ~300 bytes at 128
-/// registers and stays at 3.
-inline int gemv_mma_wide() {
-  static const int build = latte::detail::env_int("LATTE_GEMV_MMA_WIDE", 0);
-  return build;
-}
-
 template <GgmlType T, int NT>
 void launch_gemv_mma_as(const GemvParams& p, cudaStream_t stream) {
   int device = 0;
@@ -893,15 +883,9 @@ void launch_gemv_mma_as(const GemvParams& p, cudaStream_t stream) {
       kernel = gemv_mma_staged_kernel<T, NT, false>;
     }
   } else if constexpr (kGemvX8KQuant<T>) {
-    if constexpr (T == GgmlType::q4_k) {
-      const int wide = gemv_mma_wide();
-      kernel = split       ? gemv_mma_kernel<T, NT, true>
-               : wide == 1 ? gemv_mma_kernel<T, NT, false, 4>
-               : wide == 2 ? gemv_mma_kernel<T, NT, false, 4, 2>
-                           : gemv_mma_kernel<T, NT, false>;
-    } else {
-      kernel = split ? gemv_mma_kernel<T, NT, true> : gemv_mma_kernel<T, NT, false>;
-    }
+    // 3 blocks per SM (168 registers): builds for 4 blocks (128 registers, 160-300 bytes spilled, or half
+    // super-blocks per step) measured x32 -5% and x64 -4% on an H200 (BENCHMARKS.md, thirteenth round)
+    kernel = split ? gemv_mma_kernel<T, NT, true> : gemv_mma_kernel<T, NT, false>;
   } else {
     kernel = split ? gemv_mma_staged_kernel<T, NT, true> : gemv_mma_staged_kernel<T, NT, false>;
   }
