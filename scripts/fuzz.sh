@@ -33,22 +33,46 @@ rm -rf "$build/seeds"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:allocator_may_return_null=0
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 for h in "${harnesses[@]}"; do
-  fuzzer="$build/tests/fuzz/fuzz_$h"
-  mkdir -p "$build/corpus/$h" "$build/artifacts/$h"
-  options=(-timeout=20 -malloc_limit_mb=512 -rss_limit_mb=2048 -artifact_prefix="$build/artifacts/$h/")
   if compgen -G "tests/fuzz/regressions/$h/*" >/dev/null; then
     echo "== fuzz_$h: replaying saved crashers"
-    "$fuzzer" "${options[@]}" tests/fuzz/regressions/"$h"/*
+    "$build/tests/fuzz/fuzz_$h" -timeout=20 -malloc_limit_mb=512 -rss_limit_mb=2048 tests/fuzz/regressions/"$h"/*
   fi
+done
+
+# fuzz_one H: fuzzes harness H for $seconds into its own log; its exit status is the fuzzer's.
+fuzz_one() {
+  local h=$1
+  mkdir -p "$build/corpus/$h" "$build/artifacts/$h"
+  "$build/tests/fuzz/fuzz_$h" -timeout=20 -malloc_limit_mb=512 -rss_limit_mb=2048 \
+    -artifact_prefix="$build/artifacts/$h/" -max_total_time="$seconds" -print_final_stats=1 \
+    "$build/corpus/$h" "$build/seeds/$h" >"$build/fuzz_$h.log" 2>&1
+}
+# report H RC: prints harness H's summary; on failure its log's tail, and returns 1.
+report() {
+  local h=$1 rc=$2
   echo "== fuzz_$h: ${seconds} s"
-  rc=0
-  "$fuzzer" "${options[@]}" -max_total_time="$seconds" -print_final_stats=1 \
-            "$build/corpus/$h" "$build/seeds/$h" >"$build/fuzz_$h.log" 2>&1 || rc=$?
   grep -E "^(#[0-9]+ +DONE|stat::number_of_executed_units|stat::peak_rss_mb)" "$build/fuzz_$h.log" || true
   if [ "$rc" -ne 0 ]; then
     tail -n 60 "$build/fuzz_$h.log"
     echo "fuzz_$h failed (exit $rc): see $build/fuzz_$h.log and $build/artifacts/$h/" >&2
-    exit 1
+    return 1
   fi
+}
+# the harnesses in batches of LATTE_JOBS at once (each fuzzer is one process on one core)
+for ((i = 0; i < ${#harnesses[@]}; i += LATTE_JOBS)); do
+  batch=("${harnesses[@]:i:LATTE_JOBS}")
+  pids=()
+  for h in "${batch[@]}"; do
+    fuzz_one "$h" &
+    pids+=($!)
+  done
+  for j in "${!batch[@]}"; do
+    rc=0
+    wait "${pids[$j]}" || rc=$?
+    if ! report "${batch[$j]}" "$rc"; then
+      kill "${pids[@]}" 2>/dev/null || true
+      exit 1
+    fi
+  done
 done
 echo "latte: fuzzers passed"
