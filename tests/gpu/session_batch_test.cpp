@@ -12,6 +12,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
@@ -54,6 +55,7 @@ TEST_CASE("decode_batch on one GPU leaves each session the logits of decoding it
           set->back()->eval(std::span(tokens.back()).first(static_cast<size_t>(n)));
         }
       }
+      std::vector<double> errors;
       for (int step = 0; step < 3; ++step) {
         std::vector<latte::Token> next;
         std::vector<latte::Session*> sessions;
@@ -71,10 +73,20 @@ TEST_CASE("decode_batch on one GPU leaves each session the logits of decoding it
           std::printf("decode_batch %-13s %-8s step %d session %zu: logits error %.3g\n", flavour, backend, step, i,
                       error);
           CHECK(finite(got));
-          CHECK(error <= 1e-3);  // the same decode kernels per row (measured 0 through the forward pass)
+          // A row given to another session is off by O(1). The mla backend's rows of a 2-16-row step take fp32 W_UK /
+          // W_UV products where one row takes split-int8 GEMVs (~1.6e-5 of a unit's largest value); q_lat is then
+          // rounded to bf16, where such a difference now and then crosses a rounding (2^-9 relative) and, through
+          // the next blocks, a near-tie of the router: 4e-7 typical, up to 1.1e-3 measured on an H100 (0 with the
+          // standard backend and the DSA model, which take the same kernels for one row and five).
+          CHECK(error <= 1e-2);
+          errors.push_back(error);
           CHECK(together[i]->n_past() == lengths[i] + step + 1);
         }
       }
+      // the typical row at the fp32 level: a path of lower precision for every batched row (bf16 weights or
+      // activations: ~1e-3) fails here
+      std::sort(errors.begin(), errors.end());
+      CHECK(errors[errors.size() / 2] <= 1e-5);
     }
   }
 }
