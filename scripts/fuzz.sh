@@ -32,10 +32,11 @@ rm -rf "$build/seeds"
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:allocator_may_return_null=0
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+options=(-timeout=20 -malloc_limit_mb=512 -rss_limit_mb=2048)
 for h in "${harnesses[@]}"; do
   if compgen -G "tests/fuzz/regressions/$h/*" >/dev/null; then
     echo "== fuzz_$h: replaying saved crashers"
-    "$build/tests/fuzz/fuzz_$h" -timeout=20 -malloc_limit_mb=512 -rss_limit_mb=2048 tests/fuzz/regressions/"$h"/*
+    "$build/tests/fuzz/fuzz_$h" "${options[@]}" tests/fuzz/regressions/"$h"/*
   fi
 done
 
@@ -43,8 +44,8 @@ done
 fuzz_one() {
   local h=$1
   mkdir -p "$build/corpus/$h" "$build/artifacts/$h"
-  "$build/tests/fuzz/fuzz_$h" -timeout=20 -malloc_limit_mb=512 -rss_limit_mb=2048 \
-    -artifact_prefix="$build/artifacts/$h/" -max_total_time="$seconds" -print_final_stats=1 \
+  "$build/tests/fuzz/fuzz_$h" "${options[@]}" -artifact_prefix="$build/artifacts/$h/" -max_total_time="$seconds" \
+    -print_final_stats=1 \
     "$build/corpus/$h" "$build/seeds/$h" >"$build/fuzz_$h.log" 2>&1
 }
 # report H RC: prints harness H's summary; on failure its log's tail, and returns 1.

@@ -41,20 +41,19 @@ compile() {
     for dep in "$src" "$@"; do [ "$dep" -nt "$obj" ] && stale=1 && break; done
   fi
   if [ $stale = 1 ]; then
-    if [ "$running" -ge "$jobs" ]; then
-      wait -n || failed=1
-      running=$((running - 1))
-    fi
+    if [ "$running" -ge "$jobs" ]; then reap_compile; fi
     echo "compiling $(basename "$src")"
     { g++ "${compile_flags[@]}" -c "$src" -o "$obj.tmp" && mv "$obj.tmp" "$obj"; } || { rm -f "$obj.tmp"; exit 1; } &
     running=$((running + 1))
   fi
 }
+# reap_compile: waits for one background compile to end, noting a failure.
+reap_compile() {
+  wait -n || failed=1
+  running=$((running - 1))
+}
 finish_compiles() {
-  while [ "$running" -gt 0 ]; do
-    wait -n || failed=1
-    running=$((running - 1))
-  done
+  while [ "$running" -gt 0 ]; do reap_compile; done
   if [ "$failed" != 0 ]; then
     echo "tests/emulation/build.sh: a compile failed (above)" >&2
     exit 1
