@@ -77,6 +77,8 @@ constexpr std::array kVariables = {
             "CUDA: fewest rows of fp32 W_UK / W_UV products over fp32 copies, below LATTE_BLAS_MIN_ROWS (2)"),
     integer("LATTE_MLA_HEADS_F32_MB", 0, 1 << 20,
             "CUDA: most MB of fp32 copies of every layer's W_UK / W_UV for cuBLAS (1024; 0: none)"),
+    flag("LATTE_MLA_HEADS_KERNEL",
+         "CUDA: those fp32 W_UK / W_UV products as one latte launch each, writing bf16 too (1; 0: cuBLAS)"),
     choice("LATTE_MLA_PREFILL", "auto|absorbed", "CUDA: long mla prefill chunks decompress K and V (auto)"),
     integer("LATTE_MLA_UK_BESIDE_ROPE", 0, 8, "CUDA: steps of up to this many rows run W_UK beside the rope (1)"),
     flag("LATTE_MLA_UV_INT8", "CUDA: the per-head W_UV reads int8 planes of the attention output (1)"),

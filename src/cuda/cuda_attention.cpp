@@ -10,6 +10,7 @@
 #include "cuda/gemm_bf16.hpp"
 #include "cuda/gemm_quant.hpp"
 #include "cuda/gemv_quant.hpp"
+#include "cuda/heads_product.hpp"
 #include "cuda/kv_cache_append.hpp"
 #include "cuda/linear.hpp"
 #include "cuda/mla_decode.hpp"
@@ -117,6 +118,12 @@ const DeviceLayer& CudaAttentionBackend::layer(int il) const {
     throw Error(ErrorCode::internal, std::string(name()) + " (CUDA): layer " + std::to_string(il) + " out of range");
   }
   return weights_->layers[static_cast<size_t>(il)];
+}
+
+void CudaAttentionBackend::convert_output_bf16(const AttentionInput& in, int64_t width, __nv_bfloat16* out_bf16) {
+  if (out_bf16 == nullptr) return;
+  convert_to_bf16(in.out, width, out_bf16, width, in.n_rows, static_cast<int>(width),
+                  static_cast<cudaStream_t>(in.stream));
 }
 
 void CudaAttentionBackend::forward(const AttentionInput& in) {
@@ -303,6 +310,7 @@ class CudaMlaBackend final : public CudaAttentionBackend {
     targets_for_ = {-1, 0};
     const bool uk_done = uk_started_ == std::pair{in.layer, T};  // start_query ran W_UK (join_ before the decode)
     uk_started_ = {-1, 0};
+    __nv_bfloat16* const out_bf16 = take_output_bf16();  // filled on every path below
 
     // Cache rows: c (L) then k_pe (R), bf16.
     if (!given || !cache_from_rope()) {
@@ -323,6 +331,7 @@ class CudaMlaBackend final : public CudaAttentionBackend {
     if (decompressed_prefill(in)) {
       if (uk_done) LATTE_CUDA_CHECK(cudaStreamWaitEvent(stream, join_->get(), 0));  // (not taken at one row)
       prefill_decompressed(in, w, stream);
+      convert_output_bf16(in, static_cast<int64_t>(N) * V, out_bf16);
       return;
     }
 
@@ -353,10 +362,8 @@ class CudaMlaBackend final : public CudaAttentionBackend {
     float* o_lat = nullptr;               // the attention output: fp32 for the per-head GEMV and the
     __nv_bfloat16* o_lat_bf16 = nullptr;  // fp32 cuBLAS product, or bf16 for the bf16 one
     if (f32) {
-      // q_lat in fp32 from the fp32 q_nope and W_UK, then as bf16 for the kernel
-      float* q_lat_f32 = grow_scratch(q_lat_f32_, TN * L, "mla q_lat fp32");
-      heads_product_f32(w.k_b, L, in.q, static_cast<int64_t>(N) * qk, qk, P, T, q_lat_f32, L, stream);
-      convert_to_bf16(q_lat_f32, L, q_lat_bf16, L, static_cast<int>(TN), L, stream);
+      // q_lat from the fp32 q_nope and W_UK, summed in fp32, as bf16 for the kernel
+      heads_product_f32(w.k_b, L, in.q, static_cast<int64_t>(N) * qk, qk, P, T, nullptr, q_lat_bf16, L, stream);
       o_lat = grow_scratch(o_lat_, TN * L, "mla o_lat");
     } else if (heads_blas) {
       // many rows: q_nope as bf16 and one strided-batched product with every head's W_UK (a batch entry per
@@ -399,12 +406,21 @@ class CudaMlaBackend final : public CudaAttentionBackend {
 
     // out[t, h] = W_UV_h o_lat[t, h].
     if (f32) {
-      heads_product_f32(w.v_b, V, o_lat, static_cast<int64_t>(N) * L, L, L, T, in.out, V, stream);
-    } else if (heads_blas) {
+      heads_product_f32(w.v_b, V, o_lat, static_cast<int64_t>(N) * L, L, L, T, in.out, out_bf16, V, stream);
+      return;
+    }
+    if (heads_blas) {
       heads_product(w.v_b, V, o_lat_bf16, L, T, nullptr, in.out, V, stream);
     } else {
       per_head_gemv(w.v_b, V, groups, o_lat, L, in.out, V, stream, nullptr, nullptr, uv_quantizes(w, T));
     }
+    convert_output_bf16(in, static_cast<int64_t>(N) * V, out_bf16);
+  }
+
+  /// Steps whose heads_f32 products run as heads_product launches write the attention output as bf16 in the W_UV
+  /// launch (a caller's bf16 target, set_output_bf16).
+  [[nodiscard]] bool writes_output_bf16(int /*il*/, int n_rows) const override {
+    return heads_f32(n_rows) && heads_kernel(n_rows, c_.kv_lora_rank);
   }
 
  private:
@@ -481,12 +497,42 @@ class CudaMlaBackend final : public CudaAttentionBackend {
     if (!stream_is_capturing(stream)) weights_->make_heads_f32(budget_mb * 1024 * 1024, stream);
   }
 
-  /// For every head h: C_h[T, n] = A_h[T, k] W_h^T (fp32, ldc N c_head_stride) with W_h the rows [h n, (h + 1) n)
-  /// of `stack`'s fp32 copy, A_h at a + h a_head_stride (token stride a_token_stride), C_h at c + h c_head_stride.
+  /// Whether heads_product_f32 of T rows of k values may run as one heads_product launch (LATTE_MLA_HEADS_KERNEL=0:
+  /// never; the cuBLAS product, then a conversion launch for each bf16 output).
+  static bool heads_kernel(int T, int64_t k) {
+    static const bool on = latte::detail::env_flag("LATTE_MLA_HEADS_KERNEL", true);
+    return on && heads_product_takes(T, static_cast<int>(k));
+  }
+
+  /// For every head h: C_h[T, n] = A_h[T, k] W_h^T, fp32 products and sums, with W_h the rows [h n, (h + 1) n) of
+  /// `stack`'s fp32 copy, A_h at a + h a_head_stride (token stride a_token_stride), C_h at h c_head_stride of each
+  /// output row (row stride N c_head_stride): into c (fp32), c_bf16 (each sum rounded once) or both. One
+  /// heads_product launch where it takes the shape, else the batched fp32 cuBLAS product and a conversion.
   void heads_product_f32(const DeviceMatrix& stack, int64_t n, const float* a, int64_t a_token_stride,
-                         int64_t a_head_stride, int64_t k, int T, float* c, int64_t c_head_stride,
-                         cudaStream_t stream) {
+                         int64_t a_head_stride, int64_t k, int T, float* c, __nv_bfloat16* c_bf16,
+                         int64_t c_head_stride, cudaStream_t stream) {
     const int64_t ldw = bf16_weight_stride(stack.k);
+    const int64_t ldc = c_.n_head * c_head_stride;
+    const HeadsProductParams hp{.a = a,
+                                .lda = a_token_stride,
+                                .stride_a = a_head_stride,
+                                .w = weights_->heads_f32(stack),
+                                .ldw = ldw,
+                                .stride_w = n * ldw,
+                                .c = c,
+                                .c_bf16 = c_bf16,
+                                .ldc = ldc,
+                                .stride_c = c_head_stride,
+                                .m = T,
+                                .n = static_cast<int>(n),
+                                .k = static_cast<int>(k),
+                                .batch = c_.n_head};
+    if (heads_kernel(T, k) && heads_product_takes(hp)) {
+      ::latte::cuda::heads_product(hp, stream);  // the free function, not the bf16 member below
+      return;
+    }
+    if (c == nullptr)
+      c = grow_scratch(heads_f32_out_, static_cast<size_t>(T) * static_cast<size_t>(ldc), "mla heads fp32");
     gemm_f32_batched(blas(),
                      {.a = a,
                       .lda = a_token_stride,
@@ -502,6 +548,7 @@ class CudaMlaBackend final : public CudaAttentionBackend {
                       .k = static_cast<int>(k),
                       .batch = c_.n_head},
                      stream);
+    if (c_bf16 != nullptr) convert_to_bf16(c, ldc, c_bf16, ldc, T, static_cast<int>(ldc), stream);
   }
 
   /// For every head h: C_h[T, n] = A_h[T, k] W_h^T with W_h the rows [h n, (h + 1) n) of `stack` (k values
@@ -676,7 +723,7 @@ class CudaMlaBackend final : public CudaAttentionBackend {
   DeviceBuffer<float> prefill_workspace_;  // flash prefill's split partial results
   DeviceBuffer<__nv_bfloat16> q_lat_bf16_, q_rope_bf16_;
   DeviceBuffer<__nv_bfloat16> q_nope_bf16_, o_lat_bf16_;  // decode steps of many rows
-  DeviceBuffer<float> q_lat_f32_;                         // decode steps of several rows, fp32 copies
+  DeviceBuffer<float> heads_f32_out_;  // heads_product_f32 on cuBLAS with only a bf16 output: its fp32 sums
   DeviceBuffer<uint8_t> q_nope_q_;                        // decode: q_nope per token and head as split-int8 records
   /// The page table of layer il among the step's (one table: that layer's, whatever il is).
   static int in_layer_table(const DeviceStep& step, int il) { return step.n_layer == 1 ? 0 : il; }
@@ -719,6 +766,10 @@ class CudaStandardBackend final : public CudaAttentionBackend {
     const int64_t* pages = step.attn_pages + static_cast<size_t>(table) * T;
     const std::byte* base = step.attn_base[table];
     const int64_t v_offset = static_cast<int64_t>(N) * qk;
+    if (take_output_bf16() != nullptr) {
+      throw Error(ErrorCode::internal,
+                  "standard (CUDA): a bf16 output target, which writes_output_bf16 never asks for");
+    }
 
     // [k_nope | v] per head = attn_kv_b c for the new rows, then into the cache with the shared k_pe.
     float* kv = grow_scratch(kv_, static_cast<size_t>(T) * N * (P + V), "standard decompressed kv");

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace latte::cuda {
@@ -102,15 +103,27 @@ class CudaAttentionBackend : public AttentionBackend {
                            cudaStream_t /*stream*/) {
     return false;
   }
+  /// Whether the next forward_device of layer `il` with `n_rows` rows writes its output as bf16 too, in the launch that
+  /// makes it, where set_output_bf16 gives it a target (mla: the per-head W_UV of 2-16 rows, heads_product.hpp).
+  /// A caller that wants the output as bf16 otherwise converts it.
+  [[nodiscard]] virtual bool writes_output_bf16(int /*il*/, int /*n_rows*/) const { return false; }
+  /// A bf16 target for the next forward_device's output (its layout: [n_rows, heads x v_head_dim]). That forward
+  /// fills it, whatever path it takes, and forgets it.
+  void set_output_bf16(__nv_bfloat16* out) noexcept { output_bf16_ = out; }
   void prepare(std::span<const AttentionLayerWeights> layers) override { n_layer_ = static_cast<int>(layers.size()); }
 
  protected:
   [[nodiscard]] const DeviceLayer& layer(int il) const;
+  /// Takes set_output_bf16's target (null: none), for the forward that writes it.
+  __nv_bfloat16* take_output_bf16() noexcept { return std::exchange(output_bf16_, nullptr); }
+  /// Fills `out_bf16` (when set) with the finished output of `input` ([n_rows, width] fp32), converted.
+  static void convert_output_bf16(const AttentionInput& input, int64_t width, __nv_bfloat16* out_bf16);
   std::shared_ptr<const DeviceWeights> weights_;
   int n_layer_ = 0;
 
  private:
   std::unique_ptr<DeviceStepTables> standalone_;
+  __nv_bfloat16* output_bf16_ = nullptr;
 };
 
 /// Registry entries of the CUDA backends.

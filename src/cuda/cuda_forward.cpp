@@ -680,6 +680,29 @@ class CudaForward final : public CudaRankForward {
                .x_norm_weight = w.attn_norm,
                .x_norm_eps = c_.rms_norm_eps},
               stream());
+    } else if (!prenormed && !tap_norm && w.attn_input && !c_.has_indexer() && H % 8 == 0 &&
+               linear_.copy_of(w.attn_input, T) != nullptr && a.xn_bf16.size() >= static_cast<size_t>(T) * H) {
+      // the projection multiplies a bf16 copy: the norm writes its rows as bf16 for cuBLAS (the values a conversion
+      // of the fp32 rows would give), one launch fewer; nothing in this block reads the fp32 rows
+      rms_norm({.x = a.x.data(),
+                .x_stride = H,
+                .weight = w.attn_norm,
+                .n = H,
+                .rows = T,
+                .eps = c_.rms_norm_eps,
+                .out = a.xn_bf16.data(),
+                .out_stride = H,
+                .out_type = ActOut::bf16},
+               stream());
+      linear_(w.attn_input,
+              {.x = a.xn.data(),
+               .x_stride = H,
+               .rows = T,
+               .y = a.proj.data(),
+               .y_stride = width,
+               .x_bf16 = a.xn_bf16.data(),
+               .x_bf16_stride = H},
+              stream());
     } else {
       if (!prenormed) rms(a.x.data(), H, w.attn_norm, H, T, a.xn.data(), H, xq);
       if (tap_norm) emit_device(tap, il, {T, H}, a.xn.data(), T, H, H);
@@ -744,6 +767,14 @@ class CudaForward final : public CudaRankForward {
       attention_sequences_[i].cache = const_cast<std::byte*>(rows_[i * static_cast<size_t>(c_.n_layer_main()) + il]);
     }
 
+    // the attention output also as bf16 from the launch that makes it, where the output projection multiplies a bf16
+    // copy (no conversion launch before its cuBLAS product)
+    const int64_t nv = static_cast<int64_t>(N) * c_.v_head_dim;
+    __nv_bfloat16* attn_bf16 = nullptr;
+    if (nv % 8 == 0 && linear_.copy_of(w.attn_output, T) != nullptr && backend_.writes_output_bf16(il, T)) {
+      attn_bf16 = grow_scratch(attn_bf16_, static_cast<size_t>(T) * static_cast<size_t>(nv), "attention output bf16");
+      backend_.set_output_bf16(attn_bf16);
+    }
     backend_.forward_device({.layer = il,
                              .n_rows = T,
                              .q = a.q.data(),
@@ -756,7 +787,6 @@ class CudaForward final : public CudaRankForward {
                              .out = a.attn.data(),
                              .stream = stream()},
                             step_);
-    const int64_t nv = static_cast<int64_t>(N) * c_.v_head_dim;
     if (tapping(il, "attn_heads", tap)) emit_device(tap, il, {T, N, c_.v_head_dim}, a.attn.data(), T, nv, nv);
     const bool tap_out = tapping(il, "attn_out", tap);
     if (tap_out) keep_residual();
@@ -775,7 +805,18 @@ class CudaForward final : public CudaRankForward {
                        .out_stride = x_int8_record_bytes(nv)},
                       stream());
     }
-    linear(w.attn_output, a.attn.data(), nv, T, a.x.data(), H, a.x.data(), attn_q);
+    linear_(w.attn_output,
+            {.x = a.attn.data(),
+             .x_stride = nv,
+             .rows = T,
+             .y = a.x.data(),
+             .y_stride = H,
+             .residual = a.x.data(),
+             .x_q = attn_q,
+             .x_q_stride = x_int8_record_bytes(nv),
+             .x_bf16 = attn_bf16,
+             .x_bf16_stride = nv},
+            stream());
     reduce_shares();
     if (tap_out) emit_update(tap, il);
   }
@@ -1214,6 +1255,8 @@ class CudaForward final : public CudaRankForward {
   Linear linear_;
   Linear side_linear_;  // the side stream's products (its own bf16 staging and cuBLAS handle)
   Activations act_;
+  DeviceBuffer<__nv_bfloat16>
+      attn_bf16_;  // the attention output as bf16, where the backend writes it (writes_output_bf16)
   std::unique_ptr<MoeWorkspace> moe_;
   int capacity_ = 0;
   PinnedBuffer<int32_t> tokens_host_;

@@ -64,8 +64,8 @@ QuantGemmParams Linear::quant_gemm_params(const DeviceMatrix& w, const LinearCal
           .weight_bytes = w.bytes(),
           .n_rows = static_cast<int>(w.rows),
           .k = static_cast<int>(w.k),
-          .a = staged(c.x, c.x_stride, c.rows, static_cast<int>(w.k), stream),
-          .lda = w.k,
+          .a = c.x_bf16 != nullptr ? c.x_bf16 : staged(c.x, c.x_stride, c.rows, static_cast<int>(w.k), stream),
+          .lda = c.x_bf16 != nullptr ? c.x_bf16_stride : w.k,
           .c = c.y,
           .ldc = c.y_stride,
           .residual = c.residual,
@@ -136,6 +136,10 @@ bool Linear::dequantizes(const DeviceMatrix& w, int rows) {
 void Linear::operator()(const DeviceMatrix& w, const LinearCall& c, cudaStream_t stream) {
   if (!w) throw Error(ErrorCode::internal, "linear: absent weight matrix");
   if (c.rows <= 0) return;
+  if (c.x_bf16 != nullptr &&
+      (c.x_bf16_stride < w.k || c.x_bf16_stride % 8 != 0 || reinterpret_cast<uintptr_t>(c.x_bf16) % 16 != 0)) {
+    throw Error(ErrorCode::internal, "linear: x_bf16 needs 16-byte aligned rows of at least k values");
+  }
   if (c.x_norm_weight != nullptr && (c.rows != 1 || c.x_q != nullptr || !linear_normalises(w))) {
     throw Error(ErrorCode::internal, "linear: x_norm_weight needs one row without records and the split-int8 GEMV");
   }

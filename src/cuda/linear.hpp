@@ -53,6 +53,11 @@ struct LinearCall {
   /// DeviceWeights::output_bf16). The product then runs on cuBLAS over the copy, x rounded to bf16, whatever
   /// path w itself would take.
   const __nv_bfloat16* w_bf16 = nullptr;
+  /// Optional: x's rows already as bf16 (row t at x_bf16 + t x_bf16_stride, 16-byte aligned, the stride a multiple of
+  /// 8), as the kernel that made x wrote them. A product on bf16 operands (a copy of w, the fused GEMM, cuBLAS over a
+  /// dequantized w) reads them instead of converting x in a launch of its own; the other paths read x.
+  const __nv_bfloat16* x_bf16 = nullptr;
+  int64_t x_bf16_stride = 0;
 };
 
 /// Whether Linear takes LinearCall::x_norm_weight for a product with w (one row, the split-int8 GEMV
