@@ -73,7 +73,7 @@ constexpr std::array kVariables = {
            "CUDA: positions per tile of the 16-row MLA decode kernel: 64 (2 stages) or 32 (4 stages) (64)"),
     flag("LATTE_MLA_DISABLE", "attention backend of sessions that ask for auto is standard (0)"),
     flag("LATTE_MLA_HEADS_BLAS", "CUDA: per-head W_UK / W_UV of many rows as one batched cuBLAS product (1)"),
-    integer("LATTE_MLA_HEADS_BLAS_ROWS", 2, 1 << 20,
+    integer("LATTE_MLA_HEADS_BLAS_ROWS", 1, 1 << 20,
             "CUDA: fewest rows of fp32 W_UK / W_UV products over fp32 copies, below LATTE_BLAS_MIN_ROWS (2)"),
     integer("LATTE_MLA_HEADS_F32_MB", 0, 1 << 20,
             "CUDA: most MB of fp32 copies of every layer's W_UK / W_UV for cuBLAS (1024; 0: none)"),

@@ -363,7 +363,9 @@ class CudaMlaBackend final : public CudaAttentionBackend {
     __nv_bfloat16* o_lat_bf16 = nullptr;  // fp32 cuBLAS product, or bf16 for the bf16 one
     if (f32) {
       // q_lat from the fp32 q_nope and W_UK, summed in fp32, as bf16 for the kernel
-      heads_product_f32(w.k_b, L, in.q, static_cast<int64_t>(N) * qk, qk, P, T, nullptr, q_lat_bf16, L, stream);
+      // (not where start_query ran W_UK already: a first step that made the copies in between)
+      if (!uk_done)
+        heads_product_f32(w.k_b, L, in.q, static_cast<int64_t>(N) * qk, qk, P, T, nullptr, q_lat_bf16, L, stream);
       o_lat = grow_scratch(o_lat_, TN * L, "mla o_lat");
     } else if (heads_blas) {
       // many rows: q_nope as bf16 and one strided-batched product with every head's W_UK (a batch entry per
@@ -464,9 +466,10 @@ class CudaMlaBackend final : public CudaAttentionBackend {
     return on && !c_.has_indexer();
   }
 
-  /// Fewest rows of heads_f32's products (LATTE_MLA_HEADS_BLAS_ROWS, at least 2).
+  /// Fewest rows of heads_f32's products (LATTE_MLA_HEADS_BLAS_ROWS, default 2; 1: one-row steps too, in place of
+  /// the split-int8 GEMVs and W_UK beside the rope launch).
   static int heads_f32_rows() {
-    static const int rows = std::max(2, latte::detail::env_int("LATTE_MLA_HEADS_BLAS_ROWS", 2));
+    static const int rows = std::max(1, latte::detail::env_int("LATTE_MLA_HEADS_BLAS_ROWS", 2));
     return rows;
   }
 
