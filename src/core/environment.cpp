@@ -87,6 +87,7 @@ constexpr std::array kVariables = {
     integer("LATTE_MOE_GEMV_TOKENS", 8, 128, "CUDA: most rows per MoE GEMV pass (128)"),
     integer("LATTE_MOE_GROUP_TOKENS", 1, 16, "CUDA: tokens per expert GEMV group (sized to the step)"),
     flag("LATTE_MOE_ROUTE_IN_GEMV", "CUDA: a one-token step chooses its experts inside the first expert GEMV (1)"),
+    flag("LATTE_MOE_ROUTE_IN_SORT", "CUDA: MoE decode steps of up to 256 choices route inside the sort launch (1)"),
     integer("LATTE_NORM_ROUTER", 0, 8, "CUDA: steps from this many rows compute router logits in the FFN norm (2)"),
     flag("LATTE_NO_SELFTEST", "CUDA: skip the first-load kernel self-test (0)"),
     integer("LATTE_OUTPUT_BF16_MB", 0, 1 << 20,

@@ -1033,8 +1033,11 @@ class CudaForward final : public CudaRankForward {
     std::string tap;
     const bool tap_route = tapping(il, "expert_ids", tap) || tapping(il, "expert_weights", tap);
     // one token: the experts' first GEMV routes the token in its blocks (moe_experts_decode falls back
-    // to moe_route where it takes another path); the expert taps read the choices before the experts run
-    const bool route_in_experts = T == 1 && !tap_route && route_in_gemv();
+    // to moe_route where it takes another path); a few more: its sort launch routes them (one GEMV pass over
+    // groups, moe_routes_in_sort); the expert taps read the choices before the experts run
+    const bool route_in_experts =
+        !tap_route && ((T == 1 && route_in_gemv()) ||
+                       (T > 1 && T <= moe_gemv_rows() && T <= moe_gemv_tokens() && moe_routes_in_sort(T * K)));
     if (!route_in_experts) moe_route(route, stream());
     if (tapping(il, "router_logits", tap)) emit_device(tap, il, {T, E}, a.router.data(), T, E, E);
     emit_experts(il);

@@ -11,6 +11,7 @@
 
 #include "cuda/check.hpp"
 #include "cuda/launch.cuh"
+#include "cuda/moe_route.cuh"
 #include "cuda/moe_router.hpp"
 #include "cuda/row_norm.cuh"
 #include "cuda/x_int8.hpp"
@@ -27,13 +28,32 @@ __global__ void __launch_bounds__(kSortThreads) moe_sort_kernel(const MoeSortPar
   __shared__ int offsets[moe_max_experts + 1];
   __shared__ int warp_totals[kSortThreads / 32];
   __shared__ int running;
+  __shared__ int32_t routed_ids[moe_sort_route_max_pairs];
+  __shared__ float routed_weights[moe_sort_route_max_pairs];
+  __shared__ float select_smem[kSortThreads / 32][moe_max_experts];
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
   const int E = p.n_experts, P = p.n_tokens * p.k;
   const int me = static_cast<int>(blockIdx.x);
+  const int32_t* ids = p.ids;
+  if (p.routes) {
+    // every block routes every token (a warp per token, moe_route's rule); block 0 keeps the choices
+    for (int t = warp; t < p.n_tokens; t += kSortThreads / 32) {
+      moe::route_token(p.route, p.route.logits + static_cast<int64_t>(t) * p.route.logits_stride, select_smem[warp],
+                       lane, routed_ids + t * p.k, routed_weights + t * p.k);
+    }
+    __syncthreads();
+    if (me == 0) {
+      for (int i = tid; i < P; i += kSortThreads) {
+        p.route.ids[i] = routed_ids[i];
+        p.route.weights[i] = routed_weights[i];
+      }
+    }
+    ids = routed_ids;
+  }
   // -1: the pair's expert is held by another rank (held_first >= 0), it gets no slot
   auto expert_of = [&](int pair) {
-    if (p.held_first < 0) return min(max(p.ids[pair], 0), E - 1);
-    const int local = p.ids[pair] - p.held_first;
+    if (p.held_first < 0) return min(max(ids[pair], 0), E - 1);
+    const int local = ids[pair] - p.held_first;
     return local >= 0 && local < E ? local : -1;
   };
 
@@ -196,6 +216,14 @@ void moe_sort(const MoeSortParams& p, cudaStream_t stream) {
   require_arg(p.groups == nullptr || p.n_tokens <= moe_gemv_max_tokens, "moe_sort",
               "GEMV groups need n_tokens <= " + std::to_string(moe_gemv_max_tokens) + " (got " +
                   std::to_string(p.n_tokens) + ")");
+  if (p.routes) {
+    check_moe_route(p.route);
+    require_arg(p.route.ids == p.ids && p.route.weights != nullptr && p.route.n_tokens == p.n_tokens &&
+                    p.route.k == p.k && p.n_tokens * p.k <= moe_sort_route_max_pairs,
+                "moe_sort",
+                "routing in the sort needs the route's ids to be the sort's, the same tokens and k, and at most " +
+                    std::to_string(moe_sort_route_max_pairs) + " pairs");
+  }
   launch_kernel(moe_sort_kernel, p.n_experts, kSortThreads, 0, stream, p);
 }
 

@@ -191,6 +191,11 @@ MoeWorkspace::MoeWorkspace(const MoeWorkspaceShape& shape) : shape_(shape) {
   }
 }
 
+bool moe_routes_in_sort(int pairs) {
+  static const bool on = latte::detail::env_flag("LATTE_MOE_ROUTE_IN_SORT", true);
+  return on && pairs >= 1 && pairs <= moe_sort_route_max_pairs;
+}
+
 void moe_experts_decode(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeExpertsCall& c, cudaStream_t stream) {
   check_call(w, ws, c, "moe_experts_decode");
   if (c.n_tokens > moe_gemv_max_tokens) {
@@ -211,7 +216,8 @@ void moe_experts_decode(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeEx
     decode_one_token(w, ws, c, stream);
     return;
   }
-  if (c.route != nullptr) moe_route(*c.route, stream);
+  const bool route_in_sort = c.route != nullptr && moe_routes_in_sort(pairs);
+  if (c.route != nullptr && !route_in_sort) moe_route(*c.route, stream);
   const bool fused =
       w.gate.type == w.up.type && w.gate.matrix_stride_bytes == w.up.matrix_stride_bytes && w.gate.bytes == w.up.bytes;
   GemvParams g = gate_gemv(w, ws, c);
@@ -244,6 +250,10 @@ void moe_experts_decode(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeEx
   sort.groups = ws.groups.data();
   sort.n_groups = ws.counts.data() + 1;
   sort.group_tokens = group_tokens;
+  if (route_in_sort) {
+    sort.routes = true;
+    sort.route = *c.route;
+  }
   moe_sort(sort, stream);
   g.max_groups = d.max_groups = max_groups;
   g.max_tokens_per_group = d.max_tokens_per_group = group_tokens;
