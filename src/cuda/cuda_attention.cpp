@@ -537,19 +537,19 @@ class CudaMlaBackend final : public CudaAttentionBackend {
     if (c == nullptr)
       c = grow_scratch(heads_f32_out_, static_cast<size_t>(T) * static_cast<size_t>(ldc), "mla heads fp32");
     gemm_f32_batched(blas(),
-                     {.a = a,
-                      .lda = a_token_stride,
-                      .stride_a = a_head_stride,
-                      .w = weights_->heads_f32(stack),
-                      .ldw = ldw,
-                      .stride_w = n * ldw,
+                     {.a = hp.a,
+                      .lda = hp.lda,
+                      .stride_a = hp.stride_a,
+                      .w = hp.w,
+                      .ldw = hp.ldw,
+                      .stride_w = hp.stride_w,
                       .c = c,
-                      .ldc = c_.n_head * c_head_stride,
-                      .stride_c = c_head_stride,
-                      .m = T,
-                      .n = static_cast<int>(n),
-                      .k = static_cast<int>(k),
-                      .batch = c_.n_head},
+                      .ldc = hp.ldc,
+                      .stride_c = hp.stride_c,
+                      .m = hp.m,
+                      .n = hp.n,
+                      .k = hp.k,
+                      .batch = hp.batch},
                      stream);
     if (c_bf16 != nullptr) convert_to_bf16(c, ldc, c_bf16, ldc, T, static_cast<int>(ldc), stream);
   }
