@@ -7,7 +7,7 @@
 #   LATTE_EMU_ONLY=gemv tests/emulation/build.sh DIR                   (only the GEMV kernels)
 #   LATTE_EMU_ONLY=decode-attention tests/emulation/build.sh DIR       (only the decode attention kernels)
 #   LATTE_EMU_ONLY=prefill tests/emulation/build.sh DIR                (only the flash prefill kernel)
-#   LATTE_EMU_ONLY=heads tests/emulation/build.sh DIR                  (only the per-head fp32 products)
+#   LATTE_EMU_ONLY=heads tests/emulation/build.sh DIR                  (the per-head fp32 products, the MoE sort)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -64,9 +64,9 @@ finish_compiles() {
 sources=("$here/emulation.cpp" "$here/main.cpp" "$root/src/cuda/check.cpp" "$root/src/cuda/device_buffer.cpp"
          "$root/src/cuda/device_caps.cpp" "$root/src/cuda/decode_step.cpp")
 kernels=(gemv_quant_legacy gemv_quant_kquants split_kv_combine mla_decode mla_decode_wide standard_decode flash_prefill
-         dsa_index_scores dsa_top_k kv_cache_append gemv_quant gemv_quant_float x_int8 norms rope_yarn decode_step_kernel moe_router heads_product)
+         dsa_index_scores dsa_top_k kv_cache_append gemv_quant gemv_quant_float x_int8 norms rope_yarn decode_step_kernel moe_router moe_dispatch heads_product)
 tests=("$root"/tests/gpu/attention_*.cpp "$root"/tests/gpu/decode_step_test.cpp "$here/gemv_test.cpp"
-       "$root"/tests/gpu/gemv_int8_test.cpp "$root"/tests/gpu/heads_product_test.cpp)
+       "$root"/tests/gpu/gemv_int8_test.cpp "$root"/tests/gpu/heads_product_test.cpp "$root"/tests/gpu/moe_sort_route_test.cpp)
 # LATTE_EMU_ONLY=fused: only the fused decode step and its test (what CI runs: a few minutes)
 if [ "${LATTE_EMU_ONLY:-}" = fused ]; then
   kernels=(rope_yarn decode_step_kernel)
@@ -82,14 +82,16 @@ if [ "${LATTE_EMU_ONLY:-}" = decode-attention ]; then
 fi
 # LATTE_EMU_ONLY=gemv: only the GEMV kernels and their test
 if [ "${LATTE_EMU_ONLY:-}" = gemv ]; then
-  kernels=(gemv_quant_legacy gemv_quant_kquants gemv_quant gemv_quant_float x_int8 norms moe_router heads_product)
-  tests=("$here/gemv_test.cpp" "$root"/tests/gpu/gemv_int8_test.cpp "$root"/tests/gpu/heads_product_test.cpp)
+  kernels=(gemv_quant_legacy gemv_quant_kquants gemv_quant gemv_quant_float x_int8 norms moe_router moe_dispatch
+           heads_product)
+  tests=("$here/gemv_test.cpp" "$root"/tests/gpu/gemv_int8_test.cpp "$root"/tests/gpu/heads_product_test.cpp
+         "$root"/tests/gpu/moe_sort_route_test.cpp)
   sources=("${sources[@]/*decode_step.cpp/}")
 fi
 # LATTE_EMU_ONLY=heads: only the per-head fp32 products and their test
 if [ "${LATTE_EMU_ONLY:-}" = heads ]; then
-  kernels=(heads_product)
-  tests=("$root"/tests/gpu/heads_product_test.cpp)
+  kernels=(heads_product moe_router moe_dispatch)
+  tests=("$root"/tests/gpu/heads_product_test.cpp "$root"/tests/gpu/moe_sort_route_test.cpp)
   sources=("${sources[@]/*decode_step.cpp/}")
 fi
 # LATTE_EMU_ONLY=prefill: only the flash prefill kernel, its split combine and its test

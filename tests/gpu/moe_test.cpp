@@ -9,11 +9,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <initializer_list>
 #include <numeric>
-#include <utility>
-#include <vector>
 
 #include "cuda/moe_dispatch.hpp"
 #include "cuda/moe_experts.hpp"
@@ -550,109 +547,4 @@ TEST_CASE("expert-parallel: two ranks' held halves of moe_experts add up to the 
                 std::to_string(tokens) + " tokens",
                 compare(download(got.data(), got.size()), std::vector<double>(w_host.begin(), w_host.end())), 1e-5);
   }
-}
-
-TEST_CASE("moe_sort routing the tokens itself: moe_route's choices bit for bit, and the same slots and groups") {
-  auto rng = make_rng("moe_sort_routes");
-  // V2-Lite at 37 tokens (222 pairs), DeepSeek-V3's group-limited sigmoid at 32 (256 pairs: the most it routes)
-  const std::vector<std::pair<RouterCase, int>> cases = {
-      {{64, 6, 1, 1, cuda::MoeGating::softmax, false, false, 1.0f}, 37},
-      {{256, 8, 8, 4, cuda::MoeGating::sigmoid, true, true, 2.5f}, 32},
-      {{64, 6, 1, 1, cuda::MoeGating::softmax, false, false, 1.0f}, 2},
-  };
-  for (const auto& [rc, tokens] : cases) {
-    CAPTURE(rc.n_experts);
-    CAPTURE(tokens);
-    const int P = tokens * rc.k, E = rc.n_experts, G = 2;
-    const auto logits = random_floats(static_cast<size_t>(tokens * E), rng);
-    std::vector<float> bias;
-    for (int e = 0; e < E && rc.bias; ++e) bias.push_back(0.1f * static_cast<float>((e * 7) % 5));
-    const auto dl = upload(logits);
-    const auto db = upload(bias.empty() ? std::vector<float>(1) : bias);
-    struct Run {
-      DeviceBuffer<int32_t> ids, offsets, slot_of_pair, token_of_slot, n_groups;
-      DeviceBuffer<float> weights;
-      DeviceBuffer<cuda::GemvGroup> groups;
-    };
-    auto run = [&](bool in_sort) {
-      Run r{DeviceBuffer<int32_t>(P),
-            DeviceBuffer<int32_t>(E + 1),
-            DeviceBuffer<int32_t>(P),
-            DeviceBuffer<int32_t>(P),
-            DeviceBuffer<int32_t>(1),
-            DeviceBuffer<float>(P),
-            DeviceBuffer<cuda::GemvGroup>(cuda::moe_max_groups(P, E, G))};
-      poison(r.ids.data(), r.ids.bytes());
-      poison(r.weights.data(), r.weights.bytes());
-      const cuda::MoeRouterParams route{.logits = dl.data(),
-                                        .logits_stride = E,
-                                        .n_tokens = tokens,
-                                        .n_experts = E,
-                                        .selection_bias = rc.bias ? db.data() : nullptr,
-                                        .gating = rc.gating,
-                                        .k = rc.k,
-                                        .n_groups = rc.n_groups,
-                                        .groups_used = rc.groups_used,
-                                        .normalize = rc.normalize,
-                                        .scale = rc.scale,
-                                        .ids = r.ids.data(),
-                                        .weights = r.weights.data()};
-      if (!in_sort) cuda::moe_route(route, nullptr);
-      cuda::moe_sort({.ids = r.ids.data(),
-                      .n_tokens = tokens,
-                      .k = rc.k,
-                      .n_experts = E,
-                      .expert_offsets = r.offsets.data(),
-                      .slot_of_pair = r.slot_of_pair.data(),
-                      .token_of_slot = r.token_of_slot.data(),
-                      .groups = r.groups.data(),
-                      .group_tokens = G,
-                      .n_groups = r.n_groups.data(),
-                      .routes = in_sort,
-                      .route = route},
-                     nullptr);
-      return r;
-    };
-    const Run a = run(false), b = run(true);
-    CHECK(download(a.ids.data(), P) == download(b.ids.data(), P));
-    const auto wa = download(a.weights.data(), P), wb = download(b.weights.data(), P);
-    CHECK(std::memcmp(wa.data(), wb.data(), wa.size() * sizeof(float)) == 0);
-    CHECK(download(a.offsets.data(), E + 1) == download(b.offsets.data(), E + 1));
-    CHECK(download(a.slot_of_pair.data(), P) == download(b.slot_of_pair.data(), P));
-    CHECK(download(a.token_of_slot.data(), P) == download(b.token_of_slot.data(), P));
-    const int n = download(a.n_groups.data(), 1)[0];
-    REQUIRE(n == download(b.n_groups.data(), 1)[0]);
-    const auto ga = download(a.groups.data(), static_cast<size_t>(n)),
-               gb = download(b.groups.data(), static_cast<size_t>(n));
-    int differ = 0;
-    for (int i = 0; i < n; ++i) {
-      differ += ga[i].matrix != gb[i].matrix || ga[i].count != gb[i].count;
-      for (int t = 0; t < ga[i].count && t < G; ++t) {
-        differ += ga[i].x_row[t] != gb[i].x_row[t] || ga[i].y_row[t] != gb[i].y_row[t];
-      }
-    }
-    CHECK_MESSAGE(differ == 0, differ << " of " << n << " groups differ");
-  }
-  // more pairs than the sort routes, or a route writing elsewhere: latte::Error
-  DeviceBuffer<int32_t> buf(4096);
-  DeviceBuffer<float> fbuf(4096);
-  cuda::MoeSortParams bad{.ids = buf.data(),
-                          .n_tokens = 43,
-                          .k = 6,
-                          .n_experts = 64,
-                          .expert_offsets = buf.data(),
-                          .slot_of_pair = buf.data(),
-                          .token_of_slot = buf.data(),
-                          .routes = true,
-                          .route = {.logits = fbuf.data(),
-                                    .logits_stride = 64,
-                                    .n_tokens = 43,
-                                    .n_experts = 64,
-                                    .k = 6,
-                                    .ids = buf.data(),
-                                    .weights = fbuf.data()}};
-  CHECK_THROWS_AS(cuda::moe_sort(bad, nullptr), Error);  // 258 pairs
-  bad.n_tokens = bad.route.n_tokens = 4;
-  bad.route.ids = buf.data() + 64;
-  CHECK_THROWS_AS(cuda::moe_sort(bad, nullptr), Error);
 }
