@@ -500,10 +500,10 @@ class CudaMlaBackend final : public CudaAttentionBackend {
     if (!stream_is_capturing(stream)) weights_->make_heads_f32(budget_mb * 1024 * 1024, stream);
   }
 
-  /// Whether heads_product_f32 of T rows of k values may run as one heads_product launch (LATTE_MLA_HEADS_KERNEL=0:
-  /// never; the cuBLAS product, then a conversion launch for each bf16 output).
+  /// Whether heads_product_f32 of T rows of k values runs as one heads_product launch (LATTE_MLA_HEADS_KERNEL=1; by
+  /// default, until measured on a GPU, the cuBLAS product, then a conversion launch for each bf16 output).
   static bool heads_kernel(int T, int64_t k) {
-    static const bool on = latte::detail::env_flag("LATTE_MLA_HEADS_KERNEL", true);
+    static const bool on = latte::detail::env_flag("LATTE_MLA_HEADS_KERNEL", false);
     return on && heads_product_takes(T, static_cast<int>(k));
   }
 

@@ -530,6 +530,13 @@ class CudaForward final : public CudaRankForward {
              stream());
   }
 
+  /// Whether a step whose attention projection multiplies a bf16 copy has the attention norm write its rows as bf16
+  /// (LATTE_NORM_BF16=1; by default, until measured on a GPU, fp32 rows that the projection converts).
+  static bool norm_writes_bf16() {
+    static const bool on = latte::detail::env_flag("LATTE_NORM_BF16", false);
+    return on;
+  }
+
   /// Whether the FFN norm of a MoE layer's step of T rows also computes the router logits (rms_norm's
   /// router product: a launch fewer on a decode step's serial path) instead of a router GEMV after it: steps of
   /// LATTE_NORM_ROUTER rows up to kNormRouterRows (default 2: at 8 rows +3-4% on an H100 and an H200; at one row
@@ -680,7 +687,7 @@ class CudaForward final : public CudaRankForward {
                .x_norm_weight = w.attn_norm,
                .x_norm_eps = c_.rms_norm_eps},
               stream());
-    } else if (!prenormed && !tap_norm && w.attn_input && !c_.has_indexer() && H % 8 == 0 &&
+    } else if (norm_writes_bf16() && !prenormed && !tap_norm && w.attn_input && !c_.has_indexer() && H % 8 == 0 &&
                linear_.copy_of(w.attn_input, T) != nullptr && a.xn_bf16.size() >= static_cast<size_t>(T) * H) {
       // the projection multiplies a bf16 copy: the norm writes its rows as bf16 for cuBLAS (the values a conversion
       // of the fp32 rows would give), one launch fewer; nothing in this block reads the fp32 rows

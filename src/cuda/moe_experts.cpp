@@ -192,7 +192,7 @@ MoeWorkspace::MoeWorkspace(const MoeWorkspaceShape& shape) : shape_(shape) {
 }
 
 bool moe_routes_in_sort(int pairs) {
-  static const bool on = latte::detail::env_flag("LATTE_MOE_ROUTE_IN_SORT", true);
+  static const bool on = latte::detail::env_flag("LATTE_MOE_ROUTE_IN_SORT", false);
   return on && pairs >= 1 && pairs <= moe_sort_route_max_pairs;
 }
 
