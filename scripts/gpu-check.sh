@@ -55,12 +55,13 @@ if [ $build_ok = 1 ]; then
   # the kernel builds that are off by default (docs/environment.md): the GEMV, MLA decode and whole-model
   # cases with each of them on
   skipped switches || step "gpu tests, kernel builds off by default" gpu-tests-switches.log \
-    env LATTE_MLA_DECODE_TILE=32 LATTE_GEMV_DENSE_ROWS=128 \
-    timeout 300 $T/latte_gpu_tests -tc='*gemv*,*mla decode*,*CUDA logits match the CPU reference*,*batched decode*'
+    env LATTE_MLA_DECODE_TILE=32 LATTE_GEMV_DENSE_ROWS=128 LATTE_MLA_HEADS_KERNEL=1 LATTE_NORM_BF16=1 \
+    LATTE_MOE_ROUTE_IN_SORT=1 timeout 300 $T/latte_gpu_tests \
+    -tc='*gemv*,*mla decode*,*CUDA logits match the CPU reference*,*batched decode*,*decode_batch*'
   if ! skipped sanitizer; then
     SANITIZER=$(command -v compute-sanitizer || ls /usr/local/cuda/compute-sanitizer/compute-sanitizer 2>/dev/null || true)
     if [ -n "$SANITIZER" ]; then
-      SUBSET='*gated*,*grouped*,*moe_sort*,*moe_experts*,*rms_norm*,*rope_yarn*'
+      SUBSET='*gated*,*grouped*,*moe_sort*,*moe_experts*,*rms_norm*,*rope_yarn*,*heads_product*'
       step "compute-sanitizer memcheck" memcheck.log timeout 300 "$SANITIZER" --tool memcheck \
         --leak-check full --error-exitcode 3 $T/latte_gpu_tests -tc="$SUBSET"
       step "compute-sanitizer racecheck" racecheck.log timeout 300 "$SANITIZER" --tool racecheck \
