@@ -372,7 +372,7 @@ class CudaMlaBackend final : public CudaAttentionBackend {
       // head, bf16 out), where the per-head GEMV re-read each head's matrix for every group of 8 tokens
       __nv_bfloat16* q_nope_bf16 = grow_scratch(q_nope_bf16_, TN * P, "mla q_nope bf16");
       convert_to_bf16(in.q, qk, q_nope_bf16, P, static_cast<int>(TN), P, stream);
-      heads_product(w.k_b, L, q_nope_bf16, P, T, q_lat_bf16, nullptr, L, stream);
+      heads_product_bf16(w.k_b, L, q_nope_bf16, P, T, q_lat_bf16, nullptr, L, stream);
       o_lat_bf16 = grow_scratch(o_lat_bf16_, TN * L, "mla o_lat bf16");
     } else {
       if (!uk_done) {
@@ -412,7 +412,7 @@ class CudaMlaBackend final : public CudaAttentionBackend {
       return;
     }
     if (heads_blas) {
-      heads_product(w.v_b, V, o_lat_bf16, L, T, nullptr, in.out, V, stream);
+      heads_product_bf16(w.v_b, V, o_lat_bf16, L, T, nullptr, in.out, V, stream);
     } else {
       per_head_gemv(w.v_b, V, groups, o_lat, L, in.out, V, stream, nullptr, nullptr, uv_quantizes(w, T));
     }
@@ -531,33 +531,18 @@ class CudaMlaBackend final : public CudaAttentionBackend {
                                 .k = static_cast<int>(k),
                                 .batch = c_.n_head};
     if (heads_kernel(T, k) && heads_product_takes(hp)) {
-      ::latte::cuda::heads_product(hp, stream);  // the free function, not the bf16 member below
-      return;
+      heads_product(hp, stream);
+    } else {
+      float* scratch =
+          c != nullptr ? nullptr : grow_scratch(heads_f32_out_, static_cast<size_t>(T) * ldc, "mla heads fp32");
+      heads_product_via_blas(blas(), hp, scratch, stream);
     }
-    if (c == nullptr)
-      c = grow_scratch(heads_f32_out_, static_cast<size_t>(T) * static_cast<size_t>(ldc), "mla heads fp32");
-    gemm_f32_batched(blas(),
-                     {.a = hp.a,
-                      .lda = hp.lda,
-                      .stride_a = hp.stride_a,
-                      .w = hp.w,
-                      .ldw = hp.ldw,
-                      .stride_w = hp.stride_w,
-                      .c = c,
-                      .ldc = hp.ldc,
-                      .stride_c = hp.stride_c,
-                      .m = hp.m,
-                      .n = hp.n,
-                      .k = hp.k,
-                      .batch = hp.batch},
-                     stream);
-    if (c_bf16 != nullptr) convert_to_bf16(c, ldc, c_bf16, ldc, T, static_cast<int>(ldc), stream);
   }
 
   /// For every head h: C_h[T, n] = A_h[T, k] W_h^T with W_h the rows [h n, (h + 1) n) of `stack` (k values
   /// each) as bf16, A_h at a + h k (token stride N k), C_h at h n (token stride N n) of c (bf16) or c_f32.
-  void heads_product(const DeviceMatrix& stack, int64_t n, const __nv_bfloat16* a, int64_t k, int T, __nv_bfloat16* c,
-                     float* c_f32, int64_t c_head_stride, cudaStream_t stream) {
+  void heads_product_bf16(const DeviceMatrix& stack, int64_t n, const __nv_bfloat16* a, int64_t k, int T,
+                          __nv_bfloat16* c, float* c_f32, int64_t c_head_stride, cudaStream_t stream) {
     const int N = c_.n_head;
     const int64_t ldw = bf16_weight_stride(stack.k);
     gemm_bf16_batched(blas(),

@@ -495,8 +495,10 @@ class CudaForward final : public CudaRankForward {
     step_ = tables_.stage(seqs, static_cast<int>(batch.tokens.size()), n_layer);
   }
 
+  /// (x_bf16: x's rows also as bf16, x_stride apart: LinearCall::x_bf16)
   void linear(const DeviceMatrix& w, const float* x, int64_t x_stride, int rows, float* y, int64_t y_stride,
-              const float* residual = nullptr, const uint8_t* x_q = nullptr, const __nv_bfloat16* w_bf16 = nullptr) {
+              const float* residual = nullptr, const uint8_t* x_q = nullptr, const __nv_bfloat16* w_bf16 = nullptr,
+              const __nv_bfloat16* x_bf16 = nullptr) {
     linear_(w,
             {.x = x,
              .x_stride = x_stride,
@@ -506,7 +508,9 @@ class CudaForward final : public CudaRankForward {
              .residual = residual,
              .x_q = x_q,
              .x_q_stride = x_int8_record_bytes(x_stride),
-             .w_bf16 = w_bf16},
+             .w_bf16 = w_bf16,
+             .x_bf16 = x_bf16,
+             .x_bf16_stride = x_stride},
             stream());
   }
 
@@ -701,15 +705,7 @@ class CudaForward final : public CudaRankForward {
                 .out_stride = H,
                 .out_type = ActOut::bf16},
                stream());
-      linear_(w.attn_input,
-              {.x = a.xn.data(),
-               .x_stride = H,
-               .rows = T,
-               .y = a.proj.data(),
-               .y_stride = width,
-               .x_bf16 = a.xn_bf16.data(),
-               .x_bf16_stride = H},
-              stream());
+      linear(w.attn_input, a.xn.data(), H, T, a.proj.data(), width, nullptr, nullptr, nullptr, a.xn_bf16.data());
     } else {
       if (!prenormed) rms(a.x.data(), H, w.attn_norm, H, T, a.xn.data(), H, xq);
       if (tap_norm) emit_device(tap, il, {T, H}, a.xn.data(), T, H, H);
@@ -812,18 +808,7 @@ class CudaForward final : public CudaRankForward {
                        .out_stride = x_int8_record_bytes(nv)},
                       stream());
     }
-    linear_(w.attn_output,
-            {.x = a.attn.data(),
-             .x_stride = nv,
-             .rows = T,
-             .y = a.x.data(),
-             .y_stride = H,
-             .residual = a.x.data(),
-             .x_q = attn_q,
-             .x_q_stride = x_int8_record_bytes(nv),
-             .x_bf16 = attn_bf16,
-             .x_bf16_stride = nv},
-            stream());
+    linear(w.attn_output, a.attn.data(), nv, T, a.x.data(), H, a.x.data(), attn_q, nullptr, attn_bf16);
     reduce_shares();
     if (tap_out) emit_update(tap, il);
   }

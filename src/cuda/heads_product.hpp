@@ -49,6 +49,14 @@ bool heads_product_takes(int m, int k);
 /// non-null operands, an output, and the alignments above.
 bool heads_product_takes(const HeadsProductParams& p);
 
+class BlasHandle;
+
+/// The same products as the batched fp32 cuBLAS product (no TF32), into p.c or, where p.c is null, into `scratch`
+/// (p.m ldc floats), then converted into p.c_bf16 where that is set: the path heads_product replaces, kept for shapes
+/// it does not take and to compare (heads_product_blas.cpp; not in the CPU emulation). Throws Error as
+/// gemm_f32_batched does.
+void heads_product_via_blas(BlasHandle& blas, const HeadsProductParams& p, float* scratch, cudaStream_t stream);
+
 /// Runs the products on `stream`. Throws Error on a shape heads_product_takes refuses, null or misaligned
 /// operands, or no output.
 void heads_product(const HeadsProductParams& p, cudaStream_t stream);

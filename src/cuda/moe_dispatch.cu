@@ -35,7 +35,7 @@ __global__ void __launch_bounds__(kSortThreads) moe_sort_kernel(const MoeSortPar
   const int E = p.n_experts, P = p.n_tokens * p.k;
   const int me = static_cast<int>(blockIdx.x);
   const int32_t* ids = p.ids;
-  if (p.routes) {
+  if (p.route.logits != nullptr) {
     // every block routes every token (a warp per token, moe_route's rule); block 0 keeps the choices
     for (int t = warp; t < p.n_tokens; t += kSortThreads / 32) {
       moe::route_token(p.route, p.route.logits + static_cast<int64_t>(t) * p.route.logits_stride, select_smem[warp],
@@ -216,7 +216,7 @@ void moe_sort(const MoeSortParams& p, cudaStream_t stream) {
   require_arg(p.groups == nullptr || p.n_tokens <= moe_gemv_max_tokens, "moe_sort",
               "GEMV groups need n_tokens <= " + std::to_string(moe_gemv_max_tokens) + " (got " +
                   std::to_string(p.n_tokens) + ")");
-  if (p.routes) {
+  if (p.route.logits != nullptr) {
     check_moe_route(p.route);
     require_arg(p.route.ids == p.ids && p.route.weights != nullptr && p.route.n_tokens == p.n_tokens &&
                     p.route.k == p.k && p.n_tokens * p.k <= moe_sort_route_max_pairs,

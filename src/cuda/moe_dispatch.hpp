@@ -48,15 +48,14 @@ struct MoeSortParams {
   GemvGroup* groups = nullptr;         ///< optional [moe_max_groups]: GEMV groups (n_tokens <= moe_gemv_max_tokens)
   int group_tokens = gemv_max_tokens;  ///< with groups: most tokens per group (1..16)
   int32_t* n_groups = nullptr;         ///< with groups: [1]
-  /// Optional: the tokens are routed in this launch first (moe_route's rule, the same ids and weights bit for bit),
-  /// where n_tokens k <= moe_sort_route_max_pairs: every block routes all of them into its shared memory and block 0
-  /// writes route.ids and route.weights, which must be `ids` and k per token (a launch fewer than moe_route +
-  /// moe_sort).
-  bool routes = false;
+  /// Optional, where route.logits is set: the tokens are routed in this launch first (moe_route's rule, the same ids
+  /// and weights bit for bit), where n_tokens k <= moe_sort_route_max_pairs: every block routes all of them into its
+  /// shared memory and block 0 writes route.ids and route.weights, which must be `ids` and k per token (a launch
+  /// fewer than moe_route + moe_sort).
   MoeRouterParams route{};
 };
 
-/// Most (token, choice) pairs moe_sort routes itself (MoeSortParams::routes).
+/// Most (token, choice) pairs moe_sort routes itself (MoeSortParams::route).
 inline constexpr int moe_sort_route_max_pairs = 256;
 
 /// Sorts pairs by expert (one block per expert). Throws Error(invalid_argument) on bad sizes.

@@ -250,10 +250,7 @@ void moe_experts_decode(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeEx
   sort.groups = ws.groups.data();
   sort.n_groups = ws.counts.data() + 1;
   sort.group_tokens = group_tokens;
-  if (route_in_sort) {
-    sort.routes = true;
-    sort.route = *c.route;
-  }
+  if (route_in_sort) sort.route = *c.route;
   moe_sort(sort, stream);
   g.max_groups = d.max_groups = max_groups;
   g.max_tokens_per_group = d.max_tokens_per_group = group_tokens;

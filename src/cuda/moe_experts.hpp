@@ -119,7 +119,7 @@ int moe_group_tokens(int pairs, int n_experts, int n_tokens, bool wide);
 void moe_experts_decode(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeExpertsCall& call, cudaStream_t stream);
 
 /// Whether moe_experts_decode of `pairs` (token, choice) pairs given MoeExpertsCall::route routes them inside its sort
-/// launch (MoeSortParams::routes) where it takes no one-token path: up to moe_sort_route_max_pairs pairs, with
+/// launch (MoeSortParams::route) where it takes no one-token path: up to moe_sort_route_max_pairs pairs, with
 /// LATTE_MOE_ROUTE_IN_SORT=1 (by default, until measured on a GPU, a moe_route launch before the sort).
 bool moe_routes_in_sort(int pairs);
 /// Prefill path (any n_tokens up to the workspace, bf16 x). Expert types need a fused GEMM.

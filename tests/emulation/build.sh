@@ -88,7 +88,7 @@ if [ "${LATTE_EMU_ONLY:-}" = gemv ]; then
          "$root"/tests/gpu/moe_sort_route_test.cpp)
   sources=("${sources[@]/*decode_step.cpp/}")
 fi
-# LATTE_EMU_ONLY=heads: only the per-head fp32 products and their test
+# LATTE_EMU_ONLY=heads: only the per-head fp32 products, the MoE sort (with its routing) and their tests
 if [ "${LATTE_EMU_ONLY:-}" = heads ]; then
   kernels=(heads_product moe_router moe_dispatch)
   tests=("$root"/tests/gpu/heads_product_test.cpp "$root"/tests/gpu/moe_sort_route_test.cpp)

@@ -1,4 +1,4 @@
-// moe_sort routing its tokens itself (MoeSortParams::routes, the decode path's one launch for both) against moe_route
+// moe_sort routing its tokens itself (MoeSortParams::route, the decode path's one launch for both) against moe_route
 // then moe_sort: the same choices and weights bit for bit, the same slots and GEMV groups. Also built into the CPU
 // emulation (tests/emulation).
 #include <doctest/doctest.h>
@@ -86,8 +86,7 @@ TEST_CASE("moe_sort routing the tokens itself: moe_route's choices bit for bit, 
                              .groups = r.groups.data(),
                              .group_tokens = G,
                              .n_groups = r.n_groups.data(),
-                             .routes = in_sort,
-                             .route = route},
+                             .route = in_sort ? route : latte::cuda::MoeRouterParams{}},
                             nullptr);
       return r;
     };
@@ -121,7 +120,6 @@ TEST_CASE("moe_sort routing the tokens itself: moe_route's choices bit for bit, 
                                  .expert_offsets = buf.data(),
                                  .slot_of_pair = buf.data(),
                                  .token_of_slot = buf.data(),
-                                 .routes = true,
                                  .route = {.logits = fbuf.data(),
                                            .logits_stride = 64,
                                            .n_tokens = 43,

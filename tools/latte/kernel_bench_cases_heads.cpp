@@ -11,7 +11,6 @@
 #include <string>
 #include <vector>
 
-#include "cuda/activations.hpp"
 #include "cuda/gemm_bf16.hpp"
 #include "cuda/heads_product.hpp"
 #include "kernel_bench.hpp"
@@ -51,41 +50,25 @@ std::vector<KernelBenchCase> heads_cases(const KernelBenchShapes& m) {
         auto* c_bf16 = static_cast<__nv_bfloat16*>(ctx.device_alloc(sizeof(uint16_t) * t * ldc));
         auto blas = kernel ? nullptr : std::make_shared<cuda::BlasHandle>();
         return [=](cudaStream_t s, int rep) {
-          const float* wr = w[static_cast<size_t>(rep) % w.size()];
+          const cuda::HeadsProductParams p{.a = a,
+                                           .lda = static_cast<int64_t>(N) * h.k,
+                                           .stride_a = h.k,
+                                           .w = w[static_cast<size_t>(rep) % w.size()],
+                                           .ldw = h.k,
+                                           .stride_w = static_cast<int64_t>(h.n) * h.k,
+                                           .c = h.both_out ? c : nullptr,
+                                           .c_bf16 = c_bf16,
+                                           .ldc = ldc,
+                                           .stride_c = h.n,
+                                           .m = t,
+                                           .n = h.n,
+                                           .k = h.k,
+                                           .batch = N};
           if (kernel) {
-            cuda::heads_product({.a = a,
-                                 .lda = static_cast<int64_t>(N) * h.k,
-                                 .stride_a = h.k,
-                                 .w = wr,
-                                 .ldw = h.k,
-                                 .stride_w = static_cast<int64_t>(h.n) * h.k,
-                                 .c = h.both_out ? c : nullptr,
-                                 .c_bf16 = c_bf16,
-                                 .ldc = ldc,
-                                 .stride_c = h.n,
-                                 .m = t,
-                                 .n = h.n,
-                                 .k = h.k,
-                                 .batch = N},
-                                s);
-            return;
+            cuda::heads_product(p, s);
+          } else {
+            cuda::heads_product_via_blas(*blas, p, c, s);
           }
-          cuda::gemm_f32_batched(*blas,
-                                 {.a = a,
-                                  .lda = static_cast<int64_t>(N) * h.k,
-                                  .stride_a = h.k,
-                                  .w = wr,
-                                  .ldw = h.k,
-                                  .stride_w = static_cast<int64_t>(h.n) * h.k,
-                                  .c = c,
-                                  .ldc = ldc,
-                                  .stride_c = h.n,
-                                  .m = t,
-                                  .n = h.n,
-                                  .k = h.k,
-                                  .batch = N},
-                                 s);
-          cuda::convert_to_bf16(c, ldc, c_bf16, ldc, t, static_cast<int>(ldc), s);
         };
       };
       cases.push_back({.kernel = "heads product fp32",
