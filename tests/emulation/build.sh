@@ -63,7 +63,7 @@ finish_compiles() {
 
 sources=("$here/emulation.cpp" "$here/main.cpp" "$root/src/cuda/check.cpp" "$root/src/cuda/device_buffer.cpp"
          "$root/src/cuda/device_caps.cpp" "$root/src/cuda/decode_step.cpp")
-kernels=(gemv_quant_legacy gemv_quant_kquants split_kv_combine mla_decode mla_decode_wide standard_decode flash_prefill
+kernels=(gemv_quant_legacy gemv_quant_q8_iq4 gemv_quant_kquants split_kv_combine mla_decode mla_decode_wide standard_decode flash_prefill
          dsa_index_scores dsa_top_k kv_cache_append gemv_quant gemv_quant_float x_int8 norms rope_yarn decode_step_kernel moe_router moe_dispatch heads_product)
 tests=("$root"/tests/gpu/attention_*.cpp "$root"/tests/gpu/decode_step_test.cpp "$here/gemv_test.cpp"
        "$root"/tests/gpu/gemv_int8_test.cpp "$root"/tests/gpu/heads_product_test.cpp "$root"/tests/gpu/moe_sort_route_test.cpp)
@@ -82,8 +82,8 @@ if [ "${LATTE_EMU_ONLY:-}" = decode-attention ]; then
 fi
 # LATTE_EMU_ONLY=gemv: only the GEMV kernels and their test
 if [ "${LATTE_EMU_ONLY:-}" = gemv ]; then
-  kernels=(gemv_quant_legacy gemv_quant_kquants gemv_quant gemv_quant_float x_int8 norms moe_router moe_dispatch
-           heads_product)
+  kernels=(gemv_quant_legacy gemv_quant_q8_iq4 gemv_quant_kquants gemv_quant gemv_quant_float x_int8 norms moe_router
+           moe_dispatch heads_product)
   tests=("$here/gemv_test.cpp" "$root"/tests/gpu/gemv_int8_test.cpp "$root"/tests/gpu/heads_product_test.cpp
          "$root"/tests/gpu/moe_sort_route_test.cpp)
   sources=("${sources[@]/*decode_step.cpp/}")
