@@ -83,6 +83,8 @@ constexpr std::array kVariables = {
     integer("LATTE_MLA_UK_BESIDE_ROPE", 0, 8, "CUDA: steps of up to this many rows run W_UK beside the rope (1)"),
     flag("LATTE_MLA_UV_INT8", "CUDA: the per-head W_UV reads int8 planes of the attention output (1)"),
     flag("LATTE_MOE_CONCURRENT_SHARED", "CUDA: the shared expert beside the routed ones, steps <= 64 rows (1)"),
+    integer("LATTE_MOE_DOWN_QUANTIZE", 0, 16,
+            "CUDA: most tokens per expert group whose routed down quantizes its activations itself (0)"),
     integer("LATTE_MOE_GEMV_ROWS", 8, 1 << 20, "CUDA: most rows whose routed experts run as GEMV chunks (128)"),
     integer("LATTE_MOE_GEMV_TOKENS", 8, 128, "CUDA: most rows per MoE GEMV pass (128)"),
     integer("LATTE_MOE_GROUP_TOKENS", 1, 16, "CUDA: tokens per expert GEMV group (sized to the step)"),

@@ -191,6 +191,11 @@ MoeWorkspace::MoeWorkspace(const MoeWorkspaceShape& shape) : shape_(shape) {
   }
 }
 
+int moe_down_quantize_tokens() {
+  static const int n = latte::detail::env_int("LATTE_MOE_DOWN_QUANTIZE", 0);
+  return n;
+}
+
 bool moe_routes_in_sort(int pairs) {
   static const bool on = latte::detail::env_flag("LATTE_MOE_ROUTE_IN_SORT", false);
   return on && pairs >= 1 && pairs <= moe_sort_route_max_pairs;
@@ -269,7 +274,11 @@ void moe_experts_decode(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeEx
                .cols = w.ffn},
               stream);
   }
-  if (act_records && (group_tokens > gemv_max_tokens || gemv_reads_x_int8(w.down.type, w.ffn, group_tokens))) {
+  if (act_records && (group_tokens > gemv_max_tokens || gemv_reads_x_int8(w.down.type, w.ffn, group_tokens)) &&
+      group_tokens <= moe_down_quantize_tokens()) {
+    // the down's blocks quantize their groups' slots themselves (the same records): no records launch
+    d.x_quantize = true;
+  } else if (act_records && (group_tokens > gemv_max_tokens || gemv_reads_x_int8(w.down.type, w.ffn, group_tokens))) {
     // the tokens' slots of activations as records, for the split-int8 down GEMV
     quantize_x_int8({.x = ws.gate_out.data(),
                      .x_stride = w.ffn,

@@ -354,11 +354,15 @@ TEST_CASE("gemv quantizing fp32 x in its blocks (x_quantize) equals the launch o
     // gathered groups of 3 and 1 tokens (the per-head W_UV: the tensor cores, Q6_K included)
     const std::vector<latte::cuda::GemvGroup> groups = {{.matrix = 2, .count = 3, .x_row = {0, 1, 3}, .y_row = {1, 2, 0}},
                                                         {.matrix = 0, .count = 1, .x_row = {2}, .y_row = {3}}};
+    // groups of 2 tokens reading x at their y rows (the MoE down's groups of slots: LATTE_MOE_DOWN_QUANTIZE)
+    const std::vector<latte::cuda::GemvGroup> pairs = {{.matrix = 1, .count = 2, .y_row = {2, 0}},
+                                                       {.matrix = 2, .count = 2, .y_row = {3, 1}}};
     const std::vector<int32_t> n_groups = {2};
     const auto dgroups = upload(groups);
+    const auto dpairs = upload(pairs);
     const auto dn = upload(n_groups);
-    for (int mode = 0; mode < 4; ++mode) {
-      CAPTURE(mode);  // 0: one token, 1: three tokens, 2: four choices, x row = y row, 3: groups
+    for (int mode = 0; mode < 5; ++mode) {
+      CAPTURE(mode);  // 0: one token, 1: three tokens, 2: four choices, x row = y row, 3: groups, 4: groups of slots
       latte::cuda::GemvParams p{.type = s.type,
                                 .weight = dw.data(),
                                 .weight_bytes = static_cast<int64_t>(w.bytes.size()),
@@ -378,6 +382,12 @@ TEST_CASE("gemv quantizing fp32 x in its blocks (x_quantize) equals the launch o
         p.n_groups = dn.data();
         p.max_groups = 2;
         p.max_tokens_per_group = 3;
+      } else if (mode == 4) {
+        p.groups = dpairs.data();
+        p.n_groups = dn.data();
+        p.max_groups = 2;
+        p.max_tokens_per_group = 2;
+        p.x_row_is_y_row = true;
       }
       const size_t outs = static_cast<size_t>(slots * s.rows);
       latte::cuda::DeviceBuffer<float> from_records(outs), self(outs);
