@@ -51,4 +51,5 @@ add_test(NAME cli_shipped_model_perplexity
          COMMAND ${CMAKE_COMMAND} -DEXE=$<TARGET_FILE:latte-cli> -DMODEL=${PROJECT_SOURCE_DIR}/models/latte-tiny-brown.gguf
                  -DTEXT=${PROJECT_SOURCE_DIR}/tests/data/brown-heldout.txt -DMAX_TOKENS=4096 -DBOUND=215
                  -P ${CMAKE_CURRENT_SOURCE_DIR}/check_perplexity.cmake)
-set_tests_properties(cli_shipped_model_perplexity PROPERTIES LABELS "cli")
+# COST: ctest starts the long tests first (under the sanitizers this one takes about a minute)
+set_tests_properties(cli_shipped_model_perplexity PROPERTIES LABELS "cli" COST 50)
