@@ -355,8 +355,8 @@ TEST_CASE("gemv quantizing fp32 x in its blocks (x_quantize) equals the launch o
     const std::vector<latte::cuda::GemvGroup> groups = {{.matrix = 2, .count = 3, .x_row = {0, 1, 3}, .y_row = {1, 2, 0}},
                                                         {.matrix = 0, .count = 1, .x_row = {2}, .y_row = {3}}};
     // groups of 2 tokens reading x at their y rows (the MoE down's groups of slots: LATTE_MOE_DOWN_QUANTIZE)
-    const std::vector<latte::cuda::GemvGroup> pairs = {{.matrix = 1, .count = 2, .y_row = {2, 0}},
-                                                       {.matrix = 2, .count = 2, .y_row = {3, 1}}};
+    const std::vector<latte::cuda::GemvGroup> pairs = {{.matrix = 1, .count = 2, .x_row = {}, .y_row = {2, 0}},
+                                                       {.matrix = 2, .count = 2, .x_row = {}, .y_row = {3, 1}}};
     const std::vector<int32_t> n_groups = {2};
     const auto dgroups = upload(groups);
     const auto dpairs = upload(pairs);
