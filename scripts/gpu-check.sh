@@ -52,12 +52,12 @@ if [ $build_ok = 1 ]; then
   skipped tests || step "gpu tests" gpu-tests.log timeout 300 $T/latte_gpu_tests "${FILTER[@]}"
   skipped portable || step "gpu tests, LATTE_CUDA_PORTABLE=1" gpu-tests-portable.log \
     env LATTE_CUDA_PORTABLE=1 timeout 300 $T/latte_gpu_tests "${FILTER[@]}"
-  # the kernel builds that are off by default (docs/environment.md): the GEMV, MLA decode and whole-model
-  # cases with each of them on
+  # the kernel builds and paths that are off by default (docs/environment.md): the GEMV, MLA decode, MoE and
+  # whole-model cases with each of them taken
   skipped switches || step "gpu tests, kernel builds off by default" gpu-tests-switches.log \
-    env LATTE_MLA_DECODE_TILE=32 LATTE_GEMV_DENSE_ROWS=128 LATTE_MLA_HEADS_KERNEL=1 LATTE_NORM_BF16=1 \
-    LATTE_MOE_ROUTE_IN_SORT=1 timeout 300 $T/latte_gpu_tests \
-    -tc='*gemv*,*mla decode*,*CUDA logits match the CPU reference*,*batched decode*,*decode_batch*'
+    env LATTE_MLA_DECODE_TILE=32 LATTE_GEMV_DENSE_ROWS=128 LATTE_MOE_DOWN_QUANTIZE=16 LATTE_MLA_HEADS_KERNEL=0 \
+    LATTE_NORM_BF16=0 LATTE_MOE_ROUTE_IN_SORT=0 timeout 300 $T/latte_gpu_tests \
+    -tc='*gemv*,*mla decode*,*CUDA logits match the CPU reference*,*batched decode*,*decode_batch*,*moe*'
   if ! skipped sanitizer; then
     SANITIZER=$(command -v compute-sanitizer || ls /usr/local/cuda/compute-sanitizer/compute-sanitizer 2>/dev/null || true)
     if [ -n "$SANITIZER" ]; then

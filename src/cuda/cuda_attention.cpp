@@ -500,10 +500,11 @@ class CudaMlaBackend final : public CudaAttentionBackend {
     if (!stream_is_capturing(stream)) weights_->make_heads_f32(budget_mb * 1024 * 1024, stream);
   }
 
-  /// Whether heads_product_f32 of T rows of k values runs as one heads_product launch (LATTE_MLA_HEADS_KERNEL=1; by
-  /// default, until measured on a GPU, the cuBLAS product, then a conversion launch for each bf16 output).
+  /// Whether heads_product_f32 of T rows of k values runs as one heads_product launch (by default, measured with the
+  /// norm's bf16 rows and routing in the sort: +2.2% at 8 rows on an H100, BENCHMARKS.md; LATTE_MLA_HEADS_KERNEL=0:
+  /// the cuBLAS product, then a conversion launch for each bf16 output).
   static bool heads_kernel(int T, int64_t k) {
-    static const bool on = latte::detail::env_flag("LATTE_MLA_HEADS_KERNEL", false);
+    static const bool on = latte::detail::env_flag("LATTE_MLA_HEADS_KERNEL", true);
     return on && heads_product_takes(T, static_cast<int>(k));
   }
 

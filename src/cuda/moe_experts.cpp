@@ -197,7 +197,7 @@ int moe_down_quantize_tokens() {
 }
 
 bool moe_routes_in_sort(int pairs) {
-  static const bool on = latte::detail::env_flag("LATTE_MOE_ROUTE_IN_SORT", false);
+  static const bool on = latte::detail::env_flag("LATTE_MOE_ROUTE_IN_SORT", true);
   return on && pairs >= 1 && pairs <= moe_sort_route_max_pairs;
 }
 

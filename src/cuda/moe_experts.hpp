@@ -120,7 +120,7 @@ void moe_experts_decode(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeEx
 
 /// Whether moe_experts_decode of `pairs` (token, choice) pairs given MoeExpertsCall::route routes them inside its sort
 /// launch (MoeSortParams::route) where it takes no one-token path: up to moe_sort_route_max_pairs pairs, with
-/// LATTE_MOE_ROUTE_IN_SORT=1 (by default, until measured on a GPU, a moe_route launch before the sort).
+/// by default (LATTE_MOE_ROUTE_IN_SORT=0: a moe_route launch before the sort).
 bool moe_routes_in_sort(int pairs);
 /// Most tokens per expert group for which moe_experts_decode's down quantizes the gated activations of its groups'
 /// slots in its blocks (GemvParams::x_quantize, the records quantize_x_int8 would write) instead of a records launch
