@@ -274,11 +274,12 @@ void moe_experts_decode(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeEx
                .cols = w.ffn},
               stream);
   }
-  if (act_records && (group_tokens > gemv_max_tokens || gemv_reads_x_int8(w.down.type, w.ffn, group_tokens)) &&
-      group_tokens <= moe_down_quantize_tokens()) {
+  const bool down_on_records =
+      act_records && (group_tokens > gemv_max_tokens || gemv_reads_x_int8(w.down.type, w.ffn, group_tokens));
+  if (down_on_records && group_tokens <= moe_down_quantize_tokens()) {
     // the down's blocks quantize their groups' slots themselves (the same records): no records launch
     d.x_quantize = true;
-  } else if (act_records && (group_tokens > gemv_max_tokens || gemv_reads_x_int8(w.down.type, w.ffn, group_tokens))) {
+  } else if (down_on_records) {
     // the tokens' slots of activations as records, for the split-int8 down GEMV
     quantize_x_int8({.x = ws.gate_out.data(),
                      .x_stride = w.ffn,

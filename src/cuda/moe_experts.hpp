@@ -119,12 +119,13 @@ int moe_group_tokens(int pairs, int n_experts, int n_tokens, bool wide);
 void moe_experts_decode(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeExpertsCall& call, cudaStream_t stream);
 
 /// Whether moe_experts_decode of `pairs` (token, choice) pairs given MoeExpertsCall::route routes them inside its sort
-/// launch (MoeSortParams::route) where it takes no one-token path: up to moe_sort_route_max_pairs pairs, with
-/// by default (LATTE_MOE_ROUTE_IN_SORT=0: a moe_route launch before the sort).
+/// launch (MoeSortParams::route) where it takes no one-token path: up to moe_sort_route_max_pairs pairs, by
+/// default (LATTE_MOE_ROUTE_IN_SORT=0: a moe_route launch before the sort).
 bool moe_routes_in_sort(int pairs);
 /// Most tokens per expert group for which moe_experts_decode's down quantizes the gated activations of its groups'
 /// slots in its blocks (GemvParams::x_quantize, the records quantize_x_int8 would write) instead of a records launch
-/// before it: LATTE_MOE_DOWN_QUANTIZE (0-16; by default 0, until measured on a GPU: always the launch).
+/// before it: LATTE_MOE_DOWN_QUANTIZE (0-16; by default 0, always the launch: 16 rows 2.1% slower on an H100,
+/// BENCHMARKS.md).
 int moe_down_quantize_tokens();
 /// Prefill path (any n_tokens up to the workspace, bf16 x). Expert types need a fused GEMM.
 void moe_experts_prefill(const MoeExpertWeights& w, MoeWorkspace& ws, const MoeExpertsCall& call, cudaStream_t stream);
