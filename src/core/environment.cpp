@@ -72,6 +72,9 @@ constexpr std::array kVariables = {
     choice("LATTE_MLA_DECODE_TILE", "64|32",
            "CUDA: positions per tile of the 16-row MLA decode kernel: 64 (2 stages) or 32 (4 stages) (64)"),
     flag("LATTE_MLA_DISABLE", "attention backend of sessions that ask for auto is standard (0)"),
+    flag("LATTE_MLA_EARLY_TILES",
+         "CUDA: one-token MLA decode steps copy their first tiles' earlier cache rows before the kernels before them "
+         "end (1)"),
     flag("LATTE_MLA_HEADS_BLAS", "CUDA: per-head W_UK / W_UV of many rows as one batched cuBLAS product (1)"),
     integer("LATTE_MLA_HEADS_BLAS_ROWS", 1, 1 << 20,
             "CUDA: fewest rows of fp32 W_UK / W_UV products over fp32 copies, below LATTE_BLAS_MIN_ROWS (2)"),

@@ -277,6 +277,16 @@ class CudaMlaBackend final : public CudaAttentionBackend {
     return true;
   }
 
+  /// Whether the decode kernel may copy its first tiles' earlier rows before the kernels before it end
+  /// (MlaDecodeParams::earlier_rows_ready; LATTE_MLA_EARLY_TILES): one new token per sequence, so that every row
+  /// but a batch entry's last was written by an earlier step; dense attention (the DSA selection is this step's).
+  static bool early_tiles(const AttentionInput& in) {
+    static const bool on = latte::detail::env_flag("LATTE_MLA_EARLY_TILES", true);
+    return on && in.selection == nullptr && !in.sequences.empty() &&
+           std::all_of(in.sequences.begin(), in.sequences.end(),
+                       [](const AttentionSequence& s) { return s.n_tokens == 1; });
+  }
+
   QueryTargets query_targets(int il, int n_rows, const DeviceStep& step) override {
     if (n_rows > kTargetRows) return {};
     QueryTargets q;
@@ -399,7 +409,8 @@ class CudaMlaBackend final : public CudaAttentionBackend {
                       .max_kv_len = step.max_kv_len,
                       .scale = in.scale,
                       .out_type = o_lat_bf16 ? AttnOutputType::bf16 : AttnOutputType::f32,
-                      .out = o_lat_bf16 ? static_cast<void*>(o_lat_bf16) : static_cast<void*>(o_lat)};
+                      .out = o_lat_bf16 ? static_cast<void*>(o_lat_bf16) : static_cast<void*>(o_lat),
+                      .earlier_rows_ready = early_tiles(in)};
     const MlaDecodePlan plan = plan_mla_decode(p);
     if (uk_done) LATTE_CUDA_CHECK(cudaStreamWaitEvent(stream, join_->get(), 0));
     void* ws =

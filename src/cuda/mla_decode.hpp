@@ -57,6 +57,12 @@ struct MlaDecodeParams {
   AttnOutputType out_type = AttnOutputType::f32;
   void* out = nullptr;   ///< [batch, q_len, n_heads, 512] fp32 or bf16, contiguous
   float* lse = nullptr;  ///< [batch, q_len, n_heads] fp32 natural-log LSE, or nullptr
+  /// Optional (dense mode): kv_lens, the page tables and every cache row of a sequence but its last q_len were
+  /// written before the kernels this launch follows ran (a decode step of one new token per sequence: the rows of
+  /// earlier steps). The launch then reads kv_lens and the page tables and starts the copies of its first tiles'
+  /// earlier rows before it waits for those kernels (launch.cuh), so that their latency overlaps the kernels
+  /// before it; the newest rows, the queries and everything else after the wait. LATTE_MLA_EARLY_TILES=0: never.
+  bool earlier_rows_ready = false;
 };
 
 /// How the KV splits of a sequence are merged: by a combine launch after the decode (partial results in the

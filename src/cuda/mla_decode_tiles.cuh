@@ -149,6 +149,31 @@ __device__ __forceinline__ void load_kv_tile(bf16* dst, const int64_t* offsets, 
   }
 }
 
+/// load_kv_tile for part of the tile's rows: those at positions before `fresh` (and the zero-filled ones, which
+/// read nothing) when `earlier`, else the others. The two parts together issue load_kv_tile's copies.
+template <int T, int kThreads>
+__device__ __forceinline__ void load_kv_tile_part(bf16* dst, const int64_t* offsets, const int32_t* positions,
+                                                  const bf16* cache, int fresh, bool earlier) {
+  using Deal = ChunkDeal<T, kChunksPerRow, kThreads>;
+  const int first = Deal::first_element();
+#pragma unroll
+  for (int w = 0; w < Deal::kWaves; ++w) {
+    const int r = Deal::row(w);
+    if ((positions[r] < fresh) != earlier) continue;
+    const int64_t offset = offsets[r];
+    const bool valid = offset >= 0;
+    const bf16* src = cache + (valid ? offset : 0) + first;
+    Deal::copy_row(dst + r * kSmemRowElems + first, src, valid);
+  }
+}
+
+/// Whether a CTA copies its first tiles' earlier rows before it waits for its producers
+/// (MlaDecodeParams::earlier_rows_ready; dense mode, a CTA with tiles), and from which position the rows are new.
+__device__ __forceinline__ bool early_tiles(const Launch& L, const CtaRange& r) {
+  return L.p.earlier_rows_ready && !r.sparse && r.n_tiles > 0;
+}
+__device__ __forceinline__ int first_fresh_position(const Launch& L, const CtaRange& r) { return r.kv_len - L.p.q_len; }
+
 /// Writes columns col, col+1 of result row `row` (< rows_total) of sequence b: the final output when
 /// there is one split, else this split's partial. Values are already normalised by the row sum.
 __device__ __forceinline__ void store_output_pair(const Launch& L, int b, int split, int row, int col, float x,

@@ -43,8 +43,10 @@ static_assert(kThreads == 4 * kRows, "the softmax step gives each row 4 threads"
 static_assert((kQBytes + kKvBytes + kPartialBytes + kPBytes + kRowStateBytes) % 16 == 0);
 
 __global__ void __launch_bounds__(kThreads, 1) mla_decode_wide_kernel(const Launch L) {
-  wait_for_producers();  // see launch.cuh
-  allow_dependents();
+  if (!L.p.earlier_rows_ready) {
+    wait_for_producers();  // see launch.cuh
+    allow_dependents();
+  }
   constexpr int T = kTileTokens;
   extern __shared__ __align__(16) unsigned char smem[];
   unsigned char* cursor = smem;
@@ -86,11 +88,32 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_wide_kernel(const Laun
     for (int n = 0; n < kOutTiles; ++n) o[rb][n][0] = o[rb][n][1] = o[rb][n][2] = o[rb][n][3] = 0.0f;
   }
 
-  if (range.n_tiles > 0) {
+  // MlaDecodeParams::earlier_rows_ready: tile 0's earlier rows before the wait (as in mla_decode_kernel)
+  const bool early = early_tiles(L, range);
+  if (early) {
     ring.resolve_first(L, range);
     __syncthreads();
+    load_kv_tile_part<T, kThreads>(kv_s, ring.tile_offsets(0), ring.tile_positions(0), L.p.cache.data,
+                                   first_fresh_position(L, range), true);
+    mma::cp_async_commit();
+  }
+  if (L.p.earlier_rows_ready) {
+    wait_for_producers();
+    allow_dependents();
+  }
+
+  if (range.n_tiles > 0) {
+    if (!early) {
+      ring.resolve_first(L, range);
+      __syncthreads();
+    }
     load_query_rows<kRows, kThreads>(q_s, L, b, row0);
-    load_kv_tile<T, kThreads>(kv_s, ring.tile_offsets(0), L.p.cache.data);
+    if (early) {
+      load_kv_tile_part<T, kThreads>(kv_s, ring.tile_offsets(0), ring.tile_positions(0), L.p.cache.data,
+                                     first_fresh_position(L, range), false);
+    } else {
+      load_kv_tile<T, kThreads>(kv_s, ring.tile_offsets(0), L.p.cache.data);
+    }
     mma::cp_async_commit();  // group 0: queries and tile 0
 
     const int row_half = warp / kKGroups;  // partial scores: rows 32 * row_half ..

@@ -225,6 +225,8 @@ inline unsigned atomicOr(unsigned* address, unsigned value) {
 #define cudaMemsetAsync(dst, value, bytes, stream) (std::memset((dst), (value), (bytes)), cudaSuccess)
 #define cudaDeviceSynchronize() cudaSuccess
 #define cudaStreamSynchronize(stream) cudaSuccess
+#define cudaStreamCreateWithFlags(stream, flags) (*(stream) = nullptr, cudaSuccess)  // launches run in order
+#define cudaStreamDestroy(stream) cudaSuccess
 #define cudaGetLastError() cudaSuccess
 #define cudaGetDevice(device) (*(device) = 0, cudaSuccess)
 #define cudaGetDeviceCount(count) (*(count) = 1, cudaSuccess)

@@ -2,6 +2,7 @@
 //   score(s) = scale * (q_latent . c_s + q_rope . k_pe_s), o = softmax(score) . c, lse = ln sum exp(score)
 // over the causally visible positions (dense) or the listed ones (sparse).
 #include "attention_test_support.hpp"
+#include "cuda/kv_cache_append.hpp"
 #include "cuda/mla_decode.hpp"
 #include "support/env_scope.hpp"
 
@@ -32,7 +33,13 @@ struct MlaCase {
   latte::cuda::MlaSplitMerge merge = latte::cuda::MlaSplitMerge::automatic;
   bool shared_sequence = false;  // every batch entry reads one cache (page_stride 0): a prefill chunk's
                                  // query tokens run as batch entries, each with its own kv_len / indices
+  // MlaDecodeParams::earlier_rows_ready (contiguous caches): each sequence's last q_len rows start as NaN and an
+  // append launched just before the decode on one stream writes them, after kAppendDummies rows elsewhere that keep
+  // it busy; the decode copies its earlier rows before it waits for the append and must read the appended ones
+  bool append_newest = false;
 };
+
+constexpr int kAppendDummies = 16384;
 
 struct Reference {
   std::vector<double> out;  // [B, q_len, N, 512]
@@ -115,8 +122,16 @@ void check_mla_case(const MlaCase& c) {
   // Device inputs: a paged pool, one shared sequence (page_stride 0) or [B, max_len + 3, 576]; rows
   // past each sequence hold NaN.
   const CacheLayout layout{.dim = kMlaCacheRow, .page_size = c.page_size, .spare_rows = 3};
+  REQUIRE((!c.append_newest || (c.page_size == 0 && !c.shared_sequence && !sparse)));
+  std::vector<std::vector<uint16_t>> uploaded = cache.bits;
+  if (c.append_newest) {
+    for (int b = 0; b < B; ++b) {
+      const int first = std::max(0, c.kv_lens[b] - c.q_len);
+      std::fill(uploaded[b].begin() + static_cast<int64_t>(first) * kMlaCacheRow, uploaded[b].end(), uint16_t{0xffff});
+    }
+  }
   DeviceCache cache_device =
-      upload_cache(c.shared_sequence ? std::vector<std::vector<uint16_t>>{cache.bits[0]} : cache.bits, layout, rng);
+      upload_cache(c.shared_sequence ? std::vector<std::vector<uint16_t>>{cache.bits[0]} : uploaded, layout, rng);
   if (c.shared_sequence) cache_device.view.page_stride = 0;
   latte::cuda::DeviceBuffer<uint16_t> q_latent_device, q_rope_device;
   latte::cuda::MlaDecodeParams params;
@@ -170,7 +185,49 @@ void check_mla_case(const MlaCase& c) {
   }
   latte::cuda::DeviceBuffer<char> workspace(std::max<size_t>(plan.workspace_bytes, 16));
   poison(workspace.data(), workspace.size());
-  latte::cuda::run_mla_decode(params, plan, workspace.data(), workspace.size(), nullptr);
+  if (c.append_newest) {
+    // the append's tokens: kAppendDummies copies of row 0 of sequence 0 into its last spare row (never read), then
+    // each sequence's newest rows, so that those are written last
+    const int64_t capacity = cache_device.view.page_stride / kMlaCacheRow;
+    std::vector<uint16_t> src(static_cast<size_t>(kAppendDummies) * kMlaCacheRow);
+    std::vector<int32_t> batch_index(kAppendDummies, 0), positions(kAppendDummies, static_cast<int32_t>(capacity - 1));
+    for (int d = 0; d < kAppendDummies; ++d) {
+      std::copy_n(cache.bits[0].begin(), kMlaCacheRow, src.begin() + static_cast<int64_t>(d) * kMlaCacheRow);
+    }
+    for (int b = 0; b < B; ++b) {
+      for (int pos = std::max(0, c.kv_lens[b] - c.q_len); pos < c.kv_lens[b]; ++pos) {
+        src.insert(src.end(), cache.bits[b].begin() + static_cast<int64_t>(pos) * kMlaCacheRow,
+                   cache.bits[b].begin() + static_cast<int64_t>(pos + 1) * kMlaCacheRow);
+        batch_index.push_back(b);
+        positions.push_back(pos);
+      }
+    }
+    const auto src_device = upload(src);
+    const auto batch_device = upload(batch_index);
+    const auto positions_device = upload(positions);
+    const auto* rows = reinterpret_cast<const __nv_bfloat16*>(src_device.data());
+    params.earlier_rows_ready = true;
+    latte::cuda::Stream stream;
+    latte::cuda::run_kv_cache_append({.src = rows,
+                                      .src_type = latte::cuda::AppendSourceType::bf16,
+                                      .src_token_stride = kMlaCacheRow,
+                                      .n_tokens = static_cast<int32_t>(positions.size()),
+                                      .dim = kMlaLatentDim,
+                                      .dst = {.data = const_cast<__nv_bfloat16*>(cache_device.view.data),
+                                              .page_stride = cache_device.view.page_stride,
+                                              .token_stride = cache_device.view.token_stride},
+                                      .batch_index = batch_device.data(),
+                                      .positions = positions_device.data(),
+                                      .tail_src = rows + kMlaLatentDim,
+                                      .tail_src_token_stride = kMlaCacheRow,
+                                      .tail_dim = kMlaRopeDim,
+                                      .tail_dst_offset = kMlaLatentDim},
+                                     stream.get());
+    latte::cuda::run_mla_decode(params, plan, workspace.data(), workspace.size(), stream.get());
+    stream.synchronize();
+  } else {
+    latte::cuda::run_mla_decode(params, plan, workspace.data(), workspace.size(), nullptr);
+  }
 
   const std::string plan_text = " plan{config " + std::to_string(plan.config) + ", rows/CTA " +
                                 std::to_string(plan.rows_per_cta) + ", splits " + std::to_string(plan.splits) +
@@ -313,6 +370,29 @@ TEST_CASE("mla decode with 32-position tiles in 4 stages (LATTE_MLA_DECODE_TILE=
       {.name = "cluster, 8 splits, bf16", .kv_lens = {1000, 65}, .bf16_out = true, .force_splits = 8, .merge = cluster},
       {.name = "cluster chosen by the plan", .kv_lens = {900}, .merge = cluster},
   });
+}
+
+TEST_CASE("mla decode copies earlier rows before its producers end and the newest after (earlier_rows_ready)") {
+  using latte::cuda::MlaSplitMerge;
+  constexpr MlaSplitMerge cluster = MlaSplitMerge::cluster;
+  check_all({
+      {.name = "16 heads, auto plan", .kv_lens = {1, 2, 63, 64, 65, 1000, 4097}, .append_newest = true},
+      {.name = "16 heads, one split", .kv_lens = {65, 700, 1}, .force_splits = 1, .append_newest = true},
+      {.name = "16 heads, 7 splits", .kv_lens = {4097, 2, 130}, .force_splits = 7, .append_newest = true},
+      {.name = "cluster, 5 splits", .kv_lens = {900, 2}, .force_splits = 5, .merge = cluster, .append_newest = true},
+      {.name = "q_len 2, 20 heads", .n_heads = 20, .q_len = 2, .kv_lens = {2, 64, 1000}, .append_newest = true},
+      {.name = "128 heads (the 64-row kernel)", .n_heads = 128, .kv_lens = {1, 33, 1000}, .append_newest = true},
+      {.name = "128 heads, q_len 2, 3 splits",
+       .n_heads = 128,
+       .q_len = 2,
+       .kv_lens = {2, 700},
+       .force_splits = 3,
+       .append_newest = true},
+  });
+  {
+    const latte::test::EnvScope tile("LATTE_MLA_DECODE_TILE", "32");
+    check_all({{.name = "32-position tiles in 4 stages", .kv_lens = {1, 31, 33, 64, 1000}, .append_newest = true}});
+  }
 }
 
 TEST_CASE("mla decode rejects invalid arguments with latte::Error") {
