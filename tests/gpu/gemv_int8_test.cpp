@@ -1001,82 +1001,90 @@ TEST_CASE("gemv routing the token in its blocks (route) equals moe_route then th
     latte::cuda::MoeGating gating;
     bool bias, normalize;
   };
+  bool first_rule = true;
   for (const Rule rule : {Rule{64, 6, 1, 1, latte::cuda::MoeGating::softmax, false, false},
                           Rule{256, 8, 8, 4, latte::cuda::MoeGating::sigmoid, true, true},
                           Rule{16, 2, 1, 1, latte::cuda::MoeGating::softmax, false, true}}) {
     CAPTURE(rule.experts);
     CAPTURE(rule.k);
-    const int64_t rows = 96, k = 512;
-    const GgmlType type = GgmlType::q4_k;
-    const Matrix gate = random_matrix(type, rows * rule.experts, k, rng);
-    const Matrix up = random_matrix(type, rows * rule.experts, k, rng);
-    const auto dgate = upload(gate.bytes), dup = upload(up.bytes);
-    const int64_t matrix_bytes = static_cast<int64_t>(latte::row_bytes(type, k)) * rows;
-    const auto logits = random_vector(static_cast<size_t>(rule.experts), rng);
-    const auto bias = random_vector(static_cast<size_t>(rule.experts), rng);
-    const auto dlogits = upload(logits), dbias = upload(bias);
-    const auto x = random_vector(static_cast<size_t>(k), rng);
-    const auto dx = upload(x);
-    for (const bool gated : {true, false}) {
-      CAPTURE(gated);
-      std::vector<float> y_of[2];
-      std::vector<int32_t> ids_of[2];
-      std::vector<float> weights_of[2];
-      for (int fused = 0; fused < 2; ++fused) {
-        latte::cuda::DeviceBuffer<int32_t> ids(static_cast<size_t>(rule.k));
-        latte::cuda::DeviceBuffer<float> weights(static_cast<size_t>(rule.k)), y(static_cast<size_t>(rule.k * rows));
-        poison(ids.data(), ids.bytes());
-        poison(weights.data(), weights.bytes());
-        poison(y.data(), y.bytes());
-        const latte::cuda::MoeRouterParams route{.logits = dlogits.data(),
-                                                 .logits_stride = rule.experts,
-                                                 .n_tokens = 1,
-                                                 .n_experts = rule.experts,
-                                                 .selection_bias = rule.bias ? dbias.data() : nullptr,
-                                                 .gating = rule.gating,
-                                                 .k = rule.k,
-                                                 .n_groups = rule.groups,
-                                                 .groups_used = rule.groups_used,
-                                                 .normalize = rule.normalize,
-                                                 .scale = 1.5f,
-                                                 .ids = ids.data(),
-                                                 .weights = weights.data()};
-        if (fused == 0) latte::cuda::moe_route(route, nullptr);
-        latte::cuda::GemvParams p{.type = type,
-                                  .weight = dgate.data(),
-                                  .weight_up = gated ? dup.data() : nullptr,
-                                  .weight_bytes = static_cast<int64_t>(gate.bytes.size()),
-                                  .matrix_stride_bytes = matrix_bytes,
-                                  .n_rows = static_cast<int>(rows),
-                                  .k = static_cast<int>(k),
-                                  .x = dx.data(),
-                                  .x_stride = k,
-                                  .y = y.data(),
-                                  .y_stride = rows,
-                                  .max_groups = rule.k,
-                                  .choice_ids = ids.data(),
-                                  .x_quantize = true};
-        if (fused == 1) p.route = route;
-        latte::cuda::gemv_quant(p, nullptr);
-        y_of[fused] = download(y.data(), y.size());
-        ids_of[fused] = download(ids.data(), ids.size());
-        weights_of[fused] = download(weights.data(), weights.size());
+    // the legacy types at the MoE down's k = 1408 (the staged kernel) for the first rule
+    const std::vector<GgmlType> types = first_rule
+                                            ? std::vector<GgmlType>{GgmlType::q4_k, GgmlType::q5_0, GgmlType::q8_0}
+                                            : std::vector{GgmlType::q4_k};
+    first_rule = false;
+    for (const GgmlType type : types) {
+      CAPTURE(type);
+      const int64_t rows = 96, k = type == GgmlType::q4_k ? 512 : 1408;
+      const Matrix gate = random_matrix(type, rows * rule.experts, k, rng);
+      const Matrix up = random_matrix(type, rows * rule.experts, k, rng);
+      const auto dgate = upload(gate.bytes), dup = upload(up.bytes);
+      const int64_t matrix_bytes = static_cast<int64_t>(latte::row_bytes(type, k)) * rows;
+      const auto logits = random_vector(static_cast<size_t>(rule.experts), rng);
+      const auto bias = random_vector(static_cast<size_t>(rule.experts), rng);
+      const auto dlogits = upload(logits), dbias = upload(bias);
+      const auto x = random_vector(static_cast<size_t>(k), rng);
+      const auto dx = upload(x);
+      for (const bool gated : {true, false}) {
+        CAPTURE(gated);
+        std::vector<float> y_of[2];
+        std::vector<int32_t> ids_of[2];
+        std::vector<float> weights_of[2];
+        for (int mode = 0; mode < 2; ++mode) {  // moe_route, then the launch; route
+          latte::cuda::DeviceBuffer<int32_t> ids(static_cast<size_t>(rule.k));
+          latte::cuda::DeviceBuffer<float> weights(static_cast<size_t>(rule.k)), y(static_cast<size_t>(rule.k * rows));
+          poison(ids.data(), ids.bytes());
+          poison(weights.data(), weights.bytes());
+          poison(y.data(), y.bytes());
+          const latte::cuda::MoeRouterParams route{.logits = dlogits.data(),
+                                                   .logits_stride = rule.experts,
+                                                   .n_tokens = 1,
+                                                   .n_experts = rule.experts,
+                                                   .selection_bias = rule.bias ? dbias.data() : nullptr,
+                                                   .gating = rule.gating,
+                                                   .k = rule.k,
+                                                   .n_groups = rule.groups,
+                                                   .groups_used = rule.groups_used,
+                                                   .normalize = rule.normalize,
+                                                   .scale = 1.5f,
+                                                   .ids = ids.data(),
+                                                   .weights = weights.data()};
+          if (mode == 0) latte::cuda::moe_route(route, nullptr);
+          latte::cuda::GemvParams p{.type = type,
+                                    .weight = dgate.data(),
+                                    .weight_up = gated ? dup.data() : nullptr,
+                                    .weight_bytes = static_cast<int64_t>(gate.bytes.size()),
+                                    .matrix_stride_bytes = matrix_bytes,
+                                    .n_rows = static_cast<int>(rows),
+                                    .k = static_cast<int>(k),
+                                    .x = dx.data(),
+                                    .x_stride = k,
+                                    .y = y.data(),
+                                    .y_stride = rows,
+                                    .max_groups = rule.k,
+                                    .choice_ids = ids.data(),
+                                    .x_quantize = true};
+          if (mode == 1) p.route = route;
+          latte::cuda::gemv_quant(p, nullptr);
+          y_of[mode] = download(y.data(), y.size());
+          ids_of[mode] = download(ids.data(), ids.size());
+          weights_of[mode] = download(weights.data(), weights.size());
+        }
+        CHECK(ids_of[0] == ids_of[1]);
+        CHECK(std::memcmp(weights_of[0].data(), weights_of[1].data(), weights_of[0].size() * sizeof(float)) == 0);
+        int differ = 0, nan = 0;
+        for (size_t i = 0; i < y_of[0].size(); ++i) {
+          differ += std::memcmp(&y_of[0][i], &y_of[1][i], sizeof(float)) != 0;
+          nan += std::isnan(y_of[0][i]);
+        }
+        CHECK(nan == 0);
+        CHECK_MESSAGE(differ == 0, differ << " outputs differ");
+        // distinct experts, as the rule picks them
+        std::vector<int32_t> sorted = ids_of[1];
+        std::sort(sorted.begin(), sorted.end());
+        CHECK(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end());
+        CHECK(sorted.front() >= 0);
+        CHECK(sorted.back() < rule.experts);
       }
-      CHECK(ids_of[0] == ids_of[1]);
-      CHECK(std::memcmp(weights_of[0].data(), weights_of[1].data(), weights_of[0].size() * sizeof(float)) == 0);
-      int differ = 0, nan = 0;
-      for (size_t i = 0; i < y_of[0].size(); ++i) {
-        differ += std::memcmp(&y_of[0][i], &y_of[1][i], sizeof(float)) != 0;
-        nan += std::isnan(y_of[0][i]);
-      }
-      CHECK(nan == 0);
-      CHECK_MESSAGE(differ == 0, differ << " outputs differ");
-      // distinct experts, as the rule picks them
-      std::vector<int32_t> sorted = ids_of[1];
-      std::sort(sorted.begin(), sorted.end());
-      CHECK(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end());
-      CHECK(sorted.front() >= 0);
-      CHECK(sorted.back() < rule.experts);
     }
   }
   // the route must produce the launch's choices, for one token
