@@ -111,43 +111,17 @@ __global__ void __launch_bounds__(Tr::kThreads, 1) mla_decode_kernel(const Launc
   float m_run[2] = {-INFINITY, -INFINITY};  // running max (log2 domain) of rows g and g+8
   float l_run[2] = {0.0f, 0.0f};            // this thread's part of the running sum
 
-  // MlaDecodeParams::earlier_rows_ready: the first tiles' earlier rows are copied before the wait (their own
-  // group, the oldest, so complete whenever tile 0's is), the newest rows after it with tile 0's group
-  const bool early = early_tiles(L, range);
-  const int fresh = first_fresh_position(L, range);
-  if (early) {
-    ring.resolve_first(L, range);
-    __syncthreads();
-    for (int j = 0; j < Tr::kStages - 1 && j < range.n_tiles; ++j) {
-      load_kv_tile_part<T, Tr::kThreads>(kv_s + j * T * kSmemRowElems, ring.tile_offsets(j), ring.tile_positions(j),
-                                         L.p.cache.data, fresh, true);
-    }
-    mma::cp_async_commit();
-  }
-  if (L.p.earlier_rows_ready) {
-    wait_for_producers();
-    allow_dependents();
-  }
+  // MlaDecodeParams::earlier_rows_ready: the first tiles' earlier rows are copied before the wait
+  const bool early = begin_tiles<T, Tr::kThreads>(L, range, ring, kv_s, Tr::kStages - 1);
 
   if (range.n_tiles > 0) {
-    if (!early) {
-      ring.resolve_first(L, range);
-      __syncthreads();
-    }
     load_query_rows<Tr::kRows, Tr::kThreads>(q_s, L, b, row0);
     auto load_tile = [&](int tile) {
       load_kv_tile<T, Tr::kThreads>(kv_s + (tile % Tr::kStages) * T * kSmemRowElems, ring.tile_offsets(tile),
                                     L.p.cache.data);
     };
     for (int j = 0; j < Tr::kStages - 1; ++j) {
-      if (j < range.n_tiles) {
-        if (early) {
-          load_kv_tile_part<T, Tr::kThreads>(kv_s + j * T * kSmemRowElems, ring.tile_offsets(j), ring.tile_positions(j),
-                                             L.p.cache.data, fresh, false);
-        } else {
-          load_tile(j);
-        }
-      }
+      if (j < range.n_tiles) copy_first_tile<T, Tr::kThreads>(L, range, ring, kv_s + j * T * kSmemRowElems, j, early);
       mma::cp_async_commit();  // group j holds tile j (group 0 also the queries)
     }
 

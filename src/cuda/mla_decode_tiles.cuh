@@ -8,6 +8,7 @@
 #include "cuda/chunk_deal.cuh"
 #include "cuda/cluster.cuh"
 #include "cuda/kv_cache_layout.cuh"
+#include "cuda/launch.cuh"
 #include "cuda/mla_decode_kernels.hpp"
 
 namespace latte::cuda::mla_decode_detail {
@@ -173,6 +174,47 @@ __device__ __forceinline__ bool early_tiles(const Launch& L, const CtaRange& r) 
   return L.p.earlier_rows_ready && !r.sparse && r.n_tiles > 0;
 }
 __device__ __forceinline__ int first_fresh_position(const Launch& L, const CtaRange& r) { return r.kv_len - L.p.q_len; }
+
+/// The start of a CTA's tiles, called by every thread: resolves tiles 0 .. kStages - 1 (TileRowRing::resolve_first)
+/// and, with MlaDecodeParams::earlier_rows_ready, first issues the copies of the earlier rows of the first `n_first`
+/// tiles (stage j at kv_s + j T kSmemRowElems) as one cp.async group, then waits for the producers (launch.cuh; without
+/// earlier_rows_ready the kernel waited at its top). Returns whether those copies were made: copy_first_tile then adds
+/// the newest rows.
+template <int T, int kThreads, class Ring>
+__device__ __forceinline__ bool begin_tiles(const Launch& L, const CtaRange& range, Ring& ring, bf16* kv_s,
+                                            int n_first) {
+  const bool early = early_tiles(L, range);
+  if (early) {
+    ring.resolve_first(L, range);
+    __syncthreads();
+    for (int j = 0; j < n_first && j < range.n_tiles; ++j) {
+      load_kv_tile_part<T, kThreads>(kv_s + j * T * kSmemRowElems, ring.tile_offsets(j), ring.tile_positions(j),
+                                     L.p.cache.data, first_fresh_position(L, range), true);
+    }
+    mma::cp_async_commit();  // the oldest group: complete whenever tile 0's is
+  }
+  if (L.p.earlier_rows_ready) {
+    wait_for_producers();
+    allow_dependents();
+  }
+  if (range.n_tiles > 0 && !early) {
+    ring.resolve_first(L, range);
+    __syncthreads();
+  }
+  return early;
+}
+
+/// The copies of first tile j into `stage`: the whole tile, or its newest rows where begin_tiles copied the others.
+template <int T, int kThreads, class Ring>
+__device__ __forceinline__ void copy_first_tile(const Launch& L, const CtaRange& range, const Ring& ring, bf16* stage,
+                                                int j, bool early) {
+  if (early) {
+    load_kv_tile_part<T, kThreads>(stage, ring.tile_offsets(j), ring.tile_positions(j), L.p.cache.data,
+                                   first_fresh_position(L, range), false);
+  } else {
+    load_kv_tile<T, kThreads>(stage, ring.tile_offsets(j), L.p.cache.data);
+  }
+}
 
 /// Writes columns col, col+1 of result row `row` (< rows_total) of sequence b: the final output when
 /// there is one split, else this split's partial. Values are already normalised by the row sum.

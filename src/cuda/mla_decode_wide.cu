@@ -89,31 +89,11 @@ __global__ void __launch_bounds__(kThreads, 1) mla_decode_wide_kernel(const Laun
   }
 
   // MlaDecodeParams::earlier_rows_ready: tile 0's earlier rows before the wait (as in mla_decode_kernel)
-  const bool early = early_tiles(L, range);
-  if (early) {
-    ring.resolve_first(L, range);
-    __syncthreads();
-    load_kv_tile_part<T, kThreads>(kv_s, ring.tile_offsets(0), ring.tile_positions(0), L.p.cache.data,
-                                   first_fresh_position(L, range), true);
-    mma::cp_async_commit();
-  }
-  if (L.p.earlier_rows_ready) {
-    wait_for_producers();
-    allow_dependents();
-  }
+  const bool early = begin_tiles<T, kThreads>(L, range, ring, kv_s, 1);
 
   if (range.n_tiles > 0) {
-    if (!early) {
-      ring.resolve_first(L, range);
-      __syncthreads();
-    }
     load_query_rows<kRows, kThreads>(q_s, L, b, row0);
-    if (early) {
-      load_kv_tile_part<T, kThreads>(kv_s, ring.tile_offsets(0), ring.tile_positions(0), L.p.cache.data,
-                                     first_fresh_position(L, range), false);
-    } else {
-      load_kv_tile<T, kThreads>(kv_s, ring.tile_offsets(0), L.p.cache.data);
-    }
+    copy_first_tile<T, kThreads>(L, range, ring, kv_s, 0, early);
     mma::cp_async_commit();  // group 0: queries and tile 0
 
     const int row_half = warp / kKGroups;  // partial scores: rows 32 * row_half ..
