@@ -135,14 +135,21 @@ __device__ __forceinline__ void load_query_rows(bf16* q_s, const Launch& L, int 
   }
 }
 
-/// Issues the copies of one cache tile (T rows at `offsets`, -1 = zero-fill) into dst ([T][kSmemRowElems]).
-template <int T, int kThreads>
-__device__ __forceinline__ void load_kv_tile(bf16* dst, const int64_t* offsets, const bf16* cache) {
+/// Every row of a tile (load_kv_tile's default filter).
+struct AllTileRows {
+  __device__ bool operator()(int /*row*/) const { return true; }
+};
+
+/// Issues the copies of one cache tile (T rows at `offsets`, -1 = zero-fill) into dst ([T][kSmemRowElems]); with
+/// `keep`, of the rows r for which keep(r) holds only.
+template <int T, int kThreads, class Keep = AllTileRows>
+__device__ __forceinline__ void load_kv_tile(bf16* dst, const int64_t* offsets, const bf16* cache, Keep keep = {}) {
   using Deal = ChunkDeal<T, kChunksPerRow, kThreads>;
   const int first = Deal::first_element();
 #pragma unroll
   for (int w = 0; w < Deal::kWaves; ++w) {
     const int r = Deal::row(w);
+    if (!keep(r)) continue;
     const int64_t offset = offsets[r];
     const bool valid = offset >= 0;
     const bf16* src = cache + (valid ? offset : 0) + first;  // zero-fill: reads nothing, inside row 0
@@ -155,17 +162,7 @@ __device__ __forceinline__ void load_kv_tile(bf16* dst, const int64_t* offsets, 
 template <int T, int kThreads>
 __device__ __forceinline__ void load_kv_tile_part(bf16* dst, const int64_t* offsets, const int32_t* positions,
                                                   const bf16* cache, int fresh, bool earlier) {
-  using Deal = ChunkDeal<T, kChunksPerRow, kThreads>;
-  const int first = Deal::first_element();
-#pragma unroll
-  for (int w = 0; w < Deal::kWaves; ++w) {
-    const int r = Deal::row(w);
-    if ((positions[r] < fresh) != earlier) continue;
-    const int64_t offset = offsets[r];
-    const bool valid = offset >= 0;
-    const bf16* src = cache + (valid ? offset : 0) + first;
-    Deal::copy_row(dst + r * kSmemRowElems + first, src, valid);
-  }
+  load_kv_tile<T, kThreads>(dst, offsets, cache, [=](int r) { return (positions[r] < fresh) == earlier; });
 }
 
 /// Whether a CTA copies its first tiles' earlier rows before it waits for its producers
