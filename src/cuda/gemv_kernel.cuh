@@ -31,6 +31,7 @@
 #include "core/environment.hpp"
 #include "cuda/check.hpp"
 #include "cuda/device_caps.hpp"
+#include "cuda/gemv_f16_kernel.cuh"
 #include "cuda/gemv_mma_kernel.cuh"
 #include "cuda/gemv_quant.hpp"
 #include "cuda/gemv_x8_kernel.cuh"
@@ -444,7 +445,10 @@ void launch_gemv_as(const GemvParams& p, GemvShape shape, dim3 grid, cudaStream_
 template <GgmlType T>
 void launch_gemv(const GemvParams& p, cudaStream_t stream) {
   using Tr = GemvTraits<T>;
-  if (gemv_mma_applies<T>(p)) return launch_gemv_mma<T>(p, stream);
+  if (gemv_mma_applies<T>(p)) {
+    if (gemv_f16_applies<T>(p)) return launch_gemv_f16<T>(p, stream);
+    return launch_gemv_mma<T>(p, stream);
+  }
   if (gemv_x8_applies<T>(p)) return launch_gemv_x8<T>(p, stream);
   const int tokens = p.groups ? p.max_tokens_per_group : p.n_tokens;
   const int64_t warps_needed = p.weight_up ? p.n_rows : (p.n_rows + Tr::rows_per_warp - 1) / Tr::rows_per_warp;

@@ -1471,3 +1471,80 @@ TEST_CASE("gemv on split-int8 x: groups of several tokens on the tensor cores, g
     }
   }
 }
+
+TEST_CASE("gemv on split-int8 x: 16-token Q4_K groups whose tokens span 1e-15 to 1e15, gated and plain") {
+  // The fp16 tensor-core build (gemv_f16_kernel.cuh) scales each token by its own power of two before its fp16
+  // planes; tokens 30 orders of magnitude apart in one group, one of them all zeros, must each keep the records'
+  // bound, relative to its own size. Without the per-token scale the largest overflow fp16 and the smallest
+  // flush to zero.
+  Rng rng;
+  const int64_t rows = 72, k = 1536;  // 5 tiles of 16 rows (the last partial), 6 super-blocks
+  if (!takes_wide_groups(GgmlType::q4_k, rows, k)) {
+    MESSAGE("16-token groups not taken here");
+    return;
+  }
+  const int n = 16;
+  const Matrix gate = random_matrix(GgmlType::q4_k, rows, k, rng);
+  const Matrix up = random_matrix(GgmlType::q4_k, rows, k, rng);
+  const auto dgate = upload(gate.bytes), dup = upload(up.bytes);
+  auto x = random_vector(static_cast<size_t>(n * k), rng);
+  for (int t = 0; t < n; ++t) {
+    const double scale = t == 7 ? 0.0 : std::pow(10.0, -15.0 + 2.0 * t);  // 1e-15 .. 1e15
+    for (int64_t i = 0; i < k; ++i) x[static_cast<size_t>(t * k + i)] *= static_cast<float>(scale);
+  }
+  const auto dx = upload(x);
+  const auto rec = records_of(dx, n, static_cast<int>(k));
+  const std::vector<DecodedRecord> decoded = decode_records(rec, n, k);
+  latte::cuda::DeviceBuffer<float> x_nan(static_cast<size_t>(n * k));
+  poison(x_nan.data(), x_nan.bytes());
+  latte::cuda::GemvGroup group{.matrix = 0, .count = n, .x_row = {}, .y_row = {}};
+  for (int t = 0; t < n; ++t) {
+    group.x_row[t] = (t * 5) % n;  // shuffled
+    group.y_row[t] = t;
+  }
+  const auto dgroups = upload(std::vector<latte::cuda::GemvGroup>{group});
+  const auto dn = upload(std::vector<int32_t>{1});
+  for (const bool gated : {true, false}) {
+    CAPTURE(gated);
+    latte::cuda::DeviceBuffer<float> y(static_cast<size_t>(n * rows));
+    poison(y.data(), y.bytes());
+    latte::cuda::gemv_quant({.type = GgmlType::q4_k,
+                             .weight = dgate.data(),
+                             .weight_up = gated ? dup.data() : nullptr,
+                             .weight_bytes = static_cast<int64_t>(gate.bytes.size()),
+                             .matrix_stride_bytes = static_cast<int64_t>(gate.bytes.size()),
+                             .n_rows = static_cast<int>(rows),
+                             .k = static_cast<int>(k),
+                             .x = x_nan.data(),
+                             .x_stride = k,
+                             .y = y.data(),
+                             .y_stride = rows,
+                             .groups = dgroups.data(),
+                             .n_groups = dn.data(),
+                             .max_groups = 1,
+                             .max_tokens_per_group = n,
+                             .x_q = rec.data(),
+                             .x_q_stride = latte::cuda::x_int8_record_bytes(k)},
+                            nullptr);
+    const auto got = download(y.data(), y.size());
+    int bad = 0;
+    for (int t = 0; t < n; ++t) {
+      const int xr = group.x_row[t];
+      const float* xt = &x[static_cast<size_t>(xr * k)];
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* gw = &gate.values[static_cast<size_t>(r * k)];
+        const float* uw = &up.values[static_cast<size_t>(r * k)];
+        const double gv = dot(gw, xt, k), eg = x8_bound(gw, xt, decoded[static_cast<size_t>(xr)].dx, k);
+        double want = gv, bound = eg;
+        if (gated) {
+          const double uv = dot(uw, xt, k), eu = x8_bound(uw, xt, decoded[static_cast<size_t>(xr)].dx, k);
+          want = silu(gv) * uv;
+          bound = 1.1 * eg * (std::abs(uv) + eu) + std::abs(silu(gv)) * eu;  // gated_bound without its 1e-6 floor
+        }
+        const double v = got[static_cast<size_t>(t * rows + r)];
+        bad += !(std::abs(v - want) <= bound + 1e-6 * std::abs(want));
+      }
+    }
+    CHECK(bad == 0);
+  }
+}

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "cuda/gemv_quant.hpp"
+#include "cuda/moe_dispatch.hpp"
 #include "cuda/moe_experts.hpp"
 #include "cuda/moe_router.hpp"
 #include "cuda/norms.hpp"
@@ -46,7 +47,10 @@ std::string moe_shape(int n_expert, int ffn, int used, int tokens) {
 
 GgmlType kquant_or_q5_0(int k) { return k % 256 == 0 ? GgmlType::q4_k : GgmlType::q5_0; }
 
-KernelBenchCase moe_case(const cuda::MoeShape& m, int tokens) {
+/// The MoE of a batched decode step of `tokens` rows as the model runs it (tokens <= 128: moe_experts_decode on the
+/// rows' split-int8 records, groups of up to 16 tokens per expert), or a prefill chunk (past 128 rows, or
+/// `prefill`: moe_experts_prefill on bf16 rows).
+KernelBenchCase moe_case(const cuda::MoeShape& m, int tokens, bool prefill = true) {
   const int kExperts = m.n_experts, kUsed = m.k, kHidden = m.hidden, kFfn = m.ffn;
   const GgmlType gate_type = m.gate_type, down_type = m.down_type;
   const int64_t gate_bytes = cuda::expert_matrix_bytes(gate_type, kFfn, kHidden);
@@ -55,7 +59,8 @@ KernelBenchCase moe_case(const cuda::MoeShape& m, int tokens) {
       static_cast<double>(touched_experts(m, tokens)) * (2.0 * gate_bytes + down_bytes) + 8.0 * tokens * kHidden;
   const double flops = 2.0 * tokens * kUsed * 3.0 * kHidden * kFfn;
   // Q4_K / Q5_0 stacks keep the names the earlier rounds' figures carry; other types name the gate's
-  std::string kernel = tokens <= 8 ? "moe experts decode" : "moe experts prefill";
+  const bool decode = tokens <= 8 || (!prefill && tokens <= cuda::moe_gemv_max_tokens);
+  std::string kernel = decode ? "moe experts decode" : "moe experts prefill";
   if (gate_type != GgmlType::q4_k && gate_type != GgmlType::q5_0) kernel.append(" ").append(type_name(gate_type));
   return {.kernel = kernel,
           .shape = moe_shape(kExperts, kFfn, kUsed, tokens),
@@ -76,10 +81,22 @@ KernelBenchCase moe_case(const cuda::MoeShape& m, int tokens) {
             auto* out = static_cast<float*>(ctx.device_alloc(size_t{4} * tokens * kHidden));
             auto ws = std::make_shared<cuda::MoeWorkspace>(cuda::moe_workspace_shape(m, tokens));
             ctx.keep_alive.push_back(ws);
+            // a batched step's rows come with their records (the FFN norm writes them); one token's without
+            const int64_t record = cuda::x_int8_record_bytes(kHidden);
+            uint8_t* xq = nullptr;
+            if (decode && tokens > 8) {
+              xq = static_cast<uint8_t*>(ctx.device_alloc(static_cast<size_t>(record * tokens)));
+              cuda::quantize_x_int8(
+                  {.x = x, .x_stride = kHidden, .rows = tokens, .k = kHidden, .out = xq, .out_stride = record},
+                  nullptr);
+              LATTE_CUDA_CHECK(cudaDeviceSynchronize());
+            }
             return [=](cudaStream_t s, int) {
-              const cuda::MoeExpertsCall call = cuda::moe_experts_call(
+              cuda::MoeExpertsCall call = cuda::moe_experts_call(
                   m, tokens, {.ids = d_ids, .weights = weights, .x = x, .x_bf16 = xb, .out = out});
-              if (tokens <= 8) {
+              call.x_q = xq;
+              call.x_q_stride = xq != nullptr ? record : 0;
+              if (decode) {
                 cuda::moe_experts_decode(w, *ws, call, s);
               } else {
                 cuda::moe_experts_prefill(w, *ws, call, s);
@@ -101,7 +118,8 @@ std::vector<KernelBenchCase> moe_cases(const KernelBenchShapes& shapes) {
   const int heads = shapes.n_head, q_rows = shapes.q_rows, head_dim = shapes.qk_nope + shapes.qk_rope,
             n_rot = shapes.qk_rope, rot_offset = shapes.qk_nope;
   std::vector<KernelBenchCase> cases;
-  if (kExperts > 0) cases = {moe_case(m, 1), moe_case(m, 4), moe_case(m, 512)};
+  if (kExperts > 0)
+    cases = {moe_case(m, 1), moe_case(m, 4), moe_case(m, 32, false), moe_case(m, 128, false), moe_case(m, 512)};
   if (kExperts > 0 && kHidden % 256 == 0) {
     // an IQ4_XS file's stacks (IQ4_NL where the width is no multiple of 256, as llama-quantize falls back)
     cuda::MoeShape iq = m;

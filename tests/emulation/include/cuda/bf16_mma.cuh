@@ -2,6 +2,8 @@
 // description of ldmatrix, mma.m16n8k16 (bf16, fp32 accumulate) and cp.async, as warp rendezvous.
 #pragma once
 
+#include <cuda_fp16.h>
+
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -138,6 +140,122 @@ inline void mma_u8s8_16832(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uin
   });
   for (int e = 0; e < 4; ++e) c[e] = out[e];
 }
+
+namespace detail {
+inline float f16_bits_to_float(uint16_t bits) { return __half2float(__ushort_as_half(bits)); }
+inline uint16_t float_to_f16_bits(float x) { return __half_as_ushort(__float2half_rn(x)); }
+// one fp16 lane of an x2 operation: op on the two inputs' values in double (exact for the products and sums of
+// fp16 values the kernels form), rounded to fp16
+template <class Op>
+uint32_t f16x2_map(uint32_t a, uint32_t b, uint32_t c, Op op) {
+  uint32_t d = 0;
+  for (int hi = 0; hi < 2; ++hi) {
+    const double r = op(static_cast<double>(f16_bits_to_float(half_of(a, hi))),
+                        static_cast<double>(f16_bits_to_float(half_of(b, hi))),
+                        static_cast<double>(f16_bits_to_float(half_of(c, hi))));
+    d |= static_cast<uint32_t>(float_to_f16_bits(static_cast<float>(r))) << (16 * hi);
+  }
+  return d;
+}
+}  // namespace detail
+
+/// mma.m16n8k16 with fp16 A and B (the bf16 one's layouts), fp32 C; products exact, sums in k order.
+inline void mma_f16_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  struct In {
+    uint32_t a[4];
+    uint32_t b[2];
+    float c[4];
+  };
+  In in;
+  for (int i = 0; i < 4; ++i) {
+    in.a[i] = a[i];
+    in.c[i] = c[i];
+  }
+  in.b[0] = b0;
+  in.b[1] = b1;
+  const auto out = emu::warp_collective(in, [](int lane, auto get) {
+    float A[16][16], B[16][8], C[16][8];
+    for (int l = 0; l < 32; ++l) {
+      const In v = get(l);
+      const int g = l / 4, t = l % 4;
+      for (int hi = 0; hi < 2; ++hi) {
+        A[g][2 * t + hi] = detail::f16_bits_to_float(detail::half_of(v.a[0], hi));
+        A[g + 8][2 * t + hi] = detail::f16_bits_to_float(detail::half_of(v.a[1], hi));
+        A[g][2 * t + 8 + hi] = detail::f16_bits_to_float(detail::half_of(v.a[2], hi));
+        A[g + 8][2 * t + 8 + hi] = detail::f16_bits_to_float(detail::half_of(v.a[3], hi));
+        B[2 * t + hi][g] = detail::f16_bits_to_float(detail::half_of(v.b[0], hi));
+        B[2 * t + 8 + hi][g] = detail::f16_bits_to_float(detail::half_of(v.b[1], hi));
+        C[g][2 * t + hi] = v.c[hi];
+        C[g + 8][2 * t + hi] = v.c[2 + hi];
+      }
+    }
+    const int g = lane / 4, t = lane % 4;
+    std::array<float, 4> d;
+    for (int e = 0; e < 4; ++e) {
+      const int row = g + 8 * (e / 2);
+      const int col = 2 * t + (e % 2);
+      float sum = C[row][col];
+      for (int k = 0; k < 16; ++k) sum += A[row][k] * B[k][col];
+      d[e] = sum;
+    }
+    return d;
+  });
+  for (int e = 0; e < 4; ++e) c[e] = out[e];
+}
+
+/// mma.m16n8k8 with fp16 A (a0 (g, 2t..), a1 (g+8, 2t..)) and B (b0 (k 2t.., n g)), fp32 C.
+inline void mma_f16_1688(float (&c)[4], const uint32_t (&a)[2], uint32_t b0) {
+  struct In {
+    uint32_t a[2];
+    uint32_t b;
+    float c[4];
+  };
+  In in;
+  in.a[0] = a[0];
+  in.a[1] = a[1];
+  in.b = b0;
+  for (int i = 0; i < 4; ++i) in.c[i] = c[i];
+  const auto out = emu::warp_collective(in, [](int lane, auto get) {
+    float A[16][8], B[8][8], C[16][8];
+    for (int l = 0; l < 32; ++l) {
+      const In v = get(l);
+      const int g = l / 4, t = l % 4;
+      for (int hi = 0; hi < 2; ++hi) {
+        A[g][2 * t + hi] = detail::f16_bits_to_float(detail::half_of(v.a[0], hi));
+        A[g + 8][2 * t + hi] = detail::f16_bits_to_float(detail::half_of(v.a[1], hi));
+        B[2 * t + hi][g] = detail::f16_bits_to_float(detail::half_of(v.b, hi));
+        C[g][2 * t + hi] = v.c[hi];
+        C[g + 8][2 * t + hi] = v.c[2 + hi];
+      }
+    }
+    const int g = lane / 4, t = lane % 4;
+    std::array<float, 4> d;
+    for (int e = 0; e < 4; ++e) {
+      const int row = g + 8 * (e / 2);
+      const int col = 2 * t + (e % 2);
+      float sum = C[row][col];
+      for (int k = 0; k < 8; ++k) sum += A[row][k] * B[k][col];
+      d[e] = sum;
+    }
+    return d;
+  });
+  for (int e = 0; e < 4; ++e) c[e] = out[e];
+}
+
+inline uint32_t fma_f16x2(uint32_t a, uint32_t b, uint32_t c) {
+  return detail::f16x2_map(a, b, c, [](double x, double y, double z) { return x * y + z; });
+}
+inline uint32_t mul_f16x2(uint32_t a, uint32_t b) {
+  return detail::f16x2_map(a, b, 0, [](double x, double y, double) { return x * y; });
+}
+inline uint32_t sub_f16x2(uint32_t a, uint32_t b) {
+  return detail::f16x2_map(a, b, 0, [](double x, double y, double) { return x - y; });
+}
+inline uint32_t pack_f16x2(float lo, float hi) {
+  return static_cast<uint32_t>(detail::float_to_f16_bits(lo)) |
+         (static_cast<uint32_t>(detail::float_to_f16_bits(hi)) << 16);
+}
+inline float f16_half(uint32_t word, int hi) { return detail::f16_bits_to_float(detail::half_of(word, hi)); }
 
 inline uint32_t pack_bf16x2(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
