@@ -39,10 +39,10 @@
 
 namespace latte::cuda {
 
-/// Whether gathered Q4_K launches with groups of 9-16 tokens take the fp16 tensor-core GEMV (LATTE_GEMV_F16=0:
-/// never, the int8 kernel's 16-token build as before).
+/// Whether gathered Q4_K launches with groups of 9-16 tokens take the fp16 tensor-core GEMV (LATTE_GEMV_F16=1; off
+/// by default until it has been measured and tested on a GPU: BENCHMARKS.md, thirtieth round).
 inline bool gemv_f16_enabled() {
-  static const bool on = latte::detail::env_flag("LATTE_GEMV_F16", true);
+  static const bool on = latte::detail::env_flag("LATTE_GEMV_F16", false);
   return on;
 }
 
