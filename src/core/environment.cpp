@@ -46,7 +46,7 @@ constexpr std::array kVariables = {
     flag("LATTE_FUSED_DECODE", "CUDA: one-sequence mla decode steps as one persistent kernel (0, experimental)"),
     integer("LATTE_GEMV_DENSE_ROWS", 9, 128,
             "CUDA: most rows of a dense product on the tensor-core GEMV over int8 records (64)"),
-    flag("LATTE_GEMV_F16", "CUDA: Q4_K expert groups of 9-16 tokens on the fp16 tensor cores (0, not yet measured)"),
+    flag("LATTE_GEMV_F16", "CUDA: Q4_K expert groups of 9-16 tokens on the fp16 tensor cores (1; 0: int8)"),
     flag("LATTE_GEMV_INT8", "CUDA: quantized GEMVs read int8 copies of their input (1; 0: fp32)"),
     flag("LATTE_GEMV_MMA", "CUDA: expert-group GEMVs of 3-8 tokens on the int8 tensor cores (1; 0: dp4a)"),
     flag("LATTE_GEMV_MMA_DEAL", "CUDA: gathered tensor-core GEMV groups dealt over one even wave of blocks (1)"),
