@@ -55,10 +55,12 @@ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row_address) {
   for (int j = 0; j < 4; ++j) r[j] = out[j];
 }
 
-/// D = A B + C with the m16n8k16 fragment layouts (g = lane/4, t = lane%4):
+namespace detail {
+/// D = A B + C with the m16n8k16 fragment layouts (g = lane/4, t = lane%4), the 16-bit elements read by `value`:
 /// A: a0 (g, 2t..), a1 (g+8, 2t..), a2 (g, 2t+8..), a3 (g+8, 2t+8..); B: b0 (k 2t.., n g), b1 (k 2t+8.., n g);
 /// C/D: c0,c1 (g, 2t..2t+1), c2,c3 (g+8, 2t..2t+1). Products are exact in fp32; sums in k order.
-inline void mma_bf16_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+template <class Value>
+void mma_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, Value value) {
   struct In {
     uint32_t a[4];
     uint32_t b[2];
@@ -71,18 +73,18 @@ inline void mma_bf16_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, u
   }
   in.b[0] = b0;
   in.b[1] = b1;
-  const auto out = emu::warp_collective(in, [](int lane, auto get) {
+  const auto out = emu::warp_collective(in, [value](int lane, auto get) {
     float A[16][16], B[16][8], C[16][8];
     for (int l = 0; l < 32; ++l) {
       const In v = get(l);
       const int g = l / 4, t = l % 4;
       for (int hi = 0; hi < 2; ++hi) {
-        A[g][2 * t + hi] = detail::bf16_bits_to_float(detail::half_of(v.a[0], hi));
-        A[g + 8][2 * t + hi] = detail::bf16_bits_to_float(detail::half_of(v.a[1], hi));
-        A[g][2 * t + 8 + hi] = detail::bf16_bits_to_float(detail::half_of(v.a[2], hi));
-        A[g + 8][2 * t + 8 + hi] = detail::bf16_bits_to_float(detail::half_of(v.a[3], hi));
-        B[2 * t + hi][g] = detail::bf16_bits_to_float(detail::half_of(v.b[0], hi));
-        B[2 * t + 8 + hi][g] = detail::bf16_bits_to_float(detail::half_of(v.b[1], hi));
+        A[g][2 * t + hi] = value(half_of(v.a[0], hi));
+        A[g + 8][2 * t + hi] = value(half_of(v.a[1], hi));
+        A[g][2 * t + 8 + hi] = value(half_of(v.a[2], hi));
+        A[g + 8][2 * t + 8 + hi] = value(half_of(v.a[3], hi));
+        B[2 * t + hi][g] = value(half_of(v.b[0], hi));
+        B[2 * t + 8 + hi][g] = value(half_of(v.b[1], hi));
         C[g][2 * t + hi] = v.c[hi];
         C[g + 8][2 * t + hi] = v.c[2 + hi];
       }
@@ -99,6 +101,12 @@ inline void mma_bf16_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, u
     return d;
   });
   for (int e = 0; e < 4; ++e) c[e] = out[e];
+}
+}  // namespace detail
+
+/// mma.m16n8k16, bf16 A and B, fp32 C (detail::mma_16816's layouts).
+inline void mma_bf16_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  detail::mma_16816(c, a, b0, b1, detail::bf16_bits_to_float);
 }
 
 /// D = A B with the m16n8k32 byte layouts (g = lane/4, t = lane%4; byte j of a register is element j):
@@ -159,48 +167,9 @@ uint32_t f16x2_map(uint32_t a, uint32_t b, uint32_t c, Op op) {
 }
 }  // namespace detail
 
-/// mma.m16n8k16 with fp16 A and B (the bf16 one's layouts), fp32 C; products exact, sums in k order.
+/// mma.m16n8k16, fp16 A and B, fp32 C (the bf16 one's layouts).
 inline void mma_f16_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  struct In {
-    uint32_t a[4];
-    uint32_t b[2];
-    float c[4];
-  };
-  In in;
-  for (int i = 0; i < 4; ++i) {
-    in.a[i] = a[i];
-    in.c[i] = c[i];
-  }
-  in.b[0] = b0;
-  in.b[1] = b1;
-  const auto out = emu::warp_collective(in, [](int lane, auto get) {
-    float A[16][16], B[16][8], C[16][8];
-    for (int l = 0; l < 32; ++l) {
-      const In v = get(l);
-      const int g = l / 4, t = l % 4;
-      for (int hi = 0; hi < 2; ++hi) {
-        A[g][2 * t + hi] = detail::f16_bits_to_float(detail::half_of(v.a[0], hi));
-        A[g + 8][2 * t + hi] = detail::f16_bits_to_float(detail::half_of(v.a[1], hi));
-        A[g][2 * t + 8 + hi] = detail::f16_bits_to_float(detail::half_of(v.a[2], hi));
-        A[g + 8][2 * t + 8 + hi] = detail::f16_bits_to_float(detail::half_of(v.a[3], hi));
-        B[2 * t + hi][g] = detail::f16_bits_to_float(detail::half_of(v.b[0], hi));
-        B[2 * t + 8 + hi][g] = detail::f16_bits_to_float(detail::half_of(v.b[1], hi));
-        C[g][2 * t + hi] = v.c[hi];
-        C[g + 8][2 * t + hi] = v.c[2 + hi];
-      }
-    }
-    const int g = lane / 4, t = lane % 4;
-    std::array<float, 4> d;
-    for (int e = 0; e < 4; ++e) {
-      const int row = g + 8 * (e / 2);
-      const int col = 2 * t + (e % 2);
-      float sum = C[row][col];
-      for (int k = 0; k < 16; ++k) sum += A[row][k] * B[k][col];
-      d[e] = sum;
-    }
-    return d;
-  });
-  for (int e = 0; e < 4; ++e) c[e] = out[e];
+  detail::mma_16816(c, a, b0, b1, detail::f16_bits_to_float);
 }
 
 /// mma.m16n8k8 with fp16 A (a0 (g, 2t..), a1 (g+8, 2t..)) and B (b0 (k 2t.., n g)), fp32 C.
