@@ -23,8 +23,9 @@
 // Work split: 8 warps, one block per SM (16 tokens' planes at k = 2048 are 136 KB); a warp owns a 16-row tile of
 // W_gate and the same rows of W_up (gated) or 32 rows. The launch deals the (group, warp tile) pairs of all groups
 // evenly over one wave of blocks: a block takes a contiguous range of them, which spans a group boundary at most
-// a few times (it stages the next group's x there). Per-group blocks (gemv_mma_kernel's deal) leave ~40% of the SMs
-// idle at the end when ~70 equal groups meet 132 SMs.
+// a few times (it stages the next group's x there). Whole blocks per group (gemv_mma_kernel's deal) would leave
+// ~60 of ~70 equal groups with two of this kernel's 132 blocks and the rest with one, the launch as long as the
+// groups that got one.
 #pragma once
 
 #include <algorithm>
