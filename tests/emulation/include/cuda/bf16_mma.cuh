@@ -172,43 +172,11 @@ inline void mma_f16_16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, ui
   detail::mma_16816(c, a, b0, b1, detail::f16_bits_to_float);
 }
 
-/// mma.m16n8k8 with fp16 A (a0 (g, 2t..), a1 (g+8, 2t..)) and B (b0 (k 2t.., n g)), fp32 C.
+/// mma.m16n8k8 with fp16 A (a0 (g, 2t..), a1 (g+8, 2t..)) and B (b0 (k 2t.., n g)), fp32 C: the m16n8k16 product
+/// with k 8..15 zero (their exact zero products leave the k-ordered sums as they are).
 inline void mma_f16_1688(float (&c)[4], const uint32_t (&a)[2], uint32_t b0) {
-  struct In {
-    uint32_t a[2];
-    uint32_t b;
-    float c[4];
-  };
-  In in;
-  in.a[0] = a[0];
-  in.a[1] = a[1];
-  in.b = b0;
-  for (int i = 0; i < 4; ++i) in.c[i] = c[i];
-  const auto out = emu::warp_collective(in, [](int lane, auto get) {
-    float A[16][8], B[8][8], C[16][8];
-    for (int l = 0; l < 32; ++l) {
-      const In v = get(l);
-      const int g = l / 4, t = l % 4;
-      for (int hi = 0; hi < 2; ++hi) {
-        A[g][2 * t + hi] = detail::f16_bits_to_float(detail::half_of(v.a[0], hi));
-        A[g + 8][2 * t + hi] = detail::f16_bits_to_float(detail::half_of(v.a[1], hi));
-        B[2 * t + hi][g] = detail::f16_bits_to_float(detail::half_of(v.b, hi));
-        C[g][2 * t + hi] = v.c[hi];
-        C[g + 8][2 * t + hi] = v.c[2 + hi];
-      }
-    }
-    const int g = lane / 4, t = lane % 4;
-    std::array<float, 4> d;
-    for (int e = 0; e < 4; ++e) {
-      const int row = g + 8 * (e / 2);
-      const int col = 2 * t + (e % 2);
-      float sum = C[row][col];
-      for (int k = 0; k < 8; ++k) sum += A[row][k] * B[k][col];
-      d[e] = sum;
-    }
-    return d;
-  });
-  for (int e = 0; e < 4; ++e) c[e] = out[e];
+  const uint32_t a16[4] = {a[0], a[1], 0u, 0u};
+  detail::mma_16816(c, a16, b0, 0u, detail::f16_bits_to_float);
 }
 
 inline uint32_t fma_f16x2(uint32_t a, uint32_t b, uint32_t c) {
