@@ -29,8 +29,9 @@ if [ -f "${CUDA_HOME:-/usr/local/cuda}/include/cuda_runtime.h" ]; then
   # the GEMV kernels (fp32 and split-int8 x) and the int8 records likewise, against float64 products
   LATTE_EMU_ONLY=gemv tests/emulation/build.sh build-emu-gemv >/dev/null
   LATTE_EMU_SMS=5 build-emu-gemv/latte_emulated_gpu_tests  # few SMs: blocks walk several tiles
-  # two group cases again with the int8 16-token build the fp16 one replaced by default (all of them: gpu-check.sh)
-  LATTE_GEMV_F16=0 LATTE_EMU_SMS=5 build-emu-gemv/latte_emulated_gpu_tests \
+  # two group cases again with the int8 16-token Q4_K build the fp16 one replaced by default, and the staged types'
+  # 16-token groups dealt as whole blocks per group instead of (group, tile) pairs (all of them: gpu-check.sh)
+  LATTE_GEMV_F16=0 LATTE_GEMV_MMA_PAIRS=0 LATTE_EMU_SMS=5 build-emu-gemv/latte_emulated_gpu_tests \
     -tc="*more expert groups than one wave*,*span 1e-15*"
   echo "test.sh: emulated GEMVs done at $SECONDS s"
   # the MLA decode kernel, its split combine and the splits merged in a thread-block cluster, against float64

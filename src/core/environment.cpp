@@ -52,6 +52,8 @@ constexpr std::array kVariables = {
     flag("LATTE_GEMV_MMA_DEAL", "CUDA: gathered tensor-core GEMV groups dealt over one even wave of blocks (1)"),
     integer("LATTE_GEMV_MMA_DENSE_MIN", 3, 65, "CUDA: fewest rows of a dense tensor-core GEMV launch (5)"),
     integer("LATTE_GEMV_MMA_MIN_TOKENS", 1, 8, "CUDA: fewest tokens per block of a tensor-core expert GEMV (3)"),
+    flag("LATTE_GEMV_MMA_PAIRS",
+         "CUDA: 16-token groups of the staged types dealt as (group, tile) pairs over one wave (1)"),
     flag("LATTE_GEMV_MMA_Q6K", "CUDA: Q6_K on the tensor-core GEMV (1; 0: dp4a)"),
     flag("LATTE_GEMV_MMA_ROWS",
          "CUDA: dense products of 5 to LATTE_GEMV_DENSE_ROWS rows as one tensor-core GEMV launch (1)"),

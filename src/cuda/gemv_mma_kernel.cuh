@@ -500,6 +500,33 @@ __device__ __forceinline__ float mma_q6k_scale(const uint32_t (&scales)[2], int 
   return static_cast<float>(static_cast<int8_t>(scales[j / 4] >> (8 * (j % 4))));
 }
 
+/// GemvParams::deal_pairs: the next group of a block's range [at, end) of (group, tile) pairs (pair i: group
+/// i / tiles, tile i % tiles): its rows, and its tiles [rows.first_tile, last) walked one by one; groups without
+/// tokens are skipped. False when the range is done.
+template <int NT>
+__device__ __forceinline__ bool mma_pair_segment(const GemvParams& p, int tiles, int64_t& at, int64_t end,
+                                                 X8Rows<NT>& rows, int& last) {
+  while (at < end) {
+    const int group = static_cast<int>(at / tiles);
+    const int64_t group_start = static_cast<int64_t>(group) * tiles;
+    rows.first_tile = static_cast<int>(at - group_start);
+    rows.tile_stride = 1;
+    last = static_cast<int>(min(static_cast<int64_t>(tiles), end - group_start));
+    at = group_start + last;
+    const GemvGroup& gr = p.groups[group];
+    if (gr.count <= 0) continue;
+    rows.matrix = gr.matrix;
+    rows.count = min(gr.count, NT);
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      rows.y_row[t] = t < rows.count ? gr.y_row[t] : 0;
+      rows.x_row[t] = t < rows.count ? (p.x_row_is_y_row ? gr.y_row[t] : gr.x_row[t]) : 0;
+    }
+    return true;
+  }
+  return false;
+}
+
 /// The tensor-core GEMV for the types staged through shared memory (kGemvMmaStaged), gemv_mma_kernel's tiles
 /// and tokens: a warp copies each step's blocks of its 32 rows (lane l: row l) into shared memory with 16-byte
 /// cp.async copies (a two-step ring, the next step's copies in flight while it computes the current one) and
@@ -537,7 +564,18 @@ __global__ void __launch_bounds__(128, NT > 8 ? 2 : MmaStaging<T>::min_blocks)
   const int token_words = 5 * n + 1;
   const int token_bytes = 16 * token_words;
   X8Rows<NT> rows;
-  if (!x8_group(p, rows, reinterpret_cast<uint8_t*>(x_record) + NT * token_bytes)) return;
+  // the block's tiles: [rows.first_tile, last) by rows.tile_stride of one group (x8_group), or with deal_pairs the
+  // groups of its range of (group, tile) pairs one after the other
+  int64_t pair_at = 0, pair_end = 0;
+  int last = tiles;
+  if (p.deal_pairs) {
+    const int64_t total = static_cast<int64_t>(*p.n_groups) * tiles;
+    pair_at = static_cast<int64_t>(blockIdx.x) * total / gridDim.x;
+    pair_end = (static_cast<int64_t>(blockIdx.x) + 1) * total / gridDim.x;
+    if (!mma_pair_segment(p, tiles, pair_at, pair_end, rows, last)) return;
+  } else if (!x8_group(p, rows, reinterpret_cast<uint8_t*>(x_record) + NT * token_bytes)) {
+    return;
+  }
   // the ring: [warp][slot][row][chunk]; Split's partial sums after the records and a dynamic ring
   uint4* const after_records = x_record + NT * token_words;
   uint4(*stage)[2][32][kChunks] = reinterpret_cast<uint4(*)[2][32][kChunks]>(S::dynamic ? after_records : static_ring);
@@ -549,12 +587,16 @@ __global__ void __launch_bounds__(128, NT > 8 ? 2 : MmaStaging<T>::min_blocks)
   const uint8_t* lo[2];
   const uint8_t* hi[2];
   const uint8_t* base[2];
+  auto set_matrix = [&] {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) base[j] = lo[j] + static_cast<int64_t>(rows.matrix) * p.matrix_stride_bytes;
+  };
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
     lo[j] = static_cast<const uint8_t*>(gated && j == 1 ? p.weight_up : p.weight);
     hi[j] = lo[j] + p.weight_bytes;
-    base[j] = lo[j] + static_cast<int64_t>(rows.matrix) * p.matrix_stride_bytes;
   }
+  set_matrix();
   auto first_row = [&](int tile, int j) {
     const int w = Split ? tile : tile * kWarps + warp;
     return gated ? 16 * w : 32 * w + 16 * j;
@@ -586,34 +628,35 @@ __global__ void __launch_bounds__(128, NT > 8 ? 2 : MmaStaging<T>::min_blocks)
   };
 
   int tile = rows.first_tile, s = s_first, b = 0;
-  if (tile < tiles) copy(tile, s, 0);  // weights are never written by a step: before the wait
+  if (tile < last) copy(tile, s, 0);  // weights are never written by a step: before the wait
   if (!gathered) {
     wait_for_producers();
     allow_dependents();
   }
-  x8_stage_records<NT>(p, rows, n, x_record, token_words);
-  __syncthreads();
-  constexpr int kTiles = kMmaTokenTiles<NT>;
-  const MmaTokenTiles<NT> tokens =
-      mma_token_tiles(rows, reinterpret_cast<const uint8_t*>(x_record), token_bytes, n, g, t);
-  const MmaTokens(&x)[kTiles] = tokens.x;
+  for (;;) {  // once, or per group of a deal_pairs range
+    x8_stage_records<NT>(p, rows, n, x_record, token_words);
+    __syncthreads();
+    constexpr int kTiles = kMmaTokenTiles<NT>;
+    const MmaTokenTiles<NT> tokens =
+        mma_token_tiles(rows, reinterpret_cast<const uint8_t*>(x_record), token_bytes, n, g, t);
+    const MmaTokens(&x)[kTiles] = tokens.x;
 
-  float acc[kTiles][2][4] = {};
-  while (tile < tiles) {
-    int next_tile = tile, next_s = s + s_step;
-    if (next_s >= steps) {
-      next_s = s_first;
-      next_tile += rows.tile_stride;
-    }
-    if (next_tile < tiles) {
-      copy(next_tile, next_s, b ^ 1);
-    } else {
-      mma::cp_async_commit();  // an empty group: the wait below still means "this step's copies"
-    }
-    mma::cp_async_wait<1>();
-    __syncwarp();  // every lane's copies of this step have landed
-    // lane's rows: tile j, h = 0 / 1 -> ring row 16 j + g + 8 h, its misalignment within the staged chunks
-    int mis[2][2];
+    float acc[kTiles][2][4] = {};
+    while (tile < last) {
+      int next_tile = tile, next_s = s + s_step;
+      if (next_s >= steps) {
+        next_s = s_first;
+        next_tile += rows.tile_stride;
+      }
+      if (next_tile < last) {
+        copy(next_tile, next_s, b ^ 1);
+      } else {
+        mma::cp_async_commit();  // an empty group: the wait below still means "this step's copies"
+      }
+      mma::cp_async_wait<1>();
+      __syncwarp();  // every lane's copies of this step have landed
+      // lane's rows: tile j, h = 0 / 1 -> ring row 16 j + g + 8 h, its misalignment within the staged chunks
+      int mis[2][2];
 #pragma unroll
     for (int j = 0; j < 2; ++j)
 #pragma unroll
@@ -740,6 +783,15 @@ __global__ void __launch_bounds__(128, NT > 8 ? 2 : MmaStaging<T>::min_blocks)
     tile = next_tile;
     s = next_s;
     b ^= 1;
+    }
+    if (!p.deal_pairs || !mma_pair_segment(p, tiles, pair_at, pair_end, rows, last)) break;
+    // the next group: its first step's copies into the free slot, then its records once every warp is done
+    // with this group's
+    set_matrix();
+    tile = rows.first_tile;
+    s = s_first;
+    copy(tile, s, b);
+    __syncthreads();
   }
   mma::cp_async_wait<0>();
 }
@@ -853,6 +905,16 @@ inline bool gemv_mma_deal_enabled() {
   return on;
 }
 
+/// Whether the staged types' gathered 16-token launches deal (group, tile) pairs over one wave of blocks
+/// (GemvParams::deal_pairs; LATTE_GEMV_MMA_PAIRS=0: whole blocks per group, LATTE_GEMV_MMA_DEAL's deal). At 128
+/// sequences the ~70 groups of a V2-Lite down (16 tiles each) over 264 block slots get 3 or 4 blocks, so the
+/// launch lasts the 6 tiles of a block of a 3-block group where the pairs give every block 4 or 5. Measured on an
+/// H100 (BENCHMARKS.md, thirty-first round): the MoE of a 128-row step 364-367 -> 339-342 us, x128 +2.8%.
+inline bool gemv_mma_pairs_enabled() {
+  static const bool on = latte::detail::env_flag("LATTE_GEMV_MMA_PAIRS", true);
+  return on;
+}
+
 /// Whether a dense K-quant launch whose blocks would not fill the GPU once splits K over each block's four
 /// warps (gemv_mma_kernel's Split; LATTE_GEMV_MMA_SPLIT=0: never).
 inline bool gemv_mma_split_enabled() {
@@ -907,7 +969,12 @@ void launch_gemv_mma_as(const GemvParams& p, cudaStream_t stream) {
     q.deal_blocks = static_cast<int>(std::min<int64_t>(resident, per_group * groups));
   }
   const int64_t per_block = (tiles + per_group - 1) / per_group;
-  const dim3 grid(static_cast<unsigned>((tiles + per_block - 1) / per_block), static_cast<unsigned>(groups));
+  dim3 grid(static_cast<unsigned>((tiles + per_block - 1) / per_block), static_cast<unsigned>(groups));
+  if (kGemvMmaStaged<T> && NT > gemv_max_tokens && gemv_mma_pairs_enabled()) {
+    q.deal_pairs = true;
+    q.deal_blocks = 0;
+    grid = dim3(static_cast<unsigned>(std::min<int64_t>(resident, static_cast<int64_t>(tiles) * groups)), 1);
+  }
   launch_kernel(kernel, grid, dim3(128), static_cast<size_t>(smem), stream, q, tiles);
 }
 

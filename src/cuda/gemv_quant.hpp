@@ -101,6 +101,10 @@ struct GemvParams {
   /// the grid's first deal_blocks blocks (one wave of resident blocks, every SM's slots filled), the rest exit;
   /// 0, or fewer than the groups that exist: over the whole grid.
   int deal_blocks = 0;
+  /// Set by the staged tensor-core GEMV's gathered 16-token launches (LATTE_GEMV_MMA_PAIRS): a 1-D
+  /// grid of one wave of blocks, block b walking the (group, tile) pairs [b T / grid, (b + 1) T / grid) of the T =
+  /// groups x tiles that exist, restaging its x records where its range crosses into the next group.
+  bool deal_pairs = false;
 };
 
 /// Launches y = W x (see GemvParams). Throws Error(invalid_argument) on a violated precondition and
