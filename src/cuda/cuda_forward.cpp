@@ -164,7 +164,9 @@ class CudaForward final : public CudaRankForward {
     // With taps the step runs eagerly: a tap synchronises and copies mid-step. A tensor-parallel rank
     // holds a share of the heads and FFN columns, so it emits none (the CPU ranks do the same).
     taps_ = communicator_ ? nullptr : batch.taps;
+    chunked_logits_ = logits_in_chunks(batch);  // before a capture: the captured step leaves the copies out
     if (taps_ != nullptr || !graphs_.run(*this, batch)) enqueue(batch);
+    if (chunked_logits_) copy_logits_chunks(static_cast<int>(batch.logit_rows.size()));
     if (taps_ != nullptr && fused(batch)) emit_fused_taps();
     if (fused_ && fused_->timing_on() && fused(batch)) fused_->collect_timing(stream());
     finish_logits(batch);
@@ -1153,7 +1155,35 @@ class CudaForward final : public CudaRankForward {
       return;
     }
     linear(weights_->output, a.out_rows.data(), H, n_out, logits, vocab, nullptr, records, head_bf16);
-    copy_logits_to_host(logits, n_out, vocab, vocab, logits_host_, stream());
+    if (!chunked_logits_) copy_logits_to_host(logits, n_out, vocab, vocab, logits_host_, stream());
+  }
+
+  /// Logit rows per chunk of a chunked copy (8.3 MB at DeepSeek's 129,280 entries).
+  static constexpr int kLogitChunkRows = 16;
+
+  /// Whether this step's logits leave the device in chunks of kLogitChunkRows rows after the step's kernels, each
+  /// chunk scattered to its rows by finish_logits while the next ones copy, instead of in one copy that the scatter
+  /// waits for (LATTE_LOGITS_CHUNKS=1; off until measured on a GPU): from two chunks on one device. A 128-row step's
+  /// logits are 66 MB.
+  bool logits_in_chunks(const detail::ForwardBatch& batch) const {
+    static const bool on = latte::detail::env_flag("LATTE_LOGITS_CHUNKS", false);
+    return on && communicator_ == nullptr && !fused(batch) &&
+           static_cast<int>(batch.logit_rows.size()) >= 2 * kLogitChunkRows;
+  }
+
+  /// The step's n_out logit rows into the pinned buffer, chunk c's completion recorded in logit_chunks_[c].
+  void copy_logits_chunks(int n_out) {
+    const int chunks = (n_out + kLogitChunkRows - 1) / kLogitChunkRows;
+    while (static_cast<int>(logit_chunks_.size()) < chunks) logit_chunks_.emplace_back(cudaEventDisableTiming);
+    const int64_t vocab = c_.n_vocab;
+    for (int c = 0; c < chunks; ++c) {
+      const int64_t r0 = static_cast<int64_t>(c) * kLogitChunkRows;
+      const int64_t rows = std::min<int64_t>(kLogitChunkRows, n_out - r0);
+      LATTE_CUDA_CHECK(cudaMemcpyAsync(logits_host_.data() + r0 * vocab, act_.logits.data() + r0 * vocab,
+                                       static_cast<size_t>(rows * vocab) * sizeof(float), cudaMemcpyDeviceToHost,
+                                       stream()));
+      logit_chunks_[static_cast<size_t>(c)].record(stream());
+    }
   }
 
   /// Has the model make bf16 copies of its dense matrices (DeviceWeights::make_dense_bf16, shared by its sessions)
@@ -1187,27 +1217,40 @@ class CudaForward final : public CudaRankForward {
   }
 
   void finish_logits(const detail::ForwardBatch& batch) {
-    stream_.synchronize();
     const bool to_rows = !batch.logit_dest.empty();
-    if (batch.logits == nullptr && !to_rows) return;  // a tensor-parallel rank other than 0
     const size_t n_out = batch.logit_rows.size(), vocab = static_cast<size_t>(c_.n_vocab);
     if (to_rows && batch.logit_dest.size() != n_out) {
+      stream_.synchronize();
       throw Error(ErrorCode::internal, "cuda forward: " + std::to_string(batch.logit_dest.size()) +
                                            " logit destinations for " + std::to_string(n_out) + " logit rows");
     }
     // where logit row i goes: its own destination, or row i of the contiguous output
     auto row = [&](size_t i) { return to_rows ? batch.logit_dest[i] : batch.logits + i * vocab; };
-    if (n_out && vocab_slice_ > 0) {
-      // [ranks, n_out, slice] -> [n_out, ranks * slice]
-      const size_t slice = static_cast<size_t>(vocab_slice_);
-      const size_t ranks = vocab / slice;
-      for (size_t r = 0; r < ranks; ++r) {
-        for (size_t i = 0; i < n_out; ++i) {
-          std::memcpy(row(i) + r * slice, logits_host_.data() + (r * n_out + i) * slice, slice * sizeof(float));
-        }
+    if (chunked_logits_ && (batch.logits != nullptr || to_rows)) {
+      // each chunk's rows as soon as it has landed, the later chunks still copying
+      const size_t chunk = kLogitChunkRows;
+      for (size_t c = 0; c * chunk < n_out; ++c) {
+        const size_t r0 = c * chunk, rows = std::min(chunk, n_out - r0);
+        LATTE_CUDA_CHECK(cudaEventSynchronize(logit_chunks_[c].get()));
+        scatter_logits(
+            rows, vocab, [&](size_t i) { return row(r0 + i); }, r0, n_out);
       }
+      stream_.synchronize();
     } else {
-      scatter_logits(n_out, vocab, row);
+      stream_.synchronize();
+      if (batch.logits == nullptr && !to_rows) return;  // a tensor-parallel rank other than 0
+      if (n_out && vocab_slice_ > 0) {
+        // [ranks, n_out, slice] -> [n_out, ranks * slice]
+        const size_t slice = static_cast<size_t>(vocab_slice_);
+        const size_t ranks = vocab / slice;
+        for (size_t r = 0; r < ranks; ++r) {
+          for (size_t i = 0; i < n_out; ++i) {
+            std::memcpy(row(i) + r * slice, logits_host_.data() + (r * n_out + i) * slice, slice * sizeof(float));
+          }
+        }
+      } else {
+        scatter_logits(n_out, vocab, row, 0, n_out);
+      }
     }
     const size_t n = batch.logits != nullptr ? n_out * vocab : 0;  // the logits tap reads the contiguous output
     std::string tap;
@@ -1216,15 +1259,16 @@ class CudaForward final : public CudaRankForward {
     }
   }
 
-  /// Copies logit row i of the pinned staging buffer to row(i): from kParallelScatterBytes on, spread over
-  /// a small pool of threads made on first use (LATTE_LOGITS_COPY_THREADS sets its size, 1 copies on the
-  /// calling thread only). One thread took several ms per 128-row step (66 MB) on the serial path.
-  void scatter_logits(size_t n_out, size_t vocab, const std::function<float*(size_t)>& row) {
+  /// Copies rows first .. first + n - 1 of the pinned staging buffer to row(0 .. n - 1): in a step of step_rows
+  /// logit rows of kParallelScatterBytes or more, spread over a small pool of threads made on first use
+  /// (LATTE_LOGITS_COPY_THREADS sets its size, 1 copies on the calling thread only). One thread took several ms per
+  /// 128-row step (66 MB) on the serial path.
+  void scatter_logits(size_t n, size_t vocab, const std::function<float*(size_t)>& row, size_t first,
+                      size_t step_rows) {
     const unsigned threads = logits_copy_threads();
-    if (threads > 1 && !copy_pool_ && n_out * vocab * sizeof(float) >= kParallelScatterBytes) {
-      copy_pool_ = std::make_unique<TaskPool>(threads);
-    }
-    latte::scatter_rows(logits_host_.data(), n_out, vocab, row, copy_pool_.get());
+    const bool parallel = threads > 1 && step_rows * vocab * sizeof(float) >= kParallelScatterBytes;
+    if (parallel && !copy_pool_) copy_pool_ = std::make_unique<TaskPool>(threads);
+    latte::scatter_rows(logits_host_.data() + first * vocab, n, vocab, row, parallel ? copy_pool_.get() : nullptr, 0);
   }
 
   static unsigned logits_copy_threads() {
@@ -1268,6 +1312,8 @@ class CudaForward final : public CudaRankForward {
   std::unique_ptr<TaskPool> copy_pool_;  // scatter_logits: made on the first large step
   std::vector<AttentionSequence> attention_sequences_;
   PinnedBuffer<float> logits_host_;
+  bool chunked_logits_ = false;            // this step's logits copy in chunks (logits_in_chunks)
+  std::vector<Event> logit_chunks_;        // chunk c of them has landed in logits_host_
   const detail::TapSink* taps_ = nullptr;  // this step's observer, or null
   std::vector<float> tap_host_, tap_before_;
   std::vector<int32_t> tap_ids_;
