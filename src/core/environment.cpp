@@ -69,7 +69,7 @@ constexpr std::array kVariables = {
          "CUDA: 2-8 rows too wide for the dp4a GEMV's int8 copies (a dense FFN's down) on the tensor cores (1)"),
     choice("LATTE_GEMV_X", "rows|warp|direct", "CUDA: how the fp32 GEMV reads its input (rows)"),
     integer("LATTE_GEMV_X_ASYNC", 0, 8, "CUDA: GEMV blocks of this many tokens or more copy them at once (8; 0 never)"),
-    flag("LATTE_LOGITS_CHUNKS", "CUDA: a step's logits leave the device in 16-row chunks, scattered as they land (0)"),
+    flag("LATTE_LOGITS_CHUNKS", "CUDA: a step's logits leave the device in 16-row chunks, scattered as they land (1)"),
     integer("LATTE_LOGITS_COPY_THREADS", 1, 256,
             "CUDA: threads copying a batch's logits to its sessions (cores/2, 1-8)"),
     flag("LATTE_MLA_CLUSTER", "CUDA: MLA decode splits may merge inside a thread-block cluster (1)"),

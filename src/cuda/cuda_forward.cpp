@@ -1163,10 +1163,10 @@ class CudaForward final : public CudaRankForward {
 
   /// Whether this step's logits leave the device in chunks of kLogitChunkRows rows after the step's kernels, each
   /// chunk scattered to its rows by finish_logits while the next ones copy, instead of in one copy that the scatter
-  /// waits for (LATTE_LOGITS_CHUNKS=1; off until measured on a GPU): from two chunks on one device. A 128-row step's
-  /// logits are 66 MB.
+  /// waits for (LATTE_LOGITS_CHUNKS=0: never): from two chunks on one device. A 128-row step's logits are 66 MB.
+  /// Measured on an H100 (BENCHMARKS.md, thirty-first round): x128 +3.9%, x32 +1.1%.
   bool logits_in_chunks(const detail::ForwardBatch& batch) const {
-    static const bool on = latte::detail::env_flag("LATTE_LOGITS_CHUNKS", false);
+    static const bool on = latte::detail::env_flag("LATTE_LOGITS_CHUNKS", true);
     return on && communicator_ == nullptr && !fused(batch) &&
            static_cast<int>(batch.logit_rows.size()) >= 2 * kLogitChunkRows;
   }
