@@ -1256,21 +1256,24 @@ TEST_CASE("gemv on split-int8 x: groups of more than 8 tokens only where the ten
 }
 
 TEST_CASE("gemv on split-int8 x: more expert groups than one wave of resident blocks, 8- and 16-token builds") {
-  // 450 groups (DeepSeek-V3's 256 experts x 8 choices at 128 sequences make up to 384): more than one wave of
-  // either build's blocks on an H100 (264 / 396), so the launch cannot deal its groups over one wave and every
-  // group still needs its blocks; a few group slots stay empty. The staged types' 16-token build (V2-Lite's MoE
-  // down, Q5_0) with 300 rows (3 tiles, the last partial) over 90 groups: with deal_pairs (LATTE_GEMV_MMA_PAIRS) the
-  // 270 (group, tile) pairs are more than one wave of blocks (264 on an H100 or H200), so blocks' ranges start and
-  // end inside groups and cross into the next ones, restaging x there (the segment walk is the same for every
-  // staged type)
+  // 3 x 132 + 54 = 450 groups on an H100 (DeepSeek-V3's 256 experts x 8 choices at 128 sequences make up to 384):
+  // more than one wave of either build's blocks (2 or 3 per SM: 264 / 396), so the launch cannot deal its groups
+  // over one wave and every group still needs its blocks; a few group slots stay empty. The staged types' 16-token
+  // build (V2-Lite's MoE down, Q5_0) with 300 rows (3 tiles, the last partial) over 5 / 3 x SMs groups (220 on an
+  // H100, 9 on the emulation's 5 SMs; every tenth empty): with deal_pairs (LATTE_GEMV_MMA_PAIRS) their (group, tile)
+  // pairs are ~2.5 per block of one wave (2 per SM), so blocks' ranges start and end inside groups and cross into
+  // the next ones, restaging x there (the segment walk is the same for every staged type). The counts follow the
+  // SMs, so the emulation's few SMs take few groups.
   Rng rng;
+  const int sms = latte::cuda::device_caps(0).sm_count;
   struct Shape {
     GgmlType type;
     int64_t rows, k;
     int n_groups;
     int first_bound;  // 8: the 8- and 16-token builds; 16: the 16-token build only
   };
-  const Shape shapes[] = {{GgmlType::q4_k, 32, 2048, 450, 8}, {GgmlType::q5_0, 300, 1024, 90, 16}};
+  const Shape shapes[] = {{GgmlType::q4_k, 32, 2048, 3 * sms + 54, 8},
+                          {GgmlType::q5_0, 300, 1024, (5 * sms + 2) / 3, 16}};
   for (const Shape& shape : shapes) {
     const GgmlType type = shape.type;
     const int64_t rows = shape.rows, k = shape.k;
