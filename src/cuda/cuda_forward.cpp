@@ -1174,8 +1174,13 @@ class CudaForward final : public CudaRankForward {
   /// The step's n_out logit rows into the pinned buffer, chunk c's completion recorded in logit_chunks_[c].
   void copy_logits_chunks(int n_out) {
     const int chunks = (n_out + kLogitChunkRows - 1) / kLogitChunkRows;
-    while (static_cast<int>(logit_chunks_.size()) < chunks) logit_chunks_.emplace_back(cudaEventDisableTiming);
     const int64_t vocab = c_.n_vocab;
+    if (logits_host_.size() < static_cast<size_t>(n_out) * static_cast<size_t>(vocab)) {
+      throw Error(ErrorCode::internal, "cuda forward: the pinned logits buffer holds " +
+                                           std::to_string(logits_host_.size()) + " floats, " + std::to_string(n_out) +
+                                           " rows of " + std::to_string(vocab) + " needed");
+    }
+    while (static_cast<int>(logit_chunks_.size()) < chunks) logit_chunks_.emplace_back(cudaEventDisableTiming);
     for (int c = 0; c < chunks; ++c) {
       const int64_t r0 = static_cast<int64_t>(c) * kLogitChunkRows;
       const int64_t rows = std::min<int64_t>(kLogitChunkRows, n_out - r0);

@@ -564,11 +564,13 @@ __global__ void __launch_bounds__(128, NT > 8 ? 2 : MmaStaging<T>::min_blocks)
   const int token_words = 5 * n + 1;
   const int token_bytes = 16 * token_words;
   X8Rows<NT> rows;
-  // the block's tiles: [rows.first_tile, last) by rows.tile_stride of one group (x8_group), or with deal_pairs the
-  // groups of its range of (group, tile) pairs one after the other
+  // the block's tiles: [rows.first_tile, last) by rows.tile_stride of one group (x8_group), or with deal_pairs (the
+  // 16-token builds only: the others compile without the walk) the groups of its range of (group, tile) pairs one
+  // after the other
+  constexpr bool kPairs = NT > gemv_max_tokens;
   int64_t pair_at = 0, pair_end = 0;
   int last = tiles;
-  if (p.deal_pairs) {
+  if (kPairs && p.deal_pairs) {
     const int64_t total = static_cast<int64_t>(*p.n_groups) * tiles;
     pair_at = static_cast<int64_t>(blockIdx.x) * total / gridDim.x;
     pair_end = (static_cast<int64_t>(blockIdx.x) + 1) * total / gridDim.x;
@@ -784,7 +786,7 @@ __global__ void __launch_bounds__(128, NT > 8 ? 2 : MmaStaging<T>::min_blocks)
     s = next_s;
     b ^= 1;
     }
-    if (!p.deal_pairs || !mma_pair_segment(p, tiles, pair_at, pair_end, rows, last)) break;
+    if (!kPairs || !p.deal_pairs || !mma_pair_segment(p, tiles, pair_at, pair_end, rows, last)) break;
     // the next group: its first step's copies into the free slot, then its records once every warp is done
     // with this group's
     set_matrix();
