@@ -515,13 +515,7 @@ __device__ __forceinline__ bool mma_pair_segment(const GemvParams& p, int tiles,
     at = group_start + last;
     const GemvGroup& gr = p.groups[group];
     if (gr.count <= 0) continue;
-    rows.matrix = gr.matrix;
-    rows.count = min(gr.count, NT);
-#pragma unroll
-    for (int t = 0; t < NT; ++t) {
-      rows.y_row[t] = t < rows.count ? gr.y_row[t] : 0;
-      rows.x_row[t] = t < rows.count ? (p.x_row_is_y_row ? gr.y_row[t] : gr.x_row[t]) : 0;
-    }
+    x8_take_group(p, gr, rows);
     return true;
   }
   return false;
@@ -660,131 +654,131 @@ __global__ void __launch_bounds__(128, NT > 8 ? 2 : MmaStaging<T>::min_blocks)
       // lane's rows: tile j, h = 0 / 1 -> ring row 16 j + g + 8 h, its misalignment within the staged chunks
       int mis[2][2];
 #pragma unroll
-    for (int j = 0; j < 2; ++j)
+      for (int j = 0; j < 2; ++j)
 #pragma unroll
-      for (int h = 0; h < 2; ++h)
-        mis[j][h] = static_cast<int>(reinterpret_cast<uintptr_t>(row_start(tile, s, 16 * j + g + 8 * h)) & 15);
-    if constexpr (T == GgmlType::q6_k) {
-      const bool first_half = t < 2;  // lane t's positions 8t .. 8t + 7 are values 0-15 of a unit for t < 2
+        for (int h = 0; h < 2; ++h)
+          mis[j][h] = static_cast<int>(reinterpret_cast<uintptr_t>(row_start(tile, s, 16 * j + g + 8 * h)) & 15);
+      if constexpr (T == GgmlType::q6_k) {
+        const bool first_half = t < 2;  // lane t's positions 8t .. 8t + 7 are values 0-15 of a unit for t < 2
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        uint32_t w[2][2][4][2], sc[2][2][2];  // [tile][row g, g + 8][unit][word]; scales [tile][row][word]
-        float d[2][2];
+        for (int half = 0; half < 2; ++half) {
+          uint32_t w[2][2][4][2], sc[2][2][2];  // [tile][row g, g + 8][unit][word]; scales [tile][row][word]
+          float d[2][2];
 #pragma unroll
-        for (int j = 0; j < 2; ++j)
+          for (int j = 0; j < 2; ++j)
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const uint8_t* st = reinterpret_cast<const uint8_t*>(stage[warp][b][16 * j + g + 8 * h]);
-            mma_q6k_half_codes(st, mis[j][h], half, t, w[j][h], sc[j][h], d[j][h]);
+            for (int h = 0; h < 2; ++h) {
+              const uint8_t* st = reinterpret_cast<const uint8_t*>(stage[warp][b][16 * j + g + 8 * h]);
+              mma_q6k_half_codes(st, mis[j][h], half, t, w[j][h], sc[j][h], d[j][h]);
+            }
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            const int u = 8 * s + 4 * half + q;
+#pragma unroll
+            for (int z = 0; z < kTiles; ++z) {  // token tile
+              if (!tokens.has(z)) break;
+              const uint2 xh = *reinterpret_cast<const uint2*>(x[z].xb + 16 * u);
+              const uint2 xl = *reinterpret_cast<const uint2*>(x[z].xb + 16 * (2 * n + u));
+              // x with the other half's positions zeroed: [values 0-15, 16-31]
+              const uint2 xh_half[2] = {first_half ? xh : make_uint2(0, 0), first_half ? make_uint2(0, 0) : xh};
+              const uint2 xl_half[2] = {first_half ? xl : make_uint2(0, 0), first_half ? make_uint2(0, 0) : xl};
+              float dx[2];
+              int off[2][2];  // [token][half]: 32 S
+#pragma unroll
+              for (int c = 0; c < 2; ++c) {
+                const split_int8::Meta m = *reinterpret_cast<const split_int8::Meta*>(x[z].xm[c] + 16 * u);
+                dx[c] = m.dx;
+                off[c][0] = 32 * m.s0;
+                off[c][1] = 32 * m.s1;
+              }
+#pragma unroll
+              for (int j = 0; j < 2; ++j) {
+                const uint32_t a[4] = {w[j][0][q][0], w[j][1][q][0], w[j][0][q][1], w[j][1][q][1]};
+                int ch[2][4], cl[2][4];
+#pragma unroll
+                for (int v = 0; v < 2; ++v) {
+                  mma::mma_u8s8_16832(ch[v], a, xh_half[v].x, xh_half[v].y);
+                  mma::mma_u8s8_16832(cl[v], a, xl_half[v].x, xl_half[v].y);
+                }
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                  const int h = e / 2, c = e % 2;
+                  const float v0 = static_cast<float>(254 * ch[0][e] + cl[0][e] - off[c][0]);
+                  const float v1 = static_cast<float>(254 * ch[1][e] + cl[1][e] - off[c][1]);
+                  const float sum = fmaf(mma_q6k_scale(sc[j][h], 2 * q), v0, mma_q6k_scale(sc[j][h], 2 * q + 1) * v1);
+                  acc[z][j][e] = fmaf(dx[c] * d[j][h], sum, acc[z][j][e]);
+                }
+              }
+            }
           }
+        }
+      } else {
+        // the step's units: kBlocks legacy blocks of one unit, or the 8 units of one IQ4_XS super-block
+        constexpr int kUnits = kBlocks * S::units;
 #pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const int u = 8 * s + 4 * half + q;
+        for (int i = 0; i < kUnits; ++i) {
+          const int u = kUnits * s + i;
+          if (u >= n) break;
+          uint2 xh[kTiles], xl[kTiles];
+          float dx[kTiles][2];
+          int xsum[kTiles][2];
 #pragma unroll
           for (int z = 0; z < kTiles; ++z) {  // token tile
             if (!tokens.has(z)) break;
-            const uint2 xh = *reinterpret_cast<const uint2*>(x[z].xb + 16 * u);
-            const uint2 xl = *reinterpret_cast<const uint2*>(x[z].xb + 16 * (2 * n + u));
-            // x with the other half's positions zeroed: [values 0-15, 16-31]
-            const uint2 xh_half[2] = {first_half ? xh : make_uint2(0, 0), first_half ? make_uint2(0, 0) : xh};
-            const uint2 xl_half[2] = {first_half ? xl : make_uint2(0, 0), first_half ? make_uint2(0, 0) : xl};
-            float dx[2];
-            int off[2][2];  // [token][half]: 32 S
+            xh[z] = *reinterpret_cast<const uint2*>(x[z].xb + 16 * u);
+            xl[z] = *reinterpret_cast<const uint2*>(x[z].xb + 16 * (2 * n + u));
 #pragma unroll
             for (int c = 0; c < 2; ++c) {
               const split_int8::Meta m = *reinterpret_cast<const split_int8::Meta*>(x[z].xm[c] + 16 * u);
-              dx[c] = m.dx;
-              off[c][0] = 32 * m.s0;
-              off[c][1] = 32 * m.s1;
+              dx[z][c] = m.dx;
+              xsum[z][c] = m.s0 + m.s1;
             }
+          }
 #pragma unroll
-            for (int j = 0; j < 2; ++j) {
-              const uint32_t a[4] = {w[j][0][q][0], w[j][1][q][0], w[j][0][q][1], w[j][1][q][1]};
-              int ch[2][4], cl[2][4];
+          for (int j = 0; j < 2; ++j) {
+            uint32_t w[2][2], a[4];
+            float d[2], mn[2];
 #pragma unroll
-              for (int v = 0; v < 2; ++v) {
-                mma::mma_u8s8_16832(ch[v], a, xh_half[v].x, xh_half[v].y);
-                mma::mma_u8s8_16832(cl[v], a, xl_half[v].x, xl_half[v].y);
-              }
+            for (int h = 0; h < 2; ++h) {
+              const uint8_t* st = reinterpret_cast<const uint8_t*>(stage[warp][b][16 * j + g + 8 * h]);
+              mma_block_codes<T>(st, mis[j][h] + i / S::units * kBytes, i % S::units, t, w[h], d[h], mn[h]);
+            }
+            a[0] = w[0][0], a[1] = w[1][0], a[2] = w[0][1], a[3] = w[1][1];
+#pragma unroll
+            for (int z = 0; z < kTiles; ++z) {
+              if (!tokens.has(z)) break;
+              int ch[4], cl[4];
+              mma::mma_u8s8_16832(ch, a, xh[z].x, xh[z].y);
+              mma::mma_u8s8_16832(cl, a, xl[z].x, xl[z].y);
 #pragma unroll
               for (int e = 0; e < 4; ++e) {
                 const int h = e / 2, c = e % 2;
-                const float v0 = static_cast<float>(254 * ch[0][e] + cl[0][e] - off[c][0]);
-                const float v1 = static_cast<float>(254 * ch[1][e] + cl[1][e] - off[c][1]);
-                const float sum = fmaf(mma_q6k_scale(sc[j][h], 2 * q), v0, mma_q6k_scale(sc[j][h], 2 * q + 1) * v1);
-                acc[z][j][e] = fmaf(dx[c] * d[j][h], sum, acc[z][j][e]);
+                if constexpr (kMin) {
+                  acc[z][j][e] =
+                      fmaf(dx[z][c],
+                           fmaf(d[h], static_cast<float>(254 * ch[e] + cl[e]), mn[h] * static_cast<float>(xsum[z][c])),
+                           acc[z][j][e]);
+                } else {
+                  acc[z][j][e] =
+                      fmaf(dx[z][c] * d[h], static_cast<float>(254 * ch[e] + cl[e] - kOff * xsum[z][c]), acc[z][j][e]);
+                }
               }
             }
           }
         }
       }
-    } else {
-      // the step's units: kBlocks legacy blocks of one unit, or the 8 units of one IQ4_XS super-block
-      constexpr int kUnits = kBlocks * S::units;
-#pragma unroll
-      for (int i = 0; i < kUnits; ++i) {
-        const int u = kUnits * s + i;
-        if (u >= n) break;
-        uint2 xh[kTiles], xl[kTiles];
-        float dx[kTiles][2];
-        int xsum[kTiles][2];
-#pragma unroll
-        for (int z = 0; z < kTiles; ++z) {  // token tile
-          if (!tokens.has(z)) break;
-          xh[z] = *reinterpret_cast<const uint2*>(x[z].xb + 16 * u);
-          xl[z] = *reinterpret_cast<const uint2*>(x[z].xb + 16 * (2 * n + u));
-#pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            const split_int8::Meta m = *reinterpret_cast<const split_int8::Meta*>(x[z].xm[c] + 16 * u);
-            dx[z][c] = m.dx;
-            xsum[z][c] = m.s0 + m.s1;
-          }
-        }
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          uint32_t w[2][2], a[4];
-          float d[2], mn[2];
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const uint8_t* st = reinterpret_cast<const uint8_t*>(stage[warp][b][16 * j + g + 8 * h]);
-            mma_block_codes<T>(st, mis[j][h] + i / S::units * kBytes, i % S::units, t, w[h], d[h], mn[h]);
-          }
-          a[0] = w[0][0], a[1] = w[1][0], a[2] = w[0][1], a[3] = w[1][1];
-#pragma unroll
-          for (int z = 0; z < kTiles; ++z) {
-            if (!tokens.has(z)) break;
-            int ch[4], cl[4];
-            mma::mma_u8s8_16832(ch, a, xh[z].x, xh[z].y);
-            mma::mma_u8s8_16832(cl, a, xl[z].x, xl[z].y);
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int h = e / 2, c = e % 2;
-              if constexpr (kMin) {
-                acc[z][j][e] =
-                    fmaf(dx[z][c],
-                         fmaf(d[h], static_cast<float>(254 * ch[e] + cl[e]), mn[h] * static_cast<float>(xsum[z][c])),
-                         acc[z][j][e]);
-              } else {
-                acc[z][j][e] =
-                    fmaf(dx[z][c] * d[h], static_cast<float>(254 * ch[e] + cl[e] - kOff * xsum[z][c]), acc[z][j][e]);
-              }
-            }
-          }
+      if (next_tile != tile) {  // this warp's last step of the tile
+        const int first[2] = {first_row(tile, 0), first_row(tile, 1)};
+        if constexpr (Split) {
+          mma_split_finish(p, x[0], first, g, warp, lane, red, acc[0]);
+        } else {
+          mma_finish_tiles(p, tokens, first, g, acc);
         }
       }
-    }
-    if (next_tile != tile) {  // this warp's last step of the tile
-      const int first[2] = {first_row(tile, 0), first_row(tile, 1)};
-      if constexpr (Split) {
-        mma_split_finish(p, x[0], first, g, warp, lane, red, acc[0]);
-      } else {
-        mma_finish_tiles(p, tokens, first, g, acc);
-      }
-    }
-    __syncwarp();  // every lane has read slot b before the step after next copies into it
-    tile = next_tile;
-    s = next_s;
-    b ^= 1;
+      __syncwarp();  // every lane has read slot b before the step after next copies into it
+      tile = next_tile;
+      s = next_s;
+      b ^= 1;
     }
     if (!kPairs || !p.deal_pairs || !mma_pair_segment(p, tiles, pair_at, pair_end, rows, last)) break;
     // the next group: its first step's copies into the free slot, then its records once every warp is done

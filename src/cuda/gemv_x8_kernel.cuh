@@ -147,6 +147,18 @@ __device__ __forceinline__ int x8_route_choice(const GemvParams& p, uint8_t* rou
 /// but the sort makes fewer (8 tokens x 6 of 64 experts: ~37 of 48, 32 tokens: ~65 of 88): the grid's
 /// blocks are dealt out over the groups that exist (as evenly as they divide), so that none of the launch's
 /// single wave of resident blocks idles.
+/// Group gr's matrix, token count (at most NT) and rows into r; rows past the count are 0.
+template <int NT>
+__device__ __forceinline__ void x8_take_group(const GemvParams& p, const GemvGroup& gr, X8Rows<NT>& r) {
+  r.matrix = gr.matrix;
+  r.count = min(gr.count, NT);
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    r.y_row[t] = t < r.count ? gr.y_row[t] : 0;
+    r.x_row[t] = t < r.count ? (p.x_row_is_y_row ? gr.y_row[t] : gr.x_row[t]) : 0;
+  }
+}
+
 template <int NT>
 __device__ __forceinline__ bool x8_group(const GemvParams& p, X8Rows<NT>& r, uint8_t* route_smem) {
   const int j = static_cast<int>(blockIdx.y);
@@ -194,15 +206,7 @@ __device__ __forceinline__ bool x8_group(const GemvParams& p, X8Rows<NT>& r, uin
   if (group >= n_groups) return false;
   const GemvGroup& g = p.groups[group];
   if (g.count <= 0) return false;
-  r.matrix = g.matrix;
-  r.count = min(g.count, NT);
-#pragma unroll
-  for (int t = 0; t < NT; ++t) {
-    if (t < r.count) {
-      r.y_row[t] = g.y_row[t];
-      r.x_row[t] = p.x_row_is_y_row ? g.y_row[t] : g.x_row[t];
-    }
-  }
+  x8_take_group(p, g, r);
   return true;
 }
 
