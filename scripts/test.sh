@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds latte and runs its test suite, as CI does:
-#   1. the main build (CUDA kernels compiled for sm_90a/sm_100/sm_120 when nvcc is present), warnings
-#      as errors, and every CPU test (each once per attention backend), CLI and package tests; then the
+#   1. the main build (when nvcc is present, CUDA kernels compiled for sm_90a and as compute_90 PTX, the source of
+#      the Blackwell cubins, which scripts/check-cuda-targets.sh compiles too), warnings as errors, and every CPU test (each once per attention backend), CLI and package tests; then the
 #      fused decode step's, the GEMVs' and the MLA decode's kernels on the CPU emulation of CUDA (when the CUDA
 #      headers are there);
 #   2. an AddressSanitizer + UndefinedBehaviorSanitizer build of the CPU suite (LeakSanitizer on);
@@ -15,7 +15,8 @@ cd "$(dirname "$0")/.."
 ./scripts/setup-deps.sh
 source scripts/env.sh
 
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DLATTE_WARNINGS_AS_ERRORS=ON "${LATTE_CMAKE_LAUNCHER[@]}"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DLATTE_WARNINGS_AS_ERRORS=ON -DLATTE_CUDA_BLACKWELL_CUBINS=OFF \
+      "${LATTE_CMAKE_LAUNCHER[@]}"
 cmake --build build --parallel "$LATTE_JOBS"
 ctest --test-dir build --output-on-failure --label-exclude gpu --parallel "$LATTE_JOBS"
 echo "test.sh: main build and tests done at $SECONDS s"
@@ -23,19 +24,29 @@ echo "test.sh: main build and tests done at $SECONDS s"
 # The fused decode step's kernel itself on the CPU emulation of CUDA (tests/emulation), against its
 # float64 reference: the one check of that kernel's logic that needs no GPU. Needs the CUDA headers.
 if [ -f "${CUDA_HOME:-/usr/local/cuda}/include/cuda_runtime.h" ]; then
-  LATTE_EMU_ONLY=fused tests/emulation/build.sh build-emu-fused >/dev/null
+  # -g0: no debug info (half the emulation's compile time); tests/emulation/build.sh alone keeps -g
+  LATTE_EMU_ONLY=fused tests/emulation/build.sh build-emu-fused -g0 >/dev/null
   LATTE_EMU_ORDER=random LATTE_EMU_SMS=5 build-emu-fused/latte_emulated_gpu_tests
   echo "test.sh: emulated fused step done at $SECONDS s"
   # the GEMV kernels (fp32 and split-int8 x) and the int8 records likewise, against float64 products
-  LATTE_EMU_ONLY=gemv tests/emulation/build.sh build-emu-gemv >/dev/null
-  LATTE_EMU_SMS=5 build-emu-gemv/latte_emulated_gpu_tests  # few SMs: blocks walk several tiles
+  LATTE_EMU_ONLY=gemv tests/emulation/build.sh build-emu-gemv -g0 >/dev/null
+  # few SMs: blocks walk several tiles. Two processes, one per core: the tensor-core group case alone is ~45%.
+  several="*groups of several tokens on the tensor cores*"
+  LATTE_EMU_SMS=5 build-emu-gemv/latte_emulated_gpu_tests -tc="$several" >build-emu-gemv/several.log 2>&1 &
+  several_pid=$!
+  LATTE_EMU_SMS=5 build-emu-gemv/latte_emulated_gpu_tests -tce="$several"
+  if ! wait "$several_pid"; then
+    cat build-emu-gemv/several.log
+    exit 1
+  fi
+  tail -n 3 build-emu-gemv/several.log
   # two group cases again with the int8 16-token Q4_K build the fp16 one replaced by default, and the staged types'
   # 16-token groups dealt as whole blocks per group instead of (group, tile) pairs (all of them: gpu-check.sh)
   LATTE_GEMV_F16=0 LATTE_GEMV_MMA_PAIRS=0 LATTE_EMU_SMS=5 build-emu-gemv/latte_emulated_gpu_tests \
     -tc="*more expert groups than one wave*,*span 1e-15*"
   echo "test.sh: emulated GEMVs done at $SECONDS s"
   # the MLA decode kernel, its split combine and the splits merged in a thread-block cluster, against float64
-  LATTE_EMU_ONLY=decode-attention tests/emulation/build.sh build-emu-attention >/dev/null
+  LATTE_EMU_ONLY=decode-attention tests/emulation/build.sh build-emu-attention -g0 >/dev/null
   LATTE_EMU_ORDER=random build-emu-attention/latte_emulated_gpu_tests -tc="*mla decode*"
   echo "test.sh: emulated MLA decode done at $SECONDS s"
 fi
