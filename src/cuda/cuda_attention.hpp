@@ -91,6 +91,7 @@ class CudaAttentionBackend : public AttentionBackend {
     uint8_t* nope_records = nullptr;
     int64_t records_stride = 0;
     __nv_bfloat16* rope_bf16 = nullptr;
+    __nv_bfloat16* nope_bf16 = nullptr;  ///< RopeYarnParams::nope_bf16
     PagedRows<__nv_bfloat16> cache{};
     const int32_t* cache_batch = nullptr;
   };
@@ -104,18 +105,24 @@ class CudaAttentionBackend : public AttentionBackend {
     return false;
   }
   /// Whether the next forward_device of layer `il` with `n_rows` rows writes its output as bf16 too, in the launch that
-  /// makes it, where set_output_bf16 gives it a target (mla: the per-head W_UV of 2-16 rows, heads_product.hpp).
-  /// A caller that wants the output as bf16 otherwise converts it.
+  /// makes it, where set_output_bf16 gives it a target (mla: the per-head W_UV of 2-16 rows, heads_product.hpp, and
+  /// the batched cuBLAS W_UV of more rows). A caller that wants the output as bf16 otherwise converts it.
   [[nodiscard]] virtual bool writes_output_bf16(int /*il*/, int /*n_rows*/) const { return false; }
   /// A bf16 target for the next forward_device's output (its layout: [n_rows, heads x v_head_dim]). That forward
-  /// fills it, whatever path it takes, and forgets it.
-  void set_output_bf16(__nv_bfloat16* out) noexcept { output_bf16_ = out; }
+  /// fills it, whatever path it takes, and forgets it. f32_too = false: the caller reads the bf16 rows only, and a
+  /// path whose product can write one of the two (the batched cuBLAS W_UV) may leave the fp32 output unwritten.
+  void set_output_bf16(__nv_bfloat16* out, bool f32_too = true) noexcept {
+    output_bf16_ = out;
+    output_f32_too_ = f32_too;
+  }
   void prepare(std::span<const AttentionLayerWeights> layers) override { n_layer_ = static_cast<int>(layers.size()); }
 
  protected:
   [[nodiscard]] const DeviceLayer& layer(int il) const;
   /// Takes set_output_bf16's target (null: none), for the forward that writes it.
   __nv_bfloat16* take_output_bf16() noexcept { return std::exchange(output_bf16_, nullptr); }
+  /// Whether the forward that took a bf16 target must write the fp32 output too (set_output_bf16).
+  [[nodiscard]] bool output_f32_too() const noexcept { return output_f32_too_; }
   /// Fills `out_bf16` (when set) with the finished output of `input` ([n_rows, width] fp32), converted.
   static void convert_output_bf16(const AttentionInput& input, int64_t width, __nv_bfloat16* out_bf16);
   std::shared_ptr<const DeviceWeights> weights_;
@@ -124,6 +131,7 @@ class CudaAttentionBackend : public AttentionBackend {
  private:
   std::unique_ptr<DeviceStepTables> standalone_;
   __nv_bfloat16* output_bf16_ = nullptr;
+  bool output_f32_too_ = true;
 };
 
 /// Registry entries of the CUDA backends.

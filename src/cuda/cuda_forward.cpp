@@ -518,7 +518,8 @@ class CudaForward final : public CudaRankForward {
 
   /// out = rms_norm(x) * weight (+ out_q, its records); with `router`, also router_out = out router^T.
   void rms(const float* x, int64_t x_stride, const float* weight, int n, int rows, float* out, int64_t out_stride,
-           uint8_t* out_q = nullptr, const DeviceMatrix* router = nullptr, float* router_out = nullptr) {
+           uint8_t* out_q = nullptr, const DeviceMatrix* router = nullptr, float* router_out = nullptr,
+           __nv_bfloat16* out_bf16 = nullptr) {
     rms_norm({.x = x,
               .x_stride = x_stride,
               .weight = weight,
@@ -529,6 +530,8 @@ class CudaForward final : public CudaRankForward {
               .out_stride = out_stride,
               .out_q = out_q,
               .out_q_stride = x_int8_record_bytes(n),
+              .out_bf16 = out_bf16,
+              .out_bf16_stride = out_bf16 ? out_stride : 0,
               .router = router ? reinterpret_cast<const float*>(router->data) : nullptr,
               .router_rows = router ? static_cast<int>(router->rows) : 0,
               .router_out = router_out,
@@ -559,6 +562,7 @@ class CudaForward final : public CudaRankForward {
   }
   static constexpr int kNormRouterRows = 8;
   bool prenormed_ = false;  ///< the next attention block's input norm is done (next_attention_norm)
+  bool xn_bf16_fresh_ = false;  ///< within an FFN block: xn_bf16 holds xn's rows (ffn_norm_writes_bf16)
 
   /// Where a normalisation of `rows` rows of the hidden width also writes its split-int8 records (the
   /// GEMVs of the projections and the MoE decode path read them): up to record_rows() rows, else nowhere.
@@ -754,6 +758,7 @@ class CudaForward final : public CudaRankForward {
     rp.nope_q = targets.nope_records;  // rope_yarn checks P against the records' units of 32
     rp.nope_q_stride = targets.records_stride;
     rp.rot_bf16 = targets.rope_bf16;
+    rp.nope_bf16 = targets.nope_bf16;
     rp.cache = targets.cache;
     rp.cache_batch = targets.cache_batch;
     rp.cache_norm_offset = 0;
@@ -779,7 +784,9 @@ class CudaForward final : public CudaRankForward {
     __nv_bfloat16* attn_bf16 = nullptr;
     if (nv % 8 == 0 && linear_.copy_of(w.attn_output, T) != nullptr && backend_.writes_output_bf16(il, T)) {
       attn_bf16 = grow_scratch(attn_bf16_, static_cast<size_t>(T) * static_cast<size_t>(nv), "attention output bf16");
-      backend_.set_output_bf16(attn_bf16);
+      // the output projection reads only the bf16 rows (over its copy, no records); the heads tap the fp32 ones
+      std::string heads_tap;
+      backend_.set_output_bf16(attn_bf16, tapping(il, "attn_heads", heads_tap));
     }
     backend_.forward_device({.layer = il,
                              .n_rows = T,
@@ -900,8 +907,9 @@ class CudaForward final : public CudaRankForward {
     const int T = step_.n_rows, H = c_.n_embd;
     Activations& a = act_;
     const bool router_done = c_.is_moe_layer(il) && norm_computes_router(w, T);
+    xn_bf16_fresh_ = ffn_norm_writes_bf16(il, w, T);
     rms(a.x.data(), H, w.ffn_norm, H, T, a.xn.data(), H, hidden_record(T), router_done ? &w.router : nullptr,
-        a.router.data());
+        a.router.data(), xn_bf16_fresh_ ? a.xn_bf16.data() : nullptr);
     std::string tap;
     if (tapping(il, "ffn_norm", tap)) emit_device(tap, il, {T, H}, a.xn.data(), T, H, H);
     const bool tap_out = tapping(il, "ffn_out", tap);
@@ -924,7 +932,29 @@ class CudaForward final : public CudaRankForward {
       if (w.shared) gated_ffn(w.shared, T);
     }
     reduce_shares();
+    xn_bf16_fresh_ = false;
     if (tap_out) emit_update(tap, il);
+  }
+
+  /// Whether layer il's FFN norm of a T-row step also writes its rows as bf16 (RmsNormParams::out_bf16) for the
+  /// FFN's cuBLAS products, which would otherwise convert them in launches of their own: the dense FFN's or the
+  /// shared expert's gate and up over bf16 copies, or the routed experts' grouped GEMM (LATTE_DIRECT_BF16=0: never; nor
+  /// silu writing bf16 rows for a down over a copy, gated_ffn).
+  bool ffn_norm_writes_bf16(int il, const DeviceLayer& w, int T) const {
+    if (!direct_bf16() || c_.n_embd % 8 != 0 || act_.xn_bf16.size() < static_cast<size_t>(T) * c_.n_embd) return false;
+    if (!c_.is_moe_layer(il)) return w.dense && linear_.gated_over_copies(w.dense, T);
+    if (w.shared && (concurrent_shared(T) ? side_linear_ : linear_).gated_over_copies(w.shared, T)) return true;
+    return routed_grouped_gemm(w, T);
+  }
+  static bool direct_bf16() {
+    static const bool on = latte::detail::env_flag("LATTE_DIRECT_BF16", true);
+    return on;
+  }
+  /// Whether the routed experts of a T-row step run as the grouped GEMM over bf16 rows (moe_experts_prefill).
+  bool routed_grouped_gemm(const DeviceLayer& w, int T) const {
+    const DeviceExperts& x = w.experts;
+    return T > moe_gemv_rows() && gemm_quant_supports(x.gate.type) && gemm_quant_supports(x.up.type) &&
+           gemm_quant_supports(x.down.type);
   }
 
   /// Whether one-token MoE steps route inside the first expert GEMV (GemvParams::route) instead of a
@@ -958,10 +988,17 @@ class CudaForward final : public CudaRankForward {
       residual = a.x.data();
     }
     const int64_t F = f.gate.rows;
-    lin.gated(f, a.xn.data(), c_.n_embd, T, a.hidden.data(), F, a.gate_up.data(), on, hidden_record(T));
+    // over copies: the FFN norm's bf16 rows for gate and up, and silu's output as bf16 rows for the down, in
+    // hidden's memory (its fp32 rows are then never written)
+    __nv_bfloat16* const hidden_bf16 = direct_bf16() && F % 8 == 0 && lin.copy_of(f.down, T) != nullptr
+                                           ? reinterpret_cast<__nv_bfloat16*>(a.hidden.data())
+                                           : nullptr;
+    const bool down_bf16 = lin.gated(f, a.xn.data(), c_.n_embd, T, a.hidden.data(), F, a.gate_up.data(), on,
+                                     hidden_record(T), xn_bf16_fresh_ ? a.xn_bf16.data() : nullptr, hidden_bf16);
     uint8_t* hq = nullptr;  // one token: the down GEMV quantizes the activations itself (Linear)
-    if ((T >= 2 || !gemv_self_quantize()) && a.hq.size() >= static_cast<size_t>(T * x_int8_record_bytes(F)) &&
-        Linear::reads_records(f.down, T) && lin.copy_of(f.down, T) == nullptr) {
+    if (!down_bf16 && (T >= 2 || !gemv_self_quantize()) &&
+        a.hq.size() >= static_cast<size_t>(T * x_int8_record_bytes(F)) && Linear::reads_records(f.down, T) &&
+        lin.copy_of(f.down, T) == nullptr) {
       hq = a.hq.data();  // the activations as records for the split-int8 down GEMV
       quantize_x_int8({.x = a.hidden.data(),
                        .x_stride = F,
@@ -979,7 +1016,9 @@ class CudaForward final : public CudaRankForward {
          .y_stride = c_.n_embd,
          .residual = residual,
          .x_q = hq,
-         .x_q_stride = x_int8_record_bytes(F)},
+         .x_q_stride = x_int8_record_bytes(F),
+         .x_bf16 = down_bf16 ? hidden_bf16 : nullptr,
+         .x_bf16_stride = down_bf16 ? F : 0},
         on);
   }
 
@@ -1047,10 +1086,8 @@ class CudaForward final : public CudaRankForward {
                                    .n_experts = n_held_,
                                    .hidden = H,
                                    .ffn = F};
-    const bool grouped_gemm = T > moe_gemv_rows() && gemm_quant_supports(x.gate.type) &&
-                              gemm_quant_supports(x.up.type) && gemm_quant_supports(x.down.type);
-    if (grouped_gemm) {
-      convert_to_bf16(a.xn.data(), H, a.xn_bf16.data(), H, T, H, stream());
+    if (routed_grouped_gemm(w, T)) {
+      if (!xn_bf16_fresh_) convert_to_bf16(a.xn.data(), H, a.xn_bf16.data(), H, T, H, stream());
       moe_experts_prefill(experts, *moe_,
                           {.ids = a.ids.data(),
                            .weights = a.weights.data(),

@@ -211,12 +211,12 @@ void Linear::operator()(const DeviceMatrix& w, const LinearCall& c, cudaStream_t
   }
 }
 
-void Linear::gated(const DeviceGatedFfn& ffn, const float* x, int64_t x_stride, int rows, float* y, int64_t y_stride,
-                   float* scratch, cudaStream_t stream, const uint8_t* x_q) {
+bool Linear::gated(const DeviceGatedFfn& ffn, const float* x, int64_t x_stride, int rows, float* y, int64_t y_stride,
+                   float* scratch, cudaStream_t stream, const uint8_t* x_q, const __nv_bfloat16* x_bf16,
+                   __nv_bfloat16* y_bf16) {
   const int64_t F = ffn.gate.rows;
   const bool same = ffn.gate.type == ffn.up.type;
-  const bool copied = ffn.gate_up ? copy_of(ffn.gate_up, rows) != nullptr
-                                  : copy_of(ffn.gate, rows) != nullptr && copy_of(ffn.up, rows) != nullptr;
+  const bool copied = gated_over_copies(ffn, rows);
   // without bf16 copies, up to 8 rows, or 9-64 with records on the tensor cores: silu(gate) * up from one GEMV
   if (same && !copied &&
       (rows <= gemv_max_tokens || (x_q != nullptr && ffn.gate.bytes() == ffn.up.bytes() && gemv_rows(ffn.gate, rows) &&
@@ -224,7 +224,7 @@ void Linear::gated(const DeviceGatedFfn& ffn, const float* x, int64_t x_stride, 
     GemvParams p = gemv_params(ffn.gate, x, x_stride, y, y_stride, nullptr, rows, x_q, x_int8_record_bytes(x_stride));
     p.weight_up = ffn.up.data;
     gemv_quant(p, stream);
-    return;
+    return false;
   }
   // [gate | up] into scratch [rows, 2F], then silu(gate) * up.
   const int64_t x_q_stride = x_q ? x_int8_record_bytes(x_stride) : 0;
@@ -236,7 +236,9 @@ void Linear::gated(const DeviceGatedFfn& ffn, const float* x, int64_t x_stride, 
              .y = out,
              .y_stride = 2 * F,
              .x_q = x_q,
-             .x_q_stride = x_q_stride},
+             .x_q_stride = x_q_stride,
+             .x_bf16 = x_bf16,
+             .x_bf16_stride = x_stride},
             stream);
   };
   if (ffn.gate_up) {
@@ -249,12 +251,13 @@ void Linear::gated(const DeviceGatedFfn& ffn, const float* x, int64_t x_stride, 
              .gate_stride = 2 * F,
              .up = scratch + F,
              .up_stride = 2 * F,
-             .out = y,
+             .out = y_bf16 != nullptr ? static_cast<void*>(y_bf16) : static_cast<void*>(y),
              .out_stride = y_stride,
-             .out_type = ActOut::f32,
+             .out_type = y_bf16 != nullptr ? ActOut::bf16 : ActOut::f32,
              .rows = rows,
              .cols = static_cast<int>(F)},
             stream);
+  return y_bf16 != nullptr;
 }
 
 }  // namespace latte::cuda

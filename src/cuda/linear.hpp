@@ -118,9 +118,17 @@ class Linear {
   }
 
   /// y = silu(x G^T) * (x U^T) [rows, F] for a gated FFN (GEMV gated mode; GEMM + silu_gate beyond 8
-  /// rows, with `scratch` of rows * 2F floats).
-  void gated(const DeviceGatedFfn& ffn, const float* x, int64_t x_stride, int rows, float* y, int64_t y_stride,
-             float* scratch, cudaStream_t stream, const uint8_t* x_q = nullptr);
+  /// rows, with `scratch` of rows * 2F floats). Over bf16 copies (gated_over_copies): x_bf16, when given, holds x's
+  /// rows as bf16 (x_stride apart) and the products read it instead of converting x; y_bf16, when given, takes y's
+  /// rows as bf16 (y_stride apart; y is then not written). Returns whether y_bf16 was written.
+  bool gated(const DeviceGatedFfn& ffn, const float* x, int64_t x_stride, int rows, float* y, int64_t y_stride,
+             float* scratch, cudaStream_t stream, const uint8_t* x_q = nullptr, const __nv_bfloat16* x_bf16 = nullptr,
+             __nv_bfloat16* y_bf16 = nullptr);
+  /// Whether gated() of `rows` rows multiplies bf16 copies of the gate and up matrices with cuBLAS, then silu_gate.
+  [[nodiscard]] bool gated_over_copies(const DeviceGatedFfn& ffn, int rows) const noexcept {
+    return ffn.gate_up ? copy_of(ffn.gate_up, rows) != nullptr
+                       : copy_of(ffn.gate, rows) != nullptr && copy_of(ffn.up, rows) != nullptr;
+  }
 
  private:
   /// Whether a product of `rows` rows with `w` dequantizes w to bf16 for cuBLAS when it takes the GEMM path: from

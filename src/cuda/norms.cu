@@ -36,7 +36,10 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const RmsNormPar
                                         : static_cast<void*>(static_cast<__nv_bfloat16*>(p.out) + row * p.out_stride);
   }
   uint8_t* q_row = writer && p.out_q != nullptr ? p.out_q + row * p.out_q_stride : nullptr;
-  row_norm_outputs(h ? h : x, inv, p.weight, p.n, out_row, p.out_type, q_row, p.router != nullptr ? y_s : nullptr);
+  __nv_bfloat16* b_row =
+      writer && p.out_bf16 != nullptr ? static_cast<__nv_bfloat16*>(p.out_bf16) + row * p.out_bf16_stride : nullptr;
+  row_norm_outputs(h ? h : x, inv, p.weight, p.n, out_row, p.out_type, q_row, p.router != nullptr ? y_s : nullptr,
+                   b_row);
   if (p.router == nullptr) return;
   // The router: warp w of block (row, j) takes router row 8 j + w, its lanes 4 values apart (float4 loads,
   // all of a lane's in flight), then a butterfly sum.
@@ -89,6 +92,12 @@ void rms_norm(const RmsNormParams& p, cudaStream_t stream) {
   }
   if (p.out_type == ActOut::bf16 && static_cast<const void*>(p.x) == p.out) {
     throw Error(ErrorCode::invalid_argument, "rms_norm: a bf16 output cannot overwrite the fp32 input");
+  }
+  if (p.out_bf16 != nullptr && (p.out_type != ActOut::f32 || p.out_bf16_stride < p.n || p.out_bf16 == p.out ||
+                                static_cast<const void*>(p.x) == p.out_bf16)) {
+    throw Error(ErrorCode::invalid_argument,
+                "rms_norm: the bf16 copy of the output needs an fp32 output, rows of at least n = " +
+                    std::to_string(p.n) + " values and its own memory");
   }
   if (p.out_q != nullptr && !x_int8_records_fit(p.out_q, p.out_q_stride, p.n)) {
     throw Error(ErrorCode::invalid_argument, "rms_norm: the int8 record needs n % 32 == 0 (n = " + std::to_string(p.n) +

@@ -32,6 +32,10 @@ struct RmsNormParams {
   ActOut out_type = ActOut::f32;
   uint8_t* out_q = nullptr;  ///< optional: the output's split-int8 records too (x_int8.hpp; n % 32 == 0)
   int64_t out_q_stride = 0;  ///< bytes between rows' records
+  /// Optional: the fp32 output's values also as bf16 [rows, out_bf16_stride] (what convert_to_bf16 of the fp32 rows
+  /// gives, bit for bit), for a cuBLAS product that reads the rows after it; out_type f32.
+  void* out_bf16 = nullptr;
+  int64_t out_bf16_stride = 0;
   /// Optional fp32 [router_rows, n] rows (contiguous): also router_out[row * router_out_stride + e] =
   /// router[e] . y[row] for every router row e, y being the fp32 output values (out_type f32, no residual,
   /// out apart from x, n % 4 == 0, 16-byte aligned rows).

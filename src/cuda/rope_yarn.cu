@@ -112,6 +112,16 @@ __global__ void __launch_bounds__(kRopeThreads)
                                      unit, v, q, active);
     }
   }
+  if (p.nope_bf16 != nullptr) {
+    // the unrotated dims as bf16, a pair per thread (read before the in-place rotation, which starts at rot_offset)
+    const int nope_pairs = p.rot_offset / 2, n_nope = heads * nope_pairs;
+    for (int e = static_cast<int>(threadIdx.x); e < n_nope; e += static_cast<int>(blockDim.x)) {
+      const int h = h0 + e / nope_pairs, i = e % nope_pairs;
+      const float2 x = *reinterpret_cast<const float2*>(from + t * from_stride + h * p.head_stride + 2 * i);
+      *reinterpret_cast<__nv_bfloat162*>(p.nope_bf16 + (static_cast<int64_t>(t) * p.n_heads + h) * p.rot_offset +
+                                         2 * i) = __floats2bfloat162_rn(x.x, x.y);
+    }
+  }
   const int n = heads * pairs;
   for (int e = static_cast<int>(threadIdx.x); e < n; e += static_cast<int>(blockDim.x)) {
     const int h = h0 + e / pairs, i = e % pairs;
@@ -181,6 +191,10 @@ void rope_yarn(const RopeYarnParams& p, cudaStream_t stream) {
   }
   if (p.rot_bf16 != nullptr && reinterpret_cast<uintptr_t>(p.rot_bf16) % 4 != 0) {
     throw Error(ErrorCode::invalid_argument, "rope_yarn: the bf16 copy of the rotated dims must be 4-byte aligned");
+  }
+  if (p.nope_bf16 != nullptr && (p.rot_offset == 0 || reinterpret_cast<uintptr_t>(p.nope_bf16) % 4 != 0)) {
+    throw Error(ErrorCode::invalid_argument,
+                "rope_yarn: the bf16 copy of the unrotated dims needs rot_offset > 0 and a 4-byte aligned target");
   }
   if (p.norm_dst != nullptr &&
       (p.norm_src == nullptr || p.norm_weight == nullptr || p.norm_n <= 0 ||

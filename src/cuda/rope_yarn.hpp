@@ -56,6 +56,9 @@ struct RopeYarnParams {
   /// Optional: the rotated dims of each head also as bf16, token t head h at rot_bf16[(t*n_heads + h)*n_rot]
   /// (the MLA decode kernel's q_rope).
   __nv_bfloat16* rot_bf16 = nullptr;
+  /// Optional: the unrotated dims [0, rot_offset) of each head as read (as nope_q) also as bf16, token t head h at
+  /// nope_bf16[(t*n_heads + h)*rot_offset] (the A operand of the batched cuBLAS W_UK; 4-byte aligned).
+  __nv_bfloat16* nope_bf16 = nullptr;
   /// Optional RMS normalisation in the same launch, one more block per token (the MLA latent's kv_a_norm):
   /// norm_dst[t*norm_dst_stride + i] = x_i / sqrt(mean(x^2) + norm_eps) * norm_weight[i] for the norm_n
   /// values x of norm_src[t*norm_src_stride ..] (fp32 sums, as rms_norm).

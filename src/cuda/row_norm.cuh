@@ -55,9 +55,11 @@ __device__ __forceinline__ float row_norm_inverse(float sum_sq, int n, float eps
   return rsqrtf(row_block_sum(sum_sq, scratch) / static_cast<float>(n) + eps);
 }
 
-/// Stores value i of the normalised row to out_row (fp32 or bf16; none when null) and y_s (when set).
-__device__ __forceinline__ void row_norm_store(float v, int i, void* out_row, ActOut out_type, float* y_s) {
+/// Stores value i of the normalised row to out_row (fp32 or bf16; none when null), y_s and b_row (bf16) when set.
+__device__ __forceinline__ void row_norm_store(float v, int i, void* out_row, ActOut out_type, float* y_s,
+                                               __nv_bfloat16* b_row) {
   if (y_s != nullptr) y_s[i] = v;
+  if (b_row != nullptr) b_row[i] = __float2bfloat16_rn(v);
   if (out_row == nullptr) return;
   if (out_type == ActOut::f32) {
     static_cast<float*>(out_row)[i] = v;
@@ -66,14 +68,17 @@ __device__ __forceinline__ void row_norm_store(float v, int i, void* out_row, Ac
   }
 }
 
-/// The normalised row src[i] * inv * weight[i] to out_row / y_s (row_norm_store), and with q_row its split-int8
-/// record too (n % 32 == 0). Every thread of the block calls it, after a barrier that follows the writes of
-/// src (each thread reads values other threads summed); it reads src[i] before it writes out_row[i] (in place).
+/// The normalised row src[i] * inv * weight[i] to out_row / y_s / b_row (row_norm_store), and with q_row its
+/// split-int8 record too (n % 32 == 0). Every thread of the block calls it, after a barrier that follows the writes
+/// of src (each thread reads values other threads summed); it reads src[i] before it writes out_row[i] (in place).
 __device__ __forceinline__ void row_norm_outputs(const float* src, float inv, const float* weight, int n, void* out_row,
-                                                 ActOut out_type, uint8_t* q_row, float* y_s) {
+                                                 ActOut out_type, uint8_t* q_row, float* y_s,
+                                                 __nv_bfloat16* b_row = nullptr) {
   const int t = static_cast<int>(threadIdx.x);
   if (q_row == nullptr) {
-    for (int i = t; i < n; i += kRowNormThreads) row_norm_store(src[i] * inv * weight[i], i, out_row, out_type, y_s);
+    for (int i = t; i < n; i += kRowNormThreads) {
+      row_norm_store(src[i] * inv * weight[i], i, out_row, out_type, y_s, b_row);
+    }
     return;
   }
   for (int base = 0; base < n; base += kRowNormPass) {
@@ -83,7 +88,7 @@ __device__ __forceinline__ void row_norm_outputs(const float* src, float inv, co
     for (int j = 0; j < 8; ++j) {
       const int i = i0 + j;
       v[j] = i < n ? src[i] * inv * weight[i] : 0.0f;
-      if (i < n) row_norm_store(v[j], i, out_row, out_type, y_s);
+      if (i < n) row_norm_store(v[j], i, out_row, out_type, y_s, b_row);
     }
     split_int8::quantize_unit_quad(q_row, n / 32, i0 / 32, v, t % 4, i0 < n);  // whole units: n % 32 == 0
   }

@@ -315,7 +315,7 @@ TEST_CASE("rope_yarn out of place: q from a wider projection row, k_pe as the se
   CHECK(download(dproj.data(), dproj.size()) == proj);
 }
 
-TEST_CASE("rope_yarn's extra targets: q_nope records equal to quantize_x_int8's, q_pe as bf16, the latent normalised") {
+TEST_CASE("rope_yarn's extra targets: q_nope as records and bf16, q_pe as bf16, the latent normalised") {
   auto rng = make_rng("rope_yarn q_nope records");
   const auto corr = cuda::yarn_corr_dims(64, 4096, 10000.0f, 32.0f, 1.0f);
   const int qk = 192, nope = 128, rot = 64;
@@ -352,6 +352,8 @@ TEST_CASE("rope_yarn's extra targets: q_nope records equal to quantize_x_int8's,
     // the bf16 copy of the rotated dims and the latent's normalisation (the last 512 of the source row)
     DeviceBuffer<uint16_t> rot16(n_rec * rot);
     poison(rot16.data(), rot16.bytes());
+    DeviceBuffer<uint16_t> nope16(n_rec * nope);  // and of the unrotated ones
+    poison(nope16.data(), nope16.bytes());
     const int L = 512;
     const auto norm_w = random_floats(L, rng);
     const auto dnorm_w = upload(norm_w);
@@ -362,6 +364,7 @@ TEST_CASE("rope_yarn's extra targets: q_nope records equal to quantize_x_int8's,
                            .nope_q = got.data(),
                            .nope_q_stride = rec,
                            .rot_bf16 = reinterpret_cast<__nv_bfloat16*>(rot16.data()),
+                           .nope_bf16 = reinterpret_cast<__nv_bfloat16*>(nope16.data()),
                            .norm_src = dsrc.data() + q_row + 64,
                            .norm_src_stride = width,
                            .norm_weight = dnorm_w.data(),
@@ -413,6 +416,15 @@ TEST_CASE("rope_yarn's extra targets: q_nope records equal to quantize_x_int8's,
     for (size_t r = 0; r < n_rec; ++r)
       for (int d = 0; d < rot; ++d) bf16_differ += bits[r * rot + d] != fp32_to_bf16(got_q[r * qk + nope + d]);
     CHECK_MESSAGE(bf16_differ == 0, bf16_differ << " bf16 values differ");
+    // bf16 of the unrotated dims: the nearest bf16 of the source's values (in place: read before the rotation)
+    const auto nope_bits = download(nope16.data(), nope16.size());
+    int64_t nope_differ = 0;
+    for (int t = 0; t < T; ++t)
+      for (int h = 0; h < c.heads; ++h)
+        for (int d = 0; d < nope; ++d)
+          nope_differ += nope_bits[(static_cast<size_t>(t) * c.heads + h) * nope + d] !=
+                         fp32_to_bf16(src[static_cast<size_t>(t) * width + h * qk + d]);
+    CHECK_MESSAGE(nope_differ == 0, nope_differ << " bf16 values of the unrotated dims differ");
     // the normalised latent against float64
     std::vector<double> want_latent(static_cast<size_t>(T) * L);
     for (int t = 0; t < T; ++t) {

@@ -525,14 +525,18 @@ TEST_CASE("gemv normalising x in its blocks (x_norm_weight) equals the launch on
   CHECK_THROWS_AS(latte::cuda::gemv_quant(bad, nullptr), latte::Error);
 }
 
-TEST_CASE("rms_norm's int8 record equals quantize_x_int8 of its output, in place and with a residual") {
+TEST_CASE("rms_norm's int8 record and bf16 copy equal those made from its output, in place and with a residual") {
   Rng rng;
   const int rows = 3;
-  // 2080 values: the second 2048-value pass has one unit and idle threads
-  for (const auto& [n, residual] : {std::pair{2048, false}, std::pair{2048, true}, std::pair{2080, true}}) {
+  // 2080 values: the second 2048-value pass has one unit and idle threads; without records the values are written
+  // by the other loop of row_norm_outputs
+  for (const auto& [n, residual, records] : {std::tuple{2048, false, true}, std::tuple{2048, true, true},
+                                             std::tuple{2080, true, true}, std::tuple{2080, false, false}}) {
     CAPTURE(n);
     CAPTURE(residual);
+    CAPTURE(records);
     const int64_t stride = latte::cuda::x_int8_record_bytes(n);
+    const int bf16_stride = n + 8;  // rows apart from the fp32 ones' stride
     const auto x = random_vector(static_cast<size_t>(rows * n), rng);
     const auto h = random_vector(static_cast<size_t>(rows * n), rng);
     const auto w = random_vector(static_cast<size_t>(n), rng);
@@ -541,6 +545,8 @@ TEST_CASE("rms_norm's int8 record equals quantize_x_int8 of its output, in place
     auto dh = upload(h);
     latte::cuda::DeviceBuffer<uint8_t> rec(static_cast<size_t>(rows * stride));
     poison(rec.data(), rec.bytes());
+    latte::cuda::DeviceBuffer<uint16_t> b16(static_cast<size_t>(rows * bf16_stride));
+    poison(b16.data(), b16.bytes());
     // in place: out = x
     latte::cuda::rms_norm({.x = dx.data(),
                            .x_stride = n,
@@ -552,8 +558,10 @@ TEST_CASE("rms_norm's int8 record equals quantize_x_int8 of its output, in place
                            .eps = 1e-6f,
                            .out = dx.data(),
                            .out_stride = n,
-                           .out_q = rec.data(),
-                           .out_q_stride = stride},
+                           .out_q = records ? rec.data() : nullptr,
+                           .out_q_stride = stride,
+                           .out_bf16 = b16.data(),
+                           .out_bf16_stride = bf16_stride},
                           nullptr);
     const auto y = download(dx.data(), dx.size());
     // the fp32 output against a double reference
@@ -571,9 +579,51 @@ TEST_CASE("rms_norm's int8 record equals quantize_x_int8 of its output, in place
       }
     }
     CHECK(bad == 0);
-    const auto again = records_of(dx, rows, n);
-    CHECK(download(rec.data(), rec.size()) == download(again.data(), again.size()));
+    // the bf16 copy: each value the round to nearest even of the fp32 one, bit for bit; the padding untouched
+    const auto got16 = download(b16.data(), b16.size());
+    int bf16_bad = 0, pad_touched = 0;
+    for (int r = 0; r < rows; ++r) {
+      for (int i = 0; i < bf16_stride; ++i) {
+        const uint16_t g = got16[static_cast<size_t>(r * bf16_stride + i)];
+        if (i < n) {
+          bf16_bad += g != bf16_bits(y[static_cast<size_t>(r * n + i)]);
+        } else {
+          pad_touched += g != got16[static_cast<size_t>(n)];  // poison: the first row's padding, as left
+        }
+      }
+    }
+    CHECK(bf16_bad == 0);
+    CHECK(pad_touched == 0);
+    if (records) {
+      const auto again = records_of(dx, rows, n);
+      CHECK(download(rec.data(), rec.size()) == download(again.data(), again.size()));
+    }
   }
+  // the bf16 copy needs an fp32 output and its own memory
+  latte::cuda::DeviceBuffer<float> x(2048), w(2048), y(2048);
+  CHECK_THROWS_AS(latte::cuda::rms_norm({.x = x.data(),
+                                         .x_stride = 2048,
+                                         .weight = w.data(),
+                                         .n = 2048,
+                                         .rows = 1,
+                                         .out = y.data(),
+                                         .out_stride = 2048,
+                                         .out_bf16 = y.data(),
+                                         .out_bf16_stride = 2048},
+                                        nullptr),
+                  latte::Error);
+  CHECK_THROWS_AS(latte::cuda::rms_norm({.x = x.data(),
+                                         .x_stride = 2048,
+                                         .weight = w.data(),
+                                         .n = 2048,
+                                         .rows = 1,
+                                         .out = y.data(),
+                                         .out_stride = 2048,
+                                         .out_type = latte::cuda::ActOut::bf16,
+                                         .out_bf16 = x.data() + 1024,
+                                         .out_bf16_stride = 2048},
+                                        nullptr),
+                  latte::Error);
 }
 
 TEST_CASE("split-int8 records and the int8 GEMV reject violated preconditions with latte::Error") {
