@@ -451,9 +451,10 @@ class CudaMlaBackend final : public CudaAttentionBackend {
   /// Whether the batched cuBLAS W_UV of many rows writes the attention output as bf16 for a caller that reads only
   /// that (set_output_bf16's f32_too false), the sums rounded once by cuBLAS, instead of fp32 rows and a conversion
   /// launch; and whether the rope launch writes q_nope as bf16 for the batched W_UK and takes its targets (q_pe as
-  /// bf16, the cache rows) up to kTargetRows rows instead of kTargetRowsBefore (LATTE_DIRECT_BF16=0: as before).
+  /// bf16, the cache rows) up to kTargetRows rows instead of kTargetRowsBefore (LATTE_DIRECT_BF16=1; off until
+  /// measured on a GPU).
   static bool direct_bf16() {
-    static const bool on = latte::detail::env_flag("LATTE_DIRECT_BF16", true);
+    static const bool on = latte::detail::env_flag("LATTE_DIRECT_BF16", false);
     return on;
   }
   static bool uv_writes_bf16() { return direct_bf16(); }

@@ -938,8 +938,8 @@ class CudaForward final : public CudaRankForward {
 
   /// Whether layer il's FFN norm of a T-row step also writes its rows as bf16 (RmsNormParams::out_bf16) for the
   /// FFN's cuBLAS products, which would otherwise convert them in launches of their own: the dense FFN's or the
-  /// shared expert's gate and up over bf16 copies, or the routed experts' grouped GEMM (LATTE_DIRECT_BF16=0: never; nor
-  /// silu writing bf16 rows for a down over a copy, gated_ffn).
+  /// shared expert's gate and up over bf16 copies, or the routed experts' grouped GEMM; with it silu writes bf16 rows
+  /// for a down over a copy (gated_ffn). LATTE_DIRECT_BF16=1 (off until measured on a GPU; conversion launches).
   bool ffn_norm_writes_bf16(int il, const DeviceLayer& w, int T) const {
     if (!direct_bf16() || c_.n_embd % 8 != 0 || act_.xn_bf16.size() < static_cast<size_t>(T) * c_.n_embd) return false;
     if (!c_.is_moe_layer(il)) return w.dense && linear_.gated_over_copies(w.dense, T);
@@ -947,7 +947,7 @@ class CudaForward final : public CudaRankForward {
     return routed_grouped_gemm(w, T);
   }
   static bool direct_bf16() {
-    static const bool on = latte::detail::env_flag("LATTE_DIRECT_BF16", true);
+    static const bool on = latte::detail::env_flag("LATTE_DIRECT_BF16", false);
     return on;
   }
   /// Whether the routed experts of a T-row step run as the grouped GEMM over bf16 rows (moe_experts_prefill).
