@@ -599,31 +599,28 @@ TEST_CASE("rms_norm's int8 record and bf16 copy equal those made from its output
       CHECK(download(rec.data(), rec.size()) == download(again.data(), again.size()));
     }
   }
-  // the bf16 copy needs an fp32 output and its own memory
+  // the bf16 copy needs an fp32 output, rows of n values and its own memory
   latte::cuda::DeviceBuffer<float> x(2048), w(2048), y(2048);
-  CHECK_THROWS_AS(latte::cuda::rms_norm({.x = x.data(),
-                                         .x_stride = 2048,
-                                         .weight = w.data(),
-                                         .n = 2048,
-                                         .rows = 1,
-                                         .out = y.data(),
-                                         .out_stride = 2048,
-                                         .out_bf16 = y.data(),
-                                         .out_bf16_stride = 2048},
-                                        nullptr),
-                  latte::Error);
-  CHECK_THROWS_AS(latte::cuda::rms_norm({.x = x.data(),
-                                         .x_stride = 2048,
-                                         .weight = w.data(),
-                                         .n = 2048,
-                                         .rows = 1,
-                                         .out = y.data(),
-                                         .out_stride = 2048,
-                                         .out_type = latte::cuda::ActOut::bf16,
-                                         .out_bf16 = x.data() + 1024,
-                                         .out_bf16_stride = 2048},
-                                        nullptr),
-                  latte::Error);
+  latte::cuda::DeviceBuffer<uint16_t> b(2048);
+  const latte::cuda::RmsNormParams good{.x = x.data(),
+                                        .x_stride = 2048,
+                                        .weight = w.data(),
+                                        .n = 2048,
+                                        .rows = 1,
+                                        .out = y.data(),
+                                        .out_stride = 2048,
+                                        .out_bf16 = b.data(),
+                                        .out_bf16_stride = 2048};
+  CHECK_NOTHROW(latte::cuda::rms_norm(good, nullptr));
+  auto bad = good;
+  bad.out_bf16 = y.data();  // the fp32 output's memory
+  CHECK_THROWS_AS(latte::cuda::rms_norm(bad, nullptr), latte::Error);
+  bad = good;
+  bad.out_type = latte::cuda::ActOut::bf16;
+  CHECK_THROWS_AS(latte::cuda::rms_norm(bad, nullptr), latte::Error);
+  bad = good;
+  bad.out_bf16_stride = 2047;
+  CHECK_THROWS_AS(latte::cuda::rms_norm(bad, nullptr), latte::Error);
 }
 
 TEST_CASE("split-int8 records and the int8 GEMV reject violated preconditions with latte::Error") {
