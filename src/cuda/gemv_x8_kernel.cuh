@@ -141,12 +141,6 @@ __device__ __forceinline__ int x8_route_choice(const GemvParams& p, uint8_t* rou
   return ids[j];
 }
 
-/// This block's matrix, tokens and tiles: dense (tokens 0 .. n_tokens - 1, in rows of NT per blockIdx.y), gathered (a
-/// group's) or a choice (choice blockIdx.y: one token); false when the block has nothing to do. Dense launches and
-/// choices walk tiles blockIdx.x, + gridDim.x, ... A gathered launch has a row of blocks for each of max_groups groups,
-/// but the sort makes fewer (8 tokens x 6 of 64 experts: ~37 of 48, 32 tokens: ~65 of 88): the grid's
-/// blocks are dealt out over the groups that exist (as evenly as they divide), so that none of the launch's
-/// single wave of resident blocks idles.
 /// Group gr's matrix, token count (at most NT) and rows into r; rows past the count are 0.
 template <int NT>
 __device__ __forceinline__ void x8_take_group(const GemvParams& p, const GemvGroup& gr, X8Rows<NT>& r) {
@@ -159,6 +153,12 @@ __device__ __forceinline__ void x8_take_group(const GemvParams& p, const GemvGro
   }
 }
 
+/// This block's matrix, tokens and tiles: dense (tokens 0 .. n_tokens - 1, in rows of NT per blockIdx.y), gathered (a
+/// group's) or a choice (choice blockIdx.y: one token); false when the block has nothing to do. Dense launches and
+/// choices walk tiles blockIdx.x, + gridDim.x, ... A gathered launch has a row of blocks for each of max_groups groups,
+/// but the sort makes fewer (8 tokens x 6 of 64 experts: ~37 of 48, 32 tokens: ~65 of 88): the grid's
+/// blocks are dealt out over the groups that exist (as evenly as they divide), so that none of the launch's
+/// single wave of resident blocks idles.
 template <int NT>
 __device__ __forceinline__ bool x8_group(const GemvParams& p, X8Rows<NT>& r, uint8_t* route_smem) {
   const int j = static_cast<int>(blockIdx.y);
