@@ -288,8 +288,7 @@ class CudaMlaBackend final : public CudaAttentionBackend {
   }
 
   QueryTargets query_targets(int il, int n_rows, const DeviceStep& step) override {
-    nope_bf16_given_ = false;
-    if (n_rows > (direct_bf16() ? kTargetRows : kTargetRowsBefore)) return {};
+    if (n_rows > (Linear::direct_bf16() ? kTargetRows : kTargetRowsBefore)) return {};
     QueryTargets q;
     if (cache_from_rope()) {
       q.cache = latent_rows(in_layer_table(step, il), step, n_rows);
@@ -301,10 +300,9 @@ class CudaMlaBackend final : public CudaAttentionBackend {
       q.nope_records = grow_scratch(q_nope_q_, heads * static_cast<size_t>(q.records_stride), "mla q_nope int8");
     }
     q.rope_bf16 = grow_scratch(q_rope_bf16_, heads * c_.qk_rope_head_dim, "mla q_rope bf16");
-    if (direct_bf16() && heads_through_blas(n_rows) && !heads_f32(n_rows)) {
+    if (Linear::direct_bf16() && heads_through_blas(n_rows) && !heads_f32(n_rows)) {
       // the batched cuBLAS W_UK reads q_nope as bf16: the rope launch writes it, no conversion launch
       q.nope_bf16 = grow_scratch(q_nope_bf16_, heads * c_.qk_nope_head_dim, "mla q_nope bf16");
-      nope_bf16_given_ = true;
     }
     targets_for_ = {il, n_rows};
     return q;
@@ -323,9 +321,7 @@ class CudaMlaBackend final : public CudaAttentionBackend {
     // q_nope_q_ and q_rope_bf16_, sized for these rows, and (cache_from_rope) the rows' latent and k_pe
     // into the cache, when the caller took query_targets for them
     const bool given = targets_for_ == std::pair{in.layer, T};
-    const bool nope_given = given && nope_bf16_given_;
     targets_for_ = {-1, 0};
-    nope_bf16_given_ = false;
     const bool uk_done = uk_started_ == std::pair{in.layer, T};  // start_query ran W_UK (join_ before the decode)
     uk_started_ = {-1, 0};
     __nv_bfloat16* const out_bf16 = take_output_bf16();  // filled on every path below
@@ -389,7 +385,11 @@ class CudaMlaBackend final : public CudaAttentionBackend {
       // many rows: q_nope as bf16 and one strided-batched product with every head's W_UK (a batch entry per
       // head, bf16 out), where the per-head GEMV re-read each head's matrix for every group of 8 tokens
       __nv_bfloat16* q_nope_bf16 = grow_scratch(q_nope_bf16_, TN * P, "mla q_nope bf16");
-      if (!nope_given) convert_to_bf16(in.q, qk, q_nope_bf16, P, static_cast<int>(TN), P, stream);
+      // query_targets handed out these rows to the rope launch when it saw this branch coming: heads_f32 only turns
+      // true between the two (keep_heads_f32), so false here means it was false there too
+      if (!given || !Linear::direct_bf16()) {
+        convert_to_bf16(in.q, qk, q_nope_bf16, P, static_cast<int>(TN), P, stream);
+      }
       heads_product_bf16(w.k_b, L, q_nope_bf16, P, T, q_lat_bf16, nullptr, L, stream);
       o_lat_bf16 = grow_scratch(o_lat_bf16_, TN * L, "mla o_lat bf16");
     } else {
@@ -431,7 +431,7 @@ class CudaMlaBackend final : public CudaAttentionBackend {
       return;
     }
     if (heads_blas) {
-      if (out_bf16 != nullptr && !output_f32_too() && uv_writes_bf16()) {
+      if (out_bf16 != nullptr && !output_f32_too() && Linear::direct_bf16()) {
         heads_product_bf16(w.v_b, V, o_lat_bf16, L, T, out_bf16, nullptr, V, stream);  // the output as bf16 only
         return;
       }
@@ -446,18 +446,8 @@ class CudaMlaBackend final : public CudaAttentionBackend {
   /// launch (a caller's bf16 target, set_output_bf16).
   [[nodiscard]] bool writes_output_bf16(int /*il*/, int n_rows) const override {
     return (heads_f32(n_rows) && heads_kernel(n_rows, c_.kv_lora_rank)) ||
-           (uv_writes_bf16() && heads_through_blas(n_rows) && !heads_f32(n_rows));
+           (Linear::direct_bf16() && heads_through_blas(n_rows) && !heads_f32(n_rows));
   }
-  /// Whether the batched cuBLAS W_UV of many rows writes the attention output as bf16 for a caller that reads only
-  /// that (set_output_bf16's f32_too false), the sums rounded once by cuBLAS, instead of fp32 rows and a conversion
-  /// launch; and whether the rope launch writes q_nope as bf16 for the batched W_UK and takes its targets (q_pe as
-  /// bf16, the cache rows) up to kTargetRows rows instead of kTargetRowsBefore (LATTE_DIRECT_BF16=1; off until
-  /// measured on a GPU).
-  static bool direct_bf16() {
-    static const bool on = latte::detail::env_flag("LATTE_DIRECT_BF16", false);
-    return on;
-  }
-  static bool uv_writes_bf16() { return direct_bf16(); }
 
  private:
   /// Dense prefill chunks of one sequence of at least this many tokens run decompressed.
@@ -761,9 +751,10 @@ class CudaMlaBackend final : public CudaAttentionBackend {
     return on;
   }
 
-  static constexpr int kTargetRows = 128;  // query_targets: up to this many rows (kTargetRowsBefore: switch off)
+  // query_targets: up to this many rows; with Linear::direct_bf16 (the batched W_UV's output as bf16 only, q_nope's
+  // bf16 rows from the rope launch) up to kTargetRows, else kTargetRowsBefore
+  static constexpr int kTargetRows = 128;
   static constexpr int kTargetRowsBefore = 64;
-  bool nope_bf16_given_ = false;            // the last query_targets handed out q_nope's bf16 rows
   std::pair<int, int> targets_for_{-1, 0};  // (layer, rows) whose query_targets were handed out
   std::pair<int, int> uk_started_{-1, 0};   // (layer, rows) whose W_UK start_query launched
   std::optional<Stream> side_;              // start_query's stream (fork_ / join_ order it)

@@ -938,17 +938,14 @@ class CudaForward final : public CudaRankForward {
 
   /// Whether layer il's FFN norm of a T-row step also writes its rows as bf16 (RmsNormParams::out_bf16) for the
   /// FFN's cuBLAS products, which would otherwise convert them in launches of their own: the dense FFN's or the
-  /// shared expert's gate and up over bf16 copies, or the routed experts' grouped GEMM; with it silu writes bf16 rows
-  /// for a down over a copy (gated_ffn). LATTE_DIRECT_BF16=1 (off until measured on a GPU; conversion launches).
+  /// shared expert's gate and up over bf16 copies, or the routed experts' grouped GEMM (Linear::direct_bf16, which
+  /// also has silu write bf16 rows for a down over a copy, gated_ffn).
   bool ffn_norm_writes_bf16(int il, const DeviceLayer& w, int T) const {
-    if (!direct_bf16() || c_.n_embd % 8 != 0 || act_.xn_bf16.size() < static_cast<size_t>(T) * c_.n_embd) return false;
+    if (!Linear::direct_bf16() || c_.n_embd % 8 != 0 || act_.xn_bf16.size() < static_cast<size_t>(T) * c_.n_embd)
+      return false;
     if (!c_.is_moe_layer(il)) return w.dense && linear_.gated_over_copies(w.dense, T);
     if (w.shared && (concurrent_shared(T) ? side_linear_ : linear_).gated_over_copies(w.shared, T)) return true;
     return routed_grouped_gemm(w, T);
-  }
-  static bool direct_bf16() {
-    static const bool on = latte::detail::env_flag("LATTE_DIRECT_BF16", false);
-    return on;
   }
   /// Whether the routed experts of a T-row step run as the grouped GEMM over bf16 rows (moe_experts_prefill).
   bool routed_grouped_gemm(const DeviceLayer& w, int T) const {
@@ -990,7 +987,7 @@ class CudaForward final : public CudaRankForward {
     const int64_t F = f.gate.rows;
     // over copies: the FFN norm's bf16 rows for gate and up, and silu's output as bf16 rows for the down, in
     // hidden's memory (its fp32 rows are then never written)
-    __nv_bfloat16* const hidden_bf16 = direct_bf16() && F % 8 == 0 && lin.copy_of(f.down, T) != nullptr
+    __nv_bfloat16* const hidden_bf16 = Linear::direct_bf16() && F % 8 == 0 && lin.copy_of(f.down, T) != nullptr
                                            ? reinterpret_cast<__nv_bfloat16*>(a.hidden.data())
                                            : nullptr;
     const bool down_bf16 = lin.gated(f, a.xn.data(), c_.n_embd, T, a.hidden.data(), F, a.gate_up.data(), on,

@@ -94,6 +94,11 @@ int Linear::copy_rows() {
   return rows;
 }
 
+bool Linear::direct_bf16() {
+  static const bool on = latte::detail::env_flag("LATTE_DIRECT_BF16", false);
+  return on;
+}
+
 int Linear::blas_min_rows() {
   static_assert(gemv_max_tokens + 1 == 9, "LATTE_BLAS_MIN_ROWS's range in core/environment.cpp");
   static const int rows = latte::detail::env_int("LATTE_BLAS_MIN_ROWS", kBlasMinRows);
