@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds latte and runs its test suite, as CI does:
 #   1. the main build (when nvcc is present, CUDA kernels compiled for sm_90a only: scripts/check-cuda-targets.sh
-#      compiles the Blackwell cubins and the compute_90 PTX of the default build), warnings as errors, and every CPU test (each once per attention backend), CLI and package tests; then the
-#      fused decode step's, the GEMVs' and the MLA decode's kernels on the CPU emulation of CUDA (when the CUDA
+#      compiles the Blackwell cubins and the compute_90 PTX of the default build), warnings as errors, and every
+#      CPU test (each once per attention backend), CLI and package tests; then the fused decode step's, the GEMVs' and the MLA decode's kernels on the CPU emulation of CUDA (when the CUDA
 #      headers are there);
 #   2. an AddressSanitizer + UndefinedBehaviorSanitizer build of the CPU suite (LeakSanitizer on);
 #   3. a ThreadSanitizer build of the library and latte_thread_tests (sessions on several threads);
@@ -21,6 +21,21 @@ cmake --build build --parallel "$LATTE_JOBS"
 ctest --test-dir build --output-on-failure --label-exclude gpu --parallel "$LATTE_JOBS"
 echo "test.sh: main build and tests done at $SECONDS s"
 
+# split_run LOG FIRST REST CMD...: CMD's cases matching FIRST in the background (output in LOG) and those matching
+# REST but not FIRST in the foreground, one per core; LOG is shown when its run fails.
+split_run() {
+  local log=$1 first=$2 rest=$3 pid
+  shift 3
+  "$@" -tc="$first" >"$log" 2>&1 &
+  pid=$!
+  "$@" -tc="$rest" -tce="$first"
+  if ! wait "$pid"; then
+    cat "$log"
+    return 1
+  fi
+  tail -n 3 "$log"
+}
+
 # The fused decode step's kernel itself on the CPU emulation of CUDA (tests/emulation), against its
 # float64 reference: the one check of that kernel's logic that needs no GPU. Needs the CUDA headers.
 if [ -f "${CUDA_HOME:-/usr/local/cuda}/include/cuda_runtime.h" ]; then
@@ -30,16 +45,9 @@ if [ -f "${CUDA_HOME:-/usr/local/cuda}/include/cuda_runtime.h" ]; then
   echo "test.sh: emulated fused step done at $SECONDS s"
   # the GEMV kernels (fp32 and split-int8 x) and the int8 records likewise, against float64 products
   LATTE_EMU_ONLY=gemv tests/emulation/build.sh build-emu-gemv -g0 >/dev/null
-  # few SMs: blocks walk several tiles. Two processes, one per core: the tensor-core group case alone is ~45%.
-  several="*groups of several tokens on the tensor cores*"
-  LATTE_EMU_SMS=5 build-emu-gemv/latte_emulated_gpu_tests -tc="$several" >build-emu-gemv/several.log 2>&1 &
-  several_pid=$!
-  LATTE_EMU_SMS=5 build-emu-gemv/latte_emulated_gpu_tests -tce="$several"
-  if ! wait "$several_pid"; then
-    cat build-emu-gemv/several.log
-    exit 1
-  fi
-  tail -n 3 build-emu-gemv/several.log
+  # few SMs: blocks walk several tiles; the tensor-core group case alone is ~45% of the run
+  split_run build-emu-gemv/several.log "*groups of several tokens on the tensor cores*" "*" \
+    env LATTE_EMU_SMS=5 build-emu-gemv/latte_emulated_gpu_tests
   # two group cases again with the int8 16-token Q4_K build the fp16 one replaced by default, and the staged types'
   # 16-token groups dealt as whole blocks per group instead of (group, tile) pairs (all of them: gpu-check.sh)
   LATTE_GEMV_F16=0 LATTE_GEMV_MMA_PAIRS=0 LATTE_EMU_SMS=5 build-emu-gemv/latte_emulated_gpu_tests \
@@ -47,16 +55,9 @@ if [ -f "${CUDA_HOME:-/usr/local/cuda}/include/cuda_runtime.h" ]; then
   echo "test.sh: emulated GEMVs done at $SECONDS s"
   # the MLA decode kernel, its split combine and the splits merged in a thread-block cluster, against float64
   LATTE_EMU_ONLY=decode-attention tests/emulation/build.sh build-emu-attention -g0 >/dev/null
-  # two processes, one per core: the first two cases are ~60% of the run
-  first="*mla decode matches the float64 reference*,*sparse mla decode*"
-  LATTE_EMU_ORDER=random build-emu-attention/latte_emulated_gpu_tests -tc="$first" >build-emu-attention/first.log 2>&1 &
-  first_pid=$!
-  LATTE_EMU_ORDER=random build-emu-attention/latte_emulated_gpu_tests -tc="*mla decode*" -tce="$first"
-  if ! wait "$first_pid"; then
-    cat build-emu-attention/first.log
-    exit 1
-  fi
-  tail -n 3 build-emu-attention/first.log
+  # the first two cases are ~60% of the run
+  split_run build-emu-attention/first.log "*mla decode matches the float64 reference*,*sparse mla decode*" \
+    "*mla decode*" env LATTE_EMU_ORDER=random build-emu-attention/latte_emulated_gpu_tests
   echo "test.sh: emulated MLA decode done at $SECONDS s"
 fi
 
