@@ -44,7 +44,7 @@ constexpr std::array kVariables = {
             "CUDA: most MB of bf16 copies of the dense matrices for steps of many rows (4096; 0: none)"),
     integer("LATTE_DENSE_BF16_ROWS", 2, 4096, "CUDA: fewest rows of a product over those copies (5)"),
     flag("LATTE_DIRECT_BF16",
-         "CUDA: kernels write the bf16 rows the next cuBLAS product reads, no conversion launches (0)"),
+         "CUDA: kernels write the bf16 rows the next cuBLAS product reads, no conversion launches (1)"),
     flag("LATTE_FUSED_DECODE", "CUDA: one-sequence mla decode steps as one persistent kernel (0, experimental)"),
     integer("LATTE_GEMV_DENSE_ROWS", 9, 128,
             "CUDA: most rows of a dense product on the tensor-core GEMV over int8 records (64)"),

@@ -95,7 +95,7 @@ int Linear::copy_rows() {
 }
 
 bool Linear::direct_bf16() {
-  static const bool on = latte::detail::env_flag("LATTE_DIRECT_BF16", false);
+  static const bool on = latte::detail::env_flag("LATTE_DIRECT_BF16", true);
   return on;
 }
 

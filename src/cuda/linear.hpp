@@ -113,8 +113,9 @@ class Linear {
   static int copy_rows();
   static constexpr int kCopyMinRows = 5;
   /// Whether the kernels that make the inputs of products on bf16 operands write them as bf16 themselves, where they
-  /// can, instead of a conversion launch before each product (LATTE_DIRECT_BF16=1; off until measured on a GPU): the
-  /// FFN norm and silu (CudaForward), the rope launch's q_nope and the batched W_UV's output (the MLA backend).
+  /// can, instead of a conversion launch before each product (LATTE_DIRECT_BF16=0: the launches): the FFN norm and silu
+  /// (CudaForward), the rope launch's q_nope and the batched W_UV's output (the MLA backend). Measured on an H100
+  /// (BENCHMARKS.md, thirty-third round): pp512 +2.5%, x32 +1.7%, x128 +1.9%, x8 and tg unchanged.
   static bool direct_bf16();
   /// The copy of w a product of `rows` rows multiplies (use_copies), or null: such a product reads no records.
   [[nodiscard]] const __nv_bfloat16* copy_of(const DeviceMatrix& w, int rows) const noexcept {
