@@ -57,7 +57,7 @@ if [ $build_ok = 1 ]; then
   skipped switches || step "gpu tests, kernel builds off by default" gpu-tests-switches.log \
     env LATTE_MLA_DECODE_TILE=32 LATTE_GEMV_DENSE_ROWS=128 LATTE_MOE_DOWN_QUANTIZE=16 LATTE_MLA_HEADS_KERNEL=0 \
     LATTE_NORM_BF16=0 LATTE_MOE_ROUTE_IN_SORT=0 LATTE_MLA_EARLY_TILES=0 LATTE_GEMV_F16=0 \
-    LATTE_GEMV_MMA_PAIRS=0 LATTE_LOGITS_CHUNKS=0 LATTE_DIRECT_BF16=0 timeout 300 $T/latte_gpu_tests \
+    LATTE_GEMV_MMA_PAIRS=0 LATTE_LOGITS_CHUNKS=0 LATTE_DIRECT_BF16=0 LATTE_GEMV_NORM=0 timeout 300 $T/latte_gpu_tests \
     -tc='*gemv*,*mla decode*,*CUDA logits match the CPU reference*,*batched decode*,*decode_batch*,*moe*'
   if ! skipped sanitizer; then
     SANITIZER=$(command -v compute-sanitizer || ls /usr/local/cuda/compute-sanitizer/compute-sanitizer 2>/dev/null || true)

@@ -62,7 +62,7 @@ constexpr std::array kVariables = {
     flag("LATTE_GEMV_MMA_SPLIT", "CUDA: K split over a block's warps where a dense launch has few tiles (1)"),
     flag("LATTE_GEMV_MMA_WIDE_GROUPS",
          "CUDA: expert groups of 9-16 tokens on the tensor-core GEMV's 16-token build (1)"),
-    flag("LATTE_GEMV_NORM", "CUDA: the one-token attention projection normalises its own input (0)"),
+    flag("LATTE_GEMV_NORM", "CUDA: the one-token attention projection normalises its own input (1)"),
     flag("LATTE_GEMV_PASSES", "CUDA: products of 9-16 rows as split-int8 GEMV passes (1; 0: the GEMM)"),
     flag("LATTE_GEMV_SELF_QUANTIZE", "CUDA: one-token GEMVs make their input's int8 copy themselves (1)"),
     flag("LATTE_GEMV_STAGE_X", "CUDA: 0 is LATTE_GEMV_X=direct (older name)"),

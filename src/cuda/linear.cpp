@@ -85,7 +85,7 @@ void Linear::residual_into_y(const DeviceMatrix& w, const LinearCall& c, cudaStr
 }
 
 bool linear_normalises(const DeviceMatrix& w) {
-  static const bool on = latte::detail::env_flag("LATTE_GEMV_NORM", false);
+  static const bool on = latte::detail::env_flag("LATTE_GEMV_NORM", true);
   return on && w && gemv_self_quantize() && gemv_reads_x_int8(w.type, w.k, 1);
 }
 

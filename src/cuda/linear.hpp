@@ -61,8 +61,9 @@ struct LinearCall {
 };
 
 /// Whether Linear takes LinearCall::x_norm_weight for a product with w (one row, the split-int8 GEMV
-/// quantizing x itself) when LATTE_GEMV_NORM=1; by default the caller normalises (rms_norm with records):
-/// on an H200 the in-block sums measured no faster than the separate launch (BENCHMARKS.md).
+/// quantizing x itself); LATTE_GEMV_NORM=0: the caller normalises (rms_norm with records). Measured on an H100
+/// (BENCHMARKS.md, thirty-third round): tg128 +2.0%, tg128 at depth 4096 +1.7% (an H200 had found it no faster in
+/// the fourth round, before the one-token chain lost its other launches).
 bool linear_normalises(const DeviceMatrix& w);
 
 /// Runs products, keeping a bf16 copy of x for the GEMM path. One per stream.
