@@ -73,7 +73,7 @@ constexpr std::array kVariables = {
     integer("LATTE_GEMV_X_ASYNC", 0, 8, "CUDA: GEMV blocks of this many tokens or more copy them at once (8; 0 never)"),
     flag("LATTE_LOGITS_CHUNKS", "CUDA: a step's logits leave the device in 16-row chunks, scattered as they land (1)"),
     integer("LATTE_LOGITS_COPY_THREADS", 1, 256,
-            "CUDA: threads copying a batch's logits to its sessions (cores/2, 1-8)"),
+            "CUDA: threads copying a batch's logits to its sessions (cores, 1-16)"),
     flag("LATTE_MLA_CLUSTER", "CUDA: MLA decode splits may merge inside a thread-block cluster (1)"),
     choice("LATTE_MLA_DECODE_TILE", "64|32",
            "CUDA: positions per tile of the 16-row MLA decode kernel: 64 (2 stages) or 32 (4 stages) (64)"),

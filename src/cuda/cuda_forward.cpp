@@ -1300,8 +1300,10 @@ class CudaForward final : public CudaRankForward {
 
   /// Copies rows first .. first + n - 1 of the pinned staging buffer to row(0 .. n - 1): in a step of step_rows
   /// logit rows of kParallelScatterBytes or more, spread over a small pool of threads made on first use
-  /// (LATTE_LOGITS_COPY_THREADS sets its size, 1 copies on the calling thread only). One thread took several ms per
-  /// 128-row step (66 MB) on the serial path.
+  /// (LATTE_LOGITS_COPY_THREADS sets its size, 1 copies on the calling thread only; by default one per core, up to
+  /// 16). One thread took several ms per 128-row step (66 MB) on the serial path; on an H100 host of 16 cores
+  /// (BENCHMARKS.md, thirty-third round) x128 ran 6,531-6,684 t/s with 4 threads, 8,639-8,709 with 8 and 8,861-8,965
+  /// with 16.
   void scatter_logits(size_t n, size_t vocab, const std::function<float*(size_t)>& row, size_t first,
                       size_t step_rows) {
     const unsigned threads = logits_copy_threads();
@@ -1312,7 +1314,7 @@ class CudaForward final : public CudaRankForward {
 
   static unsigned logits_copy_threads() {
     static const unsigned n = [] {
-      const int fallback = static_cast<int>(std::clamp(std::thread::hardware_concurrency() / 2, 1u, 8u));
+      const int fallback = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 16u));
       return static_cast<unsigned>(latte::detail::env_int("LATTE_LOGITS_COPY_THREADS", fallback));
     }();
     return n;
