@@ -300,7 +300,7 @@ class CudaMlaBackend final : public CudaAttentionBackend {
       q.nope_records = grow_scratch(q_nope_q_, heads * static_cast<size_t>(q.records_stride), "mla q_nope int8");
     }
     q.rope_bf16 = grow_scratch(q_rope_bf16_, heads * c_.qk_rope_head_dim, "mla q_rope bf16");
-    if (Linear::direct_bf16() && heads_through_blas(n_rows) && !heads_f32(n_rows)) {
+    if (blas_rows_from_kernels(n_rows)) {
       // the batched cuBLAS W_UK reads q_nope as bf16: the rope launch writes it, no conversion launch
       q.nope_bf16 = grow_scratch(q_nope_bf16_, heads * c_.qk_nope_head_dim, "mla q_nope bf16");
     }
@@ -445,8 +445,7 @@ class CudaMlaBackend final : public CudaAttentionBackend {
   /// Steps whose heads_f32 products run as heads_product launches write the attention output as bf16 in the W_UV
   /// launch (a caller's bf16 target, set_output_bf16).
   [[nodiscard]] bool writes_output_bf16(int /*il*/, int n_rows) const override {
-    return (heads_f32(n_rows) && heads_kernel(n_rows, c_.kv_lora_rank)) ||
-           (Linear::direct_bf16() && heads_through_blas(n_rows) && !heads_f32(n_rows));
+    return (heads_f32(n_rows) && heads_kernel(n_rows, c_.kv_lora_rank)) || blas_rows_from_kernels(n_rows);
   }
 
  private:
@@ -482,6 +481,11 @@ class CudaMlaBackend final : public CudaAttentionBackend {
   /// just over its 0.02 bound; every dense model's oracle and session tests stayed within theirs).
   [[nodiscard]] bool heads_through_blas(int T) const {
     return T >= Linear::blas_min_rows() ? heads_blas_allowed() : heads_f32(T);
+  }
+  /// Whether a step of T rows takes the batched bf16 cuBLAS W_UK / W_UV with their bf16 rows written by the kernels
+  /// around them (Linear::direct_bf16): q_nope by the rope launch, the attention output by W_UV itself.
+  [[nodiscard]] bool blas_rows_from_kernels(int T) const {
+    return Linear::direct_bf16() && heads_through_blas(T) && !heads_f32(T);
   }
 
   /// Whether this model's W_UK / W_UV may run as cuBLAS products at all (heads_through_blas).

@@ -941,8 +941,9 @@ class CudaForward final : public CudaRankForward {
   /// shared expert's gate and up over bf16 copies, or the routed experts' grouped GEMM (Linear::direct_bf16, which
   /// also has silu write bf16 rows for a down over a copy, gated_ffn).
   bool ffn_norm_writes_bf16(int il, const DeviceLayer& w, int T) const {
-    if (!Linear::direct_bf16() || c_.n_embd % 8 != 0 || act_.xn_bf16.size() < static_cast<size_t>(T) * c_.n_embd)
+    if (!Linear::direct_bf16() || c_.n_embd % 8 != 0 || act_.xn_bf16.size() < static_cast<size_t>(T) * c_.n_embd) {
       return false;
+    }
     if (!c_.is_moe_layer(il)) return w.dense && linear_.gated_over_copies(w.dense, T);
     if (w.shared && (concurrent_shared(T) ? side_linear_ : linear_).gated_over_copies(w.shared, T)) return true;
     return routed_grouped_gemm(w, T);
